@@ -1,0 +1,2 @@
+//! devshard protocol, policies and actors.
+pub mod protocol;

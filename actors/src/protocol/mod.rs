@@ -1,0 +1,6 @@
+//! The devshard host protocol (PROTOCOL.md): wire schema, signatures, the deterministic state
+//! machine and the SSE framing of host responses. Shared by the gateway and the simulator, so both
+//! sides compute the same roots from the same diffs.
+
+pub mod crypto;
+pub mod proto;

@@ -1,0 +1,1 @@
+//! devshard-gateway.
