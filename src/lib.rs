@@ -1,1 +1,2 @@
-//! devshard-gateway.
+//! devshard-gateway: the process around the devshard actors.
+pub mod sim;

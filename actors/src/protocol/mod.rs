@@ -2,5 +2,11 @@
 //! machine and the SSE framing of host responses. Shared by the gateway and the simulator, so both
 //! sides compute the same roots from the same diffs.
 
+pub mod auth;
+pub mod canonical;
 pub mod crypto;
+pub mod diff;
 pub mod proto;
+pub mod sse;
+pub mod state;
+pub mod wire;
