@@ -1,2 +1,3 @@
 //! devshard protocol, policies and actors.
+pub mod clock;
 pub mod protocol;
