@@ -86,10 +86,16 @@ impl DiffJson {
 
     /// Decodes the txs proto; its inner nonce must equal `nonce`. Signatures are not checked here.
     pub fn to_diff(&self) -> Result<Diff, WireError> {
-        let content = DiffContent::decode(self.txs.as_slice())
-            .map_err(|source| WireError::Proto { what: "diff txs", source })?;
+        let content =
+            DiffContent::decode(self.txs.as_slice()).map_err(|source| WireError::Proto {
+                what: "diff txs",
+                source,
+            })?;
         if content.nonce != self.nonce {
-            return Err(WireError::NonceMismatch { outer: self.nonce, inner: content.nonce });
+            return Err(WireError::NonceMismatch {
+                outer: self.nonce,
+                inner: content.nonce,
+            });
         }
         Ok(Diff {
             nonce: self.nonce,
@@ -179,7 +185,9 @@ pub struct MempoolResponse {
 
 impl MempoolResponse {
     pub fn from_txs(txs: &[DevshardTx]) -> Self {
-        MempoolResponse { txs: encode_txs(txs) }
+        MempoolResponse {
+            txs: encode_txs(txs),
+        }
     }
 
     pub fn decode_txs(&self) -> Result<Vec<DevshardTx>, WireError> {
@@ -219,7 +227,9 @@ pub struct MetaBody {
 
 impl MetaBody {
     pub fn from_txs(txs: &[DevshardTx]) -> Self {
-        MetaBody { mempool: encode_txs(txs) }
+        MetaBody {
+            mempool: encode_txs(txs),
+        }
     }
 
     pub fn decode_txs(&self) -> Result<Vec<DevshardTx>, WireError> {
