@@ -28,4 +28,5 @@ pub mod outcome;
 pub mod participant;
 pub mod policy;
 pub mod protocol;
+pub mod race;
 pub mod store;

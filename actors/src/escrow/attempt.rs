@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::session::SessionError;
 use crate::{host::HostError, protocol::proto::DevshardTx};
 
 /// Timestamps of one attempt (unix ms), taken by the race when each event happened. Samples are
@@ -37,7 +38,7 @@ pub enum AttemptEnd {
     /// The client went away.
     ClientGone,
     /// The escrow rejected the attempt's receipt (state hash, state signature, receipt signature).
-    ReceiptRejected(String),
+    ReceiptRejected(SessionError),
 }
 
 /// One attempt's final report.

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::attempt::{AttemptReport, AttemptVerdict};
 use super::error::EscrowError;
+use super::session::SessionError;
 use crate::protocol::{crypto::Address, wire::ReceiptBody};
 
 /// One client request as the escrow sees it.
@@ -57,7 +58,7 @@ pub struct NonceGrant {
 
 /// A receipt event arrived on an attempt (processed at once: sync nonce, signatures, confirm).
 #[derive(Debug, Message)]
-#[rtype(result = "Result<(), EscrowError>")]
+#[rtype(result = "Result<(), SessionError>")]
 pub struct AttemptReceipt {
     /// The attempt's nonce.
     pub nonce: u64,

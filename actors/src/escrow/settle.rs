@@ -53,6 +53,8 @@ impl Handler<AttemptEnded> for EscrowActor {
         }
         let finished = self.session.is_finished(nonce);
         let (class, reason) = attribution::classify(&msg.report.end, finished);
+        let now = self.now_ms();
+        let first_poll = self.cfg.finish_poll_initial_ms;
         let Some(entry) = self.attempts.get_mut(&nonce) else {
             return MessageResult(AttemptVerdict::default());
         };
@@ -65,9 +67,7 @@ impl Handler<AttemptEnded> for EscrowActor {
         };
         match class {
             OutcomeClass::PendingFinish => {
-                let now = self.now_ms();
-                let first = self.cfg.finish_poll_initial_ms;
-                entry.state = NonceState::PendingFinish { ended_ms: now, next_poll_ms: first };
+                entry.state = NonceState::PendingFinish { ended_ms: now, next_poll_ms: first_poll };
                 info!(self.log, "whole answer delivered, finish marker pending";
                     "stage" => "winner_finish_pending", "nonce" => nonce, "host" => msg.host.short());
                 self.arm_nonce_timer(nonce, ctx);
@@ -123,13 +123,14 @@ impl EscrowActor {
         reason: &str,
         finish_late_ms: Option<i64>,
     ) {
+        let escrow_id = self.session.info().escrow_id.clone();
         let Some(entry) = self.attempts.get_mut(&nonce) else { return };
         if entry.emitted {
             return;
         }
         entry.emitted = true;
         let outcome = AttemptOutcome {
-            escrow_id: self.escrow_id().to_string(),
+            escrow_id,
             nonce,
             class,
             reason: reason.to_string(),

@@ -19,7 +19,7 @@ use crate::protocol::{
 };
 
 /// Timeouts of host calls (PROTOCOL.md §3.7 `DefaultClientConfig`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HostTimeouts {
     /// Connect + response headers of an inference POST.
     pub inference_headers: Duration,
