@@ -136,10 +136,16 @@ mod tests {
 
     #[test]
     fn ties_round_to_even_like_go() {
-        assert_eq!(format(703300801258555.25), "703300801258555.2");
-        assert_eq!(format(24863659056077.5625), "24863659056077.562");
-        assert_eq!(format(21100648113006.8125), "21100648113006.812");
-        assert_eq!(format(-9551502366706.3125), "-9551502366706.312");
+        // Exact binary values halfway between two shortest decimal candidates.
+        let cases = [
+            ("703300801258555.25", "703300801258555.2"),
+            ("24863659056077.5625", "24863659056077.562"),
+            ("21100648113006.8125", "21100648113006.812"),
+            ("-9551502366706.3125", "-9551502366706.312"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(format(input.parse().unwrap()), want, "{input}");
+        }
     }
 
     #[test]
