@@ -13,7 +13,7 @@
 //! # Group commit
 //! All writes go through one bounded channel ([`QUEUE_CAPACITY`]) to one thread, `store-writer`,
 //! which owns the only read-write connection. It takes the first queued write, drains whatever
-//! else is already queued (up to [`writer::MAX_GROUP`]), applies the group in one transaction,
+//! else is already queued (up to [`MAX_GROUP`] ops), applies the group in one transaction,
 //! commits once (one fsync for the group) and then resolves each op's ack with that op's own
 //! result: an out-of-order append fails alone, the rest of its group commits. Under load the
 //! fsync cost is thus shared by many writes; when idle a write commits alone, immediately.
@@ -52,6 +52,9 @@ use self::{
 
 /// Capacity of the writer's queue; issuing a write blocks while it is full.
 pub const QUEUE_CAPACITY: usize = 4096;
+
+/// Most writes applied (and fsynced) in one transaction.
+pub const MAX_GROUP: usize = 512;
 
 /// Group-commit counters, for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -118,6 +118,21 @@ mod tests {
         let path = temp_path("versions");
         let conn = open_writer(&path).unwrap();
         assert_eq!(user_version(&conn).unwrap(), SCHEMA_VERSION);
+        let mode: String = conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        let sync: i64 = conn
+            .pragma_query_value(None, "synchronous", |r| r.get(0))
+            .unwrap();
+        assert_eq!(sync, 2, "synchronous=FULL");
+        let reader = open_reader(&path).unwrap();
+        assert_eq!(user_version(&reader).unwrap(), SCHEMA_VERSION);
+        assert!(
+            reader.execute_batch("DELETE FROM records").is_err(),
+            "reader is read-only"
+        );
+        drop(reader);
         drop(conn);
         // Reopening an up-to-date database runs no migration (CREATE TABLE would fail).
         let conn = open_writer(&path).unwrap();

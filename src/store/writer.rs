@@ -22,10 +22,10 @@ use devshard_actors::store::StoreError;
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
-use super::codec::{sql_err, DiffRow};
-
-/// Most ops applied in one transaction.
-pub(crate) const MAX_GROUP: usize = 512;
+use super::{
+    codec::{sql_err, DiffRow},
+    MAX_GROUP,
+};
 
 /// Resolves one op's [`devshard_actors::store::Ack`].
 pub(crate) type AckTx = oneshot::Sender<Result<(), StoreError>>;
