@@ -20,7 +20,6 @@ use std::{
 use actix::prelude::*;
 use slog::{error, info, Logger};
 
-pub use messages::*;
 use crate::{
     clock::SharedClock,
     escrow::{EscrowActor, EscrowConfig, EscrowInfo},
@@ -29,6 +28,7 @@ use crate::{
     protocol::crypto::{Address, SigningKey},
     store::{ns, SharedStore, StoreError},
 };
+pub use messages::*;
 
 /// Errors of directory operations.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -56,7 +56,10 @@ pub struct RestartBudget {
 
 impl Default for RestartBudget {
     fn default() -> Self {
-        RestartBudget { max_restarts: 5, window_ms: 60_000 }
+        RestartBudget {
+            max_restarts: 5,
+            window_ms: 60_000,
+        }
     }
 }
 
@@ -82,7 +85,11 @@ pub(crate) struct Slot<A: Actor> {
 
 impl<A: Actor> Default for Slot<A> {
     fn default() -> Self {
-        Slot { addr: None, restarts: VecDeque::new(), failed: false }
+        Slot {
+            addr: None,
+            restarts: VecDeque::new(),
+            failed: false,
+        }
     }
 }
 
@@ -132,7 +139,11 @@ impl Actor for Directory {
                     let info = Arc::new(info);
                     self.escrows.insert(
                         id.clone(),
-                        EscrowSlot { info, slot: Slot::default(), in_flight: 0 },
+                        EscrowSlot {
+                            info,
+                            slot: Slot::default(),
+                            in_flight: 0,
+                        },
                     );
                     if let Err(e) = self.spawn_escrow(&id, ctx) {
                         error!(self.deps.log, "escrow not started"; "escrow" => &id, "error" => %e);
@@ -183,7 +194,8 @@ impl Handler<RaceStarted> for Directory {
         if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
             e.in_flight += 1;
         }
-        self.races.insert(msg.race_id, (msg.escrow_id, msg.request_id));
+        self.races
+            .insert(msg.race_id, (msg.escrow_id, msg.request_id));
     }
 }
 
@@ -240,7 +252,11 @@ impl Handler<GetStatus> for Directory {
                 in_flight: 0,
             });
         }
-        let races = self.races.iter().map(|(id, (e, r))| (*id, e.clone(), r.clone())).collect();
+        let races = self
+            .races
+            .iter()
+            .map(|(id, (e, r))| (*id, e.clone(), r.clone()))
+            .collect();
         MessageResult(DirectoryStatus { entities, races })
     }
 }

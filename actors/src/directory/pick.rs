@@ -26,9 +26,15 @@ impl Handler<PickEscrow> for Directory {
         if !any_for_model {
             return Err(DirectoryError::UnknownModel(msg.model));
         }
-        let best = candidates.iter().map(|(_, l)| *l).fold(f64::INFINITY, f64::min);
-        let tied: Vec<&String> =
-            candidates.iter().filter(|(_, l)| (*l - best).abs() < 1e-12).map(|(id, _)| id).collect();
+        let best = candidates
+            .iter()
+            .map(|(_, l)| *l)
+            .fold(f64::INFINITY, f64::min);
+        let tied: Vec<&String> = candidates
+            .iter()
+            .filter(|(_, l)| (*l - best).abs() < 1e-12)
+            .map(|(id, _)| id)
+            .collect();
         if tied.is_empty() {
             return Err(DirectoryError::NoCapacity(msg.model));
         }
@@ -39,6 +45,9 @@ impl Handler<PickEscrow> for Directory {
             .get(&id)
             .and_then(|e| e.slot.addr.clone())
             .ok_or_else(|| DirectoryError::NoCapacity(msg.model.clone()))?;
-        Ok(PickedEscrow { escrow_id: id, addr })
+        Ok(PickedEscrow {
+            escrow_id: id,
+            addr,
+        })
     }
 }

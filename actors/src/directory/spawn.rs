@@ -6,7 +6,7 @@ use actix::prelude::*;
 use slog::{error, info, warn};
 
 use super::{
-    AddEscrow, ActorKind, Died, Directory, DirectoryError, EscrowSlot, RemoveEscrow, Slot,
+    ActorKind, AddEscrow, Died, Directory, DirectoryError, EscrowSlot, RemoveEscrow, Slot,
 };
 use crate::{
     escrow::{messages::Retire, EscrowActor, EscrowInfo, Session},
@@ -79,7 +79,10 @@ impl Directory {
     ) -> Result<Addr<ParticipantActor>, DirectoryError> {
         let slot = self.participants.entry(address.clone()).or_default();
         if slot.failed {
-            return Err(DirectoryError::Start(address.to_string(), "failed too often".into()));
+            return Err(DirectoryError::Start(
+                address.to_string(),
+                "failed too often".into(),
+            ));
         }
         if let Some(addr) = slot.addr.as_ref().filter(|a| a.connected()) {
             return Ok(addr.clone());
@@ -98,9 +101,17 @@ impl Directory {
     }
 
     /// Counts a restart; `false` when the entity is past its budget.
-    fn charge_restart<A: Actor>(slot: &mut Slot<A>, now_ms: i64, budget: super::RestartBudget) -> bool {
+    fn charge_restart<A: Actor>(
+        slot: &mut Slot<A>,
+        now_ms: i64,
+        budget: super::RestartBudget,
+    ) -> bool {
         slot.restarts.push_back(now_ms);
-        while slot.restarts.front().is_some_and(|t| now_ms.saturating_sub(*t) > budget.window_ms) {
+        while slot
+            .restarts
+            .front()
+            .is_some_and(|t| now_ms.saturating_sub(*t) > budget.window_ms)
+        {
             slot.restarts.pop_front();
         }
         slot.restarts.len() <= budget.max_restarts
@@ -115,7 +126,9 @@ impl Handler<Died> for Directory {
         let budget = self.deps.budget;
         match msg.kind {
             ActorKind::Escrow => {
-                let Some(e) = self.escrows.get_mut(&msg.id) else { return };
+                let Some(e) = self.escrows.get_mut(&msg.id) else {
+                    return;
+                };
                 if e.slot.addr.as_ref().is_some_and(|a| a.connected()) {
                     return;
                 }
@@ -136,8 +149,12 @@ impl Handler<Died> for Directory {
                 });
             }
             ActorKind::Participant => {
-                let Ok(address) = Address::parse(&msg.id) else { return };
-                let Some(p) = self.participants.get_mut(&address) else { return };
+                let Ok(address) = Address::parse(&msg.id) else {
+                    return;
+                };
+                let Some(p) = self.participants.get_mut(&address) else {
+                    return;
+                };
                 if p.addr.as_ref().is_some_and(|a| a.connected()) {
                     return;
                 }
@@ -169,7 +186,10 @@ impl Handler<AddEscrow> for Directory {
             return Box::pin(fut::ready(if same {
                 Ok(())
             } else {
-                Err(DirectoryError::Start(id, "already registered with different chain data".into()))
+                Err(DirectoryError::Start(
+                    id,
+                    "already registered with different chain data".into(),
+                ))
             }));
         }
         let value = match serde_json::to_value(&msg.info) {
@@ -193,7 +213,9 @@ impl Handler<RemoveEscrow> for Directory {
 
     fn handle(&mut self, msg: RemoveEscrow, _: &mut Self::Context) -> Self::Result {
         let Some(entry) = self.escrows.remove(&msg.escrow_id) else {
-            return Box::pin(fut::ready(Err(DirectoryError::UnknownEscrow(msg.escrow_id))));
+            return Box::pin(fut::ready(Err(DirectoryError::UnknownEscrow(
+                msg.escrow_id,
+            ))));
         };
         if let Some(addr) = entry.slot.addr {
             addr.do_send(Retire);

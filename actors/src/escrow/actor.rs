@@ -182,7 +182,9 @@ impl Actor for EscrowActor {
 
     fn stopping(&mut self, _: &mut Self::Context) -> Running {
         for w in self.waiting.drain(..) {
-            let _ = w.reply.send(Err(EscrowError::ShuttingDown(self.session.info().escrow_id.clone())));
+            let _ = w.reply.send(Err(EscrowError::ShuttingDown(
+                self.session.info().escrow_id.clone(),
+            )));
         }
         self.persist_syncs();
         Running::Stop
@@ -193,7 +195,10 @@ impl Actor for EscrowActor {
             return;
         }
         if let Some(r) = &self.on_stop {
-            r.do_send(Died { kind: ActorKind::Escrow, id: self.escrow_id().to_string() });
+            r.do_send(Died {
+                kind: ActorKind::Escrow,
+                id: self.escrow_id().to_string(),
+            });
         }
     }
 }
@@ -221,7 +226,10 @@ impl Handler<InjectPanic> for EscrowActor {
     #[allow(clippy::panic)]
     fn handle(&mut self, _: InjectPanic, _: &mut Self::Context) {
         if self.fault_injection {
-            panic!("fault injection: escrow {} panics on request", self.escrow_id());
+            panic!(
+                "fault injection: escrow {} panics on request",
+                self.escrow_id()
+            );
         }
     }
 }
@@ -237,13 +245,33 @@ impl EscrowActor {
             state_root: hex::encode(sm.state_root()),
             balance: sm.balance(),
             durable_nonce: self.durable_nonce,
-            host_sync: self.session.host_syncs().iter().map(|(a, n)| (a.to_string(), *n)).collect(),
+            host_sync: self
+                .session
+                .host_syncs()
+                .iter()
+                .map(|(a, n)| (a.to_string(), *n))
+                .collect(),
             pending_txs: self.session.pending().len(),
             waiting_races: self.waiting.len(),
             attempts_in_flight: self.attempts.values().filter(|e| e.is_in_flight()).count(),
-            pending_finishes: self.attempts.values().filter(|e| e.is_pending_finish()).map(|e| e.nonce).collect(),
-            pending_timeouts: self.attempts.values().filter(|e| e.is_awaiting_timeout()).map(|e| e.nonce).collect(),
-            signatures: self.session.signatures().iter().map(|(a, s)| (a.to_string(), s.nonce)).collect(),
+            pending_finishes: self
+                .attempts
+                .values()
+                .filter(|e| e.is_pending_finish())
+                .map(|e| e.nonce)
+                .collect(),
+            pending_timeouts: self
+                .attempts
+                .values()
+                .filter(|e| e.is_awaiting_timeout())
+                .map(|e| e.nonce)
+                .collect(),
+            signatures: self
+                .session
+                .signatures()
+                .iter()
+                .map(|(a, s)| (a.to_string(), s.nonce))
+                .collect(),
         }
     }
 }

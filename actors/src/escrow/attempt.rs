@@ -30,7 +30,10 @@ pub enum AttemptEnd {
     /// Receipt and `[DONE]` but no content chunk.
     EmptyStream,
     /// The host streamed an OpenAI error event.
-    ErrorEvent { status: Option<u16>, message: String },
+    ErrorEvent {
+        status: Option<u16>,
+        message: String,
+    },
     /// No progress for longer than the stall limit.
     Stalled,
     /// We cancelled it (a loser after the winner's first content, or a hedge no longer needed).

@@ -65,12 +65,17 @@ impl EscrowInfo {
 
     /// `{base}{prefix}/sessions/{escrow}/{path}` for a host.
     pub fn session_url(&self, host: &HostEndpoint, path: &str) -> String {
-        format!("{}{}/sessions/{}/{}", host.base_url, self.route_prefix, self.escrow_id, path)
+        format!(
+            "{}{}/sessions/{}/{}",
+            host.base_url, self.route_prefix, self.escrow_id, path
+        )
     }
 
     /// Highest nonce usable for inference while Active (`max_nonce − (N + 1)`).
     pub fn last_active_nonce(&self) -> u64 {
-        let reserve = u64::try_from(self.group.len()).unwrap_or(u64::MAX).saturating_add(1);
+        let reserve = u64::try_from(self.group.len())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
         self.max_nonce.saturating_sub(reserve)
     }
 }

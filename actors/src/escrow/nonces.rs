@@ -60,11 +60,16 @@ impl NonceEntry {
     ) -> (i64, TimeoutReason) {
         match self.confirmed_at {
             Some(c) => (
-                c.saturating_add(execution_timeout_s).saturating_mul(1000).saturating_add(buffer_ms),
+                c.saturating_add(execution_timeout_s)
+                    .saturating_mul(1000)
+                    .saturating_add(buffer_ms),
                 TimeoutReason::Execution,
             ),
             None => (
-                self.started_at.saturating_add(refusal_timeout_s).saturating_mul(1000).saturating_add(buffer_ms),
+                self.started_at
+                    .saturating_add(refusal_timeout_s)
+                    .saturating_mul(1000)
+                    .saturating_add(buffer_ms),
                 TimeoutReason::Refused,
             ),
         }

@@ -28,7 +28,10 @@ pub fn dedup_key(tx: &DevshardTx) -> Option<String> {
     match &tx.tx {
         Some(Tx::ConfirmStart(m)) => Some(format!("confirm:{}", m.inference_id)),
         Some(Tx::FinishInference(m)) => Some(format!("finish:{}", m.inference_id)),
-        Some(Tx::Validation(m)) => Some(format!("validation:{}:{}", m.inference_id, m.validator_slot)),
+        Some(Tx::Validation(m)) => Some(format!(
+            "validation:{}:{}",
+            m.inference_id, m.validator_slot
+        )),
         Some(Tx::ValidationVote(m)) => Some(format!("vote:{}:{}", m.inference_id, m.voter_slot)),
         Some(Tx::RevealSeed(m)) => Some(format!("reveal_seed:{}", m.slot_id)),
         _ => None,
@@ -97,10 +100,13 @@ impl PendingTxs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::proto::{MsgConfirmStart, MsgFinishInference, MsgFinalizeRound};
+    use crate::protocol::proto::{MsgConfirmStart, MsgFinalizeRound, MsgFinishInference};
 
     fn confirm(id: u64) -> DevshardTx {
-        DevshardTx::new(Tx::ConfirmStart(MsgConfirmStart { inference_id: id, ..Default::default() }))
+        DevshardTx::new(Tx::ConfirmStart(MsgConfirmStart {
+            inference_id: id,
+            ..Default::default()
+        }))
     }
     fn finish(id: u64) -> DevshardTx {
         DevshardTx::new(Tx::FinishInference(MsgFinishInference {
@@ -120,7 +126,10 @@ mod tests {
         let order: Vec<u8> = p.take_ordered().iter().map(priority).collect();
         assert_eq!(order, vec![0, 0, 1, 4]);
         assert!(p.is_empty());
-        assert!(!p.push(finish(1)), "a key stays seen after the tx left the queue");
+        assert!(
+            !p.push(finish(1)),
+            "a key stays seen after the tx left the queue"
+        );
         p.forget(&finish(1));
         assert!(p.push(finish(1)));
     }

@@ -23,9 +23,9 @@ use super::{
 };
 use crate::{
     protocol::{
-    auth,
-    diff::Diff,
-    state::Phase,
+        auth,
+        diff::Diff,
+        state::Phase,
         wire::{DiffJson, InferenceRequest, PayloadJson},
     },
     store::Ack,
@@ -87,7 +87,11 @@ impl EscrowActor {
                 return;
             }
             let next = self.session.nonce().saturating_add(1);
-            let Some(host) = self.session.info().host_for_nonce(next).map(|h| h.address.clone())
+            let Some(host) = self
+                .session
+                .info()
+                .host_for_nonce(next)
+                .map(|h| h.address.clone())
             else {
                 return;
             };
@@ -144,9 +148,14 @@ impl EscrowActor {
         self.hold_timer = Some(ctx.run_later(hold, |act, ctx| {
             act.hold_timer = None;
             let next = act.session.nonce().saturating_add(1);
-            let host = act.session.info().host_for_nonce(next).map(|h| h.address.clone());
-            let still_blocked = host
-                .is_some_and(|h| !act.waiting.is_empty() && act.waiting.iter().all(|w| w.exclude.contains(&h)));
+            let host = act
+                .session
+                .info()
+                .host_for_nonce(next)
+                .map(|h| h.address.clone());
+            let still_blocked = host.is_some_and(|h| {
+                !act.waiting.is_empty() && act.waiting.iter().all(|w| w.exclude.contains(&h))
+            });
             if still_blocked {
                 if let Some((diff, ack)) = act.compose_withheld("no_taker") {
                     act.watch_ack(diff.nonce, ack, ctx);
@@ -215,7 +224,9 @@ impl EscrowActor {
         let ack = self.store.append_diff(self.escrow_id(), &diff);
         let info = self.session.info().clone();
         let Some(host) = info.host_for_nonce(nonce).cloned() else {
-            let _ = w.reply.send(Err(EscrowError::NoRoutableHost(info.escrow_id.clone())));
+            let _ = w
+                .reply
+                .send(Err(EscrowError::NoRoutableHost(info.escrow_id.clone())));
             return;
         };
         let payload = PayloadJson {

@@ -105,13 +105,19 @@ impl Session {
         let mut s = Session::new(info)?;
         for diff in log {
             let nonce = diff.nonce;
-            let applied = s
-                .sm
-                .apply_best_effort(nonce, diff.txs.clone())
-                .map_err(|e| SessionError::Corrupt { nonce, reason: e.to_string() })?;
-            if applied.applied.len() != diff.txs.len() || applied.root.as_slice() != diff.post_state_root
+            let applied =
+                s.sm.apply_best_effort(nonce, diff.txs.clone())
+                    .map_err(|e| SessionError::Corrupt {
+                        nonce,
+                        reason: e.to_string(),
+                    })?;
+            if applied.applied.len() != diff.txs.len()
+                || applied.root.as_slice() != diff.post_state_root
             {
-                return Err(SessionError::Corrupt { nonce, reason: "root differs on replay".into() });
+                return Err(SessionError::Corrupt {
+                    nonce,
+                    reason: "root differs on replay".into(),
+                });
             }
             for tx in &diff.txs {
                 s.pending.mark_seen(tx);
@@ -169,7 +175,13 @@ impl Session {
         for (tx, _) in &best.skipped {
             self.pending.forget(tx);
         }
-        let diff = Arc::new(Diff::sign(nonce, best.applied, &self.info.escrow_id, best.root, key));
+        let diff = Arc::new(Diff::sign(
+            nonce,
+            best.applied,
+            &self.info.escrow_id,
+            best.root,
+            key,
+        ));
         self.diffs.insert(nonce, diff.clone());
         Ok(diff)
     }
@@ -214,7 +226,11 @@ impl Session {
     /// `diffsForHost`: diffs the host has not acknowledged, oldest first, at most `limit`.
     pub fn catch_up(&self, host: &Address, limit: usize) -> Vec<Arc<Diff>> {
         let from = self.host_sync(host).saturating_add(1);
-        self.diffs.range(from..).take(limit).map(|(_, d)| d.clone()).collect()
+        self.diffs
+            .range(from..)
+            .take(limit)
+            .map(|(_, d)| d.clone())
+            .collect()
     }
 
     /// Diffs in `[from, to]` (catch-up chunks, timeout-vote context).
@@ -222,7 +238,10 @@ impl Session {
         if from > to {
             return Vec::new();
         }
-        self.diffs.range(from..=to).map(|(_, d)| d.clone()).collect()
+        self.diffs
+            .range(from..=to)
+            .map(|(_, d)| d.clone())
+            .collect()
     }
 
     /// The root we expect a host to report at `nonce`.
@@ -243,7 +262,10 @@ impl Session {
     ) -> Result<(), SessionError> {
         let ours = self.nonce();
         if body.nonce > ours {
-            return Err(SessionError::HostAhead { host_nonce: body.nonce, ours });
+            return Err(SessionError::HostAhead {
+                host_nonce: body.nonce,
+                ours,
+            });
         }
         if let Some(hash) = body.state_hash.as_ref().filter(|h| !h.is_empty()) {
             let expected = self.expected_root(body.nonce);
@@ -254,11 +276,18 @@ impl Session {
                 let content = state::state_sig_content(hash, &self.info.escrow_id, body.nonce);
                 crypto::verify(&content, sig, host)
                     .map_err(|e| SessionError::InvalidStateSig(e.to_string()))?;
-                let newer = self.signatures.get(host).is_none_or(|s| s.nonce <= body.nonce);
+                let newer = self
+                    .signatures
+                    .get(host)
+                    .is_none_or(|s| s.nonce <= body.nonce);
                 if newer {
                     self.signatures.insert(
                         host.clone(),
-                        HostSignature { nonce: body.nonce, state_root: hash.clone(), signature: sig.clone() },
+                        HostSignature {
+                            nonce: body.nonce,
+                            state_root: hash.clone(),
+                            signature: sig.clone(),
+                        },
                     );
                 }
             }
@@ -268,11 +297,12 @@ impl Session {
         if let (Some(nonce), Some(receipt)) = (inference_nonce, body.receipt.as_ref()) {
             let confirmed_at = body.confirmed_at.unwrap_or(0);
             self.verify_receipt(host, nonce, receipt, confirmed_at)?;
-            self.pending.push(DevshardTx::new(Tx::ConfirmStart(MsgConfirmStart {
-                inference_id: nonce,
-                executor_sig: receipt.clone(),
-                confirmed_at,
-            })));
+            self.pending
+                .push(DevshardTx::new(Tx::ConfirmStart(MsgConfirmStart {
+                    inference_id: nonce,
+                    executor_sig: receipt.clone(),
+                    confirmed_at,
+                })));
         }
         Ok(())
     }
@@ -294,10 +324,14 @@ impl Session {
 
     /// The `MsgStartInference` we sequenced at `nonce`, if any.
     pub fn start_of(&self, nonce: u64) -> Option<MsgStartInference> {
-        self.diffs.get(&nonce)?.txs.iter().find_map(|tx| match &tx.tx {
-            Some(Tx::StartInference(s)) => Some(s.clone()),
-            _ => None,
-        })
+        self.diffs
+            .get(&nonce)?
+            .txs
+            .iter()
+            .find_map(|tx| match &tx.tx {
+                Some(Tx::StartInference(s)) => Some(s.clone()),
+                _ => None,
+            })
     }
 
     /// Queues a host's mempool; returns the nonces whose verified finish marker it contained.
@@ -315,11 +349,17 @@ impl Session {
     }
 
     fn finish_is_genuine(&self, f: &proto::MsgFinishInference) -> bool {
-        let Some(slot) = self.info.slot_for_nonce(f.inference_id) else { return false };
+        let Some(slot) = self.info.slot_for_nonce(f.inference_id) else {
+            return false;
+        };
         f.escrow_id == self.info.escrow_id
             && slot.slot_id == f.executor_slot
-            && crypto::verify(&state::finish_unsigned_bytes(f), &f.proposer_sig, &slot.validator)
-                .is_ok()
+            && crypto::verify(
+                &state::finish_unsigned_bytes(f),
+                &f.proposer_sig,
+                &slot.validator,
+            )
+            .is_ok()
     }
 
     /// Queues a tx of our own (e.g. `MsgTimeoutInference`, `MsgFinalizeRound`).
@@ -354,7 +394,11 @@ impl Session {
             .map_err(|e| SessionError::InvalidStateSig(e.to_string()))?;
         self.signatures.insert(
             host.clone(),
-            HostSignature { nonce, state_root: root, signature: signature.to_vec() },
+            HostSignature {
+                nonce,
+                state_root: root,
+                signature: signature.to_vec(),
+            },
         );
         Ok(())
     }
@@ -367,18 +411,31 @@ impl Session {
     pub fn unsettled_entries(&self, now_ms: i64) -> Vec<NonceEntry> {
         let mut out = Vec::new();
         for (nonce, diff) in &self.diffs {
-            let Some(start) = self.start_of(*nonce) else { continue };
+            let Some(start) = self.start_of(*nonce) else {
+                continue;
+            };
             if self.finished.contains(nonce) {
                 continue;
             }
             let open = self.sm.record(*nonce).is_some_and(|r| {
-                matches!(r.status, InferenceStatus::Pending | InferenceStatus::Started)
+                matches!(
+                    r.status,
+                    InferenceStatus::Pending | InferenceStatus::Started
+                )
             });
             if !open {
                 continue;
             }
-            let confirmed_at = self.sm.record(*nonce).map(|r| r.confirmed_at).filter(|c| *c > 0);
-            let Some(host) = self.info.slot_for_nonce(*nonce).map(|s| s.validator.clone()) else {
+            let confirmed_at = self
+                .sm
+                .record(*nonce)
+                .map(|r| r.confirmed_at)
+                .filter(|c| *c > 0);
+            let Some(host) = self
+                .info
+                .slot_for_nonce(*nonce)
+                .map(|s| s.validator.clone())
+            else {
                 continue;
             };
             let _ = diff;
@@ -391,7 +448,10 @@ impl Session {
                 confirmed_at,
                 payload: None,
                 timings: AttemptTimings::default(),
-                state: NonceState::PendingFinish { ended_ms: now_ms, next_poll_ms: 1_000 },
+                state: NonceState::PendingFinish {
+                    ended_ms: now_ms,
+                    next_poll_ms: 1_000,
+                },
                 crowned: false,
                 emitted: true,
             });

@@ -25,7 +25,8 @@ impl Handler<AttemptReceipt> for EscrowActor {
 
     fn handle(&mut self, msg: AttemptReceipt, _: &mut Self::Context) -> Self::Result {
         let inference = (!msg.catch_up).then_some(msg.nonce);
-        self.session.process_receipt(&msg.host, inference, &msg.receipt)?;
+        self.session
+            .process_receipt(&msg.host, inference, &msg.receipt)?;
         self.sync_dirty = true;
         if let Some(entry) = inference.and_then(|n| self.attempts.get_mut(&n)) {
             if msg.receipt.receipt.is_some() {
@@ -45,7 +46,10 @@ impl Handler<AttemptEnded> for EscrowActor {
             self.absorb_mempool(txs, ctx);
         }
         if let AttemptEnd::Host(e) = &msg.report.end {
-            if matches!(e.rejection(), Some(Rejection::NonceGap { .. } | Rejection::SessionNotFound)) {
+            if matches!(
+                e.rejection(),
+                Some(Rejection::NonceGap { .. } | Rejection::SessionNotFound)
+            ) {
                 // The host lost diffs (restarted empty): replay from nonce 1 on the next send.
                 self.session.reset_host_sync(&msg.host);
                 self.sync_dirty = true;
@@ -67,7 +71,10 @@ impl Handler<AttemptEnded> for EscrowActor {
         };
         match class {
             OutcomeClass::PendingFinish => {
-                entry.state = NonceState::PendingFinish { ended_ms: now, next_poll_ms: first_poll };
+                entry.state = NonceState::PendingFinish {
+                    ended_ms: now,
+                    next_poll_ms: first_poll,
+                };
                 info!(self.log, "whole answer delivered, finish marker pending";
                     "stage" => "winner_finish_pending", "nonce" => nonce, "host" => msg.host.short());
                 self.arm_nonce_timer(nonce, ctx);
@@ -89,7 +96,9 @@ impl EscrowActor {
     /// Queues a host's mempool and settles every pending finish it completes.
     pub(super) fn absorb_mempool(&mut self, txs: Vec<DevshardTx>, ctx: &mut Context<Self>) {
         for nonce in self.session.process_mempool(txs) {
-            let Some(entry) = self.attempts.get(&nonce) else { continue };
+            let Some(entry) = self.attempts.get(&nonce) else {
+                continue;
+            };
             match entry.state {
                 NonceState::PendingFinish { ended_ms, .. } => {
                     let late = self.now_ms().saturating_sub(ended_ms);
@@ -124,7 +133,9 @@ impl EscrowActor {
         finish_late_ms: Option<i64>,
     ) {
         let escrow_id = self.session.info().escrow_id.clone();
-        let Some(entry) = self.attempts.get_mut(&nonce) else { return };
+        let Some(entry) = self.attempts.get_mut(&nonce) else {
+            return;
+        };
         if entry.emitted {
             return;
         }
@@ -140,7 +151,10 @@ impl EscrowActor {
         info!(self.log, "attempt settled"; "stage" => "attempt_outcome", "nonce" => nonce,
             "host" => entry.host.short(), "class" => class.as_str(), "reason" => reason,
             "request" => &entry.request_id);
-        let msg = ParticipantOutcome { participant: entry.host.clone(), outcome };
+        let msg = ParticipantOutcome {
+            participant: entry.host.clone(),
+            outcome,
+        };
         if self.outcomes.try_send(msg).is_err() {
             warn!(self.log, "outcome dropped: participant router unavailable";
                 "stage" => "outcome_dropped", "nonce" => nonce);
@@ -149,13 +163,15 @@ impl EscrowActor {
 
     /// Arms the timer of an unsettled nonce according to its state.
     pub(super) fn arm_nonce_timer(&mut self, nonce: u64, ctx: &mut Context<Self>) {
-        let Some(entry) = self.attempts.get(&nonce) else { return };
+        let Some(entry) = self.attempts.get(&nonce) else {
+            return;
+        };
         let delay = match &entry.state {
             NonceState::InFlight => return,
             NonceState::PendingFinish { next_poll_ms, .. } => Duration::from_millis(*next_poll_ms),
-            NonceState::AwaitingTimeout { deadline_ms, .. } => {
-                Duration::from_millis(u64::try_from(deadline_ms.saturating_sub(self.now_ms())).unwrap_or(0))
-            }
+            NonceState::AwaitingTimeout { deadline_ms, .. } => Duration::from_millis(
+                u64::try_from(deadline_ms.saturating_sub(self.now_ms())).unwrap_or(0),
+            ),
         };
         let handle = ctx.run_later(delay, move |act, ctx| {
             act.nonce_timers.remove(&nonce);
@@ -167,7 +183,9 @@ impl EscrowActor {
     }
 
     fn nonce_timer_fired(&mut self, nonce: u64, ctx: &mut Context<Self>) {
-        let Some(entry) = self.attempts.get(&nonce) else { return };
+        let Some(entry) = self.attempts.get(&nonce) else {
+            return;
+        };
         match entry.state {
             NonceState::PendingFinish { .. } => self.poll_finish(nonce, ctx),
             NonceState::AwaitingTimeout { .. } => self.enqueue_timeout(nonce, ctx),
@@ -178,7 +196,9 @@ impl EscrowActor {
     /// One reconciliation poll of the executor's mempool (1 s, 2 s, 4 s … capped), until the
     /// finish appears or the execution deadline passes (then the timeout vote decides).
     fn poll_finish(&mut self, nonce: u64, ctx: &mut Context<Self>) {
-        let Some(entry) = self.attempts.get(&nonce) else { return };
+        let Some(entry) = self.attempts.get(&nonce) else {
+            return;
+        };
         let (deadline, _) = entry.timeout_deadline(
             self.session.info().config.refusal_timeout,
             self.session.info().config.execution_timeout,
@@ -189,12 +209,15 @@ impl EscrowActor {
             return;
         }
         let info = self.session.info().clone();
-        let Some(host) = info.host(&entry.host).cloned() else { return };
+        let Some(host) = info.host(&entry.host).cloned() else {
+            return;
+        };
         let url = info.session_url(&host, "mempool");
         let timeout = self.cfg.host_timeouts.query;
         let max = self.cfg.finish_poll_max_ms;
-        let fut = async move { client::get_mempool(&url, timeout).await }.into_actor(self).map(
-            move |res, act, ctx| {
+        let fut = async move { client::get_mempool(&url, timeout).await }
+            .into_actor(self)
+            .map(move |res, act, ctx| {
                 if let Ok(txs) = res {
                     act.absorb_mempool(txs, ctx);
                 }
@@ -204,8 +227,7 @@ impl EscrowActor {
                         act.arm_nonce_timer(nonce, ctx);
                     }
                 }
-            },
-        );
+            });
         ctx.spawn(fut);
     }
 }

@@ -29,9 +29,14 @@ impl EscrowActor {
         let cfg = &self.session.info().config;
         let (refusal, execution) = (cfg.refusal_timeout, cfg.execution_timeout);
         let buffer = self.cfg.timeout_buffer_ms;
-        let Some(entry) = self.attempts.get_mut(&nonce) else { return };
+        let Some(entry) = self.attempts.get_mut(&nonce) else {
+            return;
+        };
         let (deadline_ms, kind) = entry.timeout_deadline(refusal, execution, buffer);
-        entry.state = NonceState::AwaitingTimeout { deadline_ms, reason: reason.to_string() };
+        entry.state = NonceState::AwaitingTimeout {
+            deadline_ms,
+            reason: reason.to_string(),
+        };
         info!(self.log, "timeout scheduled"; "stage" => "timeout_scheduled", "nonce" => nonce,
             "reason" => kind.as_wire(), "remaining_ms" => deadline_ms.saturating_sub(self.clock.now_ms()));
         self.arm_nonce_timer(nonce, ctx);
@@ -63,20 +68,28 @@ impl EscrowActor {
     }
 
     fn collect_votes(&mut self, nonce: u64, ctx: &mut Context<Self>) {
-        let Some(entry) = self.attempts.get(&nonce) else { return };
+        let Some(entry) = self.attempts.get(&nonce) else {
+            return;
+        };
         let info = self.session.info().clone();
         let cfg = &info.config;
         let (_, reason) = entry.timeout_deadline(cfg.refusal_timeout, cfg.execution_timeout, 0);
         let mut calls = Vec::new();
         for host in info.hosts.iter().filter(|h| h.address != entry.host) {
-            let diffs = self.session.catch_up(&host.address, self.cfg.catch_up_chunk);
+            let diffs = self
+                .session
+                .catch_up(&host.address, self.cfg.catch_up_chunk);
             let request = VerifyTimeoutRequest {
                 inference_id: nonce,
                 reason: reason.as_wire().to_string(),
                 payload: entry.payload.clone(),
                 diffs: Some(diffs.iter().map(|d| DiffJson::from_diff(d)).collect()),
             };
-            calls.push((host.address.clone(), info.session_url(host, "verify-timeout"), request));
+            calls.push((
+                host.address.clone(),
+                info.session_url(host, "verify-timeout"),
+                request,
+            ));
         }
         let key = self.key.clone();
         let clock = self.clock.clone();
@@ -92,12 +105,21 @@ impl EscrowActor {
             let mut answers = Vec::new();
             let mut weight = 0u64;
             for (addr, url, request) in calls {
-                let res =
-                    client::verify_timeout(&url, &escrow_id, &request, &key, clock.now_unix(), timeout)
-                        .await;
+                let res = client::verify_timeout(
+                    &url,
+                    &escrow_id,
+                    &request,
+                    &key,
+                    clock.now_unix(),
+                    timeout,
+                )
+                .await;
                 if let Ok(answer) = res {
                     if answer.accept {
-                        weight += weights.iter().find(|(a, _)| *a == addr).map_or(0, |(_, w)| *w);
+                        weight += weights
+                            .iter()
+                            .find(|(a, _)| *a == addr)
+                            .map_or(0, |(_, w)| *w);
                     }
                     answers.push((addr, answer));
                 }
@@ -127,15 +149,29 @@ impl EscrowActor {
         let mut votes = Vec::new();
         let mut weight = 0u64;
         for (addr, answer) in answers {
-            let Some(sig) = answer.signature.filter(|_| answer.accept) else { continue };
-            let owns_slot = info.group.iter().any(|s| s.slot_id == answer.voter_slot && s.validator == addr);
-            if !owns_slot || crypto::verify(&content, &sig, &addr).is_err() || !voters.insert(addr.clone()) {
+            let Some(sig) = answer.signature.filter(|_| answer.accept) else {
+                continue;
+            };
+            let owns_slot = info
+                .group
+                .iter()
+                .any(|s| s.slot_id == answer.voter_slot && s.validator == addr);
+            if !owns_slot
+                || crypto::verify(&content, &sig, &addr).is_err()
+                || !voters.insert(addr.clone())
+            {
                 warn!(self.log, "timeout vote rejected"; "stage" => "timeout_vote_invalid",
                     "nonce" => nonce, "host" => addr.short());
                 continue;
             }
-            weight += info.host(&addr).map_or(0, |h| u64::try_from(h.slots.len()).unwrap_or(0));
-            votes.push(TimeoutVote { voter_slot: answer.voter_slot, accept: true, signature: sig });
+            weight += info
+                .host(&addr)
+                .map_or(0, |h| u64::try_from(h.slots.len()).unwrap_or(0));
+            votes.push(TimeoutVote {
+                voter_slot: answer.voter_slot,
+                accept: true,
+                signature: sig,
+            });
         }
         let threshold = u64::from(info.config.vote_threshold);
         if weight <= threshold {
@@ -149,25 +185,32 @@ impl EscrowActor {
             "nonce" => nonce, "reason" => reason.as_wire(), "weight" => weight);
         self.emit(nonce, OutcomeClass::HostFault, "timeout_confirmed", None);
         self.attempts.remove(&nonce);
-        self.session.queue(DevshardTx::new(Tx::TimeoutInference(MsgTimeoutInference {
-            inference_id: nonce,
-            reason: reason as i32,
-            votes,
-        })));
+        self.session
+            .queue(DevshardTx::new(Tx::TimeoutInference(MsgTimeoutInference {
+                inference_id: nonce,
+                reason: reason as i32,
+                votes,
+            })));
         self.send_pending_diff(ctx);
     }
 
     /// `SendPendingDiff`: composes the next nonce without a payload, makes it durable and sends it
     /// to its host with catch-up (skipped when that host is withheld: catch-up carries it later).
     pub(super) fn send_pending_diff(&mut self, ctx: &mut Context<Self>) {
-        let Some((diff, ack)) = self.compose_withheld("pending_diff") else { return };
+        let Some((diff, ack)) = self.compose_withheld("pending_diff") else {
+            return;
+        };
         let info = self.session.info().clone();
-        let Some(host) = info.host_for_nonce(diff.nonce).cloned() else { return };
+        let Some(host) = info.host_for_nonce(diff.nonce).cloned() else {
+            return;
+        };
         if self.withheld.contains(&host.address) {
             self.watch_ack(diff.nonce, ack, ctx);
             return;
         }
-        let diffs = self.session.catch_up(&host.address, self.cfg.catch_up_chunk);
+        let diffs = self
+            .session
+            .catch_up(&host.address, self.cfg.catch_up_chunk);
         let request = InferenceRequest {
             diffs: diffs.iter().map(|d| DiffJson::from_diff(d)).collect(),
             nonce: diff.nonce,
@@ -175,7 +218,11 @@ impl EscrowActor {
             stream: None,
         };
         let url = info.session_url(&host, "chat/completions");
-        let (key, clock, timeout) = (self.key.clone(), self.clock.clone(), self.cfg.host_timeouts.query);
+        let (key, clock, timeout) = (
+            self.key.clone(),
+            self.clock.clone(),
+            self.cfg.host_timeouts.query,
+        );
         let escrow_id = info.escrow_id.clone();
         let fut = async move {
             ack.await.map_err(|e| e.to_string())?;

@@ -14,8 +14,11 @@ use crate::protocol::{
     auth::{self, HEADER_ERROR, HEADER_SIGNATURE, HEADER_TIMESTAMP},
     crypto::SigningKey,
     proto::DevshardTx,
-    sse::{HostEvent, SseParser},
-    wire::{self, InferenceRequest, MempoolResponse, ReceiptBody, SignaturesResponse, VerifyTimeoutRequest, VerifyTimeoutResponse},
+    sse::{self, HostEvent, SseParser},
+    wire::{
+        InferenceRequest, MempoolResponse, ReceiptBody, SignaturesResponse, VerifyTimeoutRequest,
+        VerifyTimeoutResponse,
+    },
 };
 
 /// Timeouts of host calls (PROTOCOL.md §3.7 `DefaultClientConfig`).
@@ -113,7 +116,14 @@ async fn post_signed(
 ) -> Result<awc::ClientResponse, HostError> {
     let ts = u64::try_from(now_unix).unwrap_or(0);
     let headers = auth::sign_request(key, escrow_id, &body, ts);
-    post_with_headers(url, body, &headers.signature_hex, &headers.timestamp, timeout).await
+    post_with_headers(
+        url,
+        body,
+        &headers.signature_hex,
+        &headers.timestamp,
+        timeout,
+    )
+    .await
 }
 
 /// POSTs a body that was already signed (the escrow signs grants; the race sends them).
@@ -148,7 +158,12 @@ async fn check_status(response: &mut awc::ClientResponse) -> Result<(), HostErro
         .map(str::to_string);
     let retry = retry_after(response.headers());
     let body = response.body().limit(64 * 1024).await.unwrap_or_default();
-    Err(HostError::from_status(status, &body, devshard.as_deref(), retry))
+    Err(HostError::from_status(
+        status,
+        &body,
+        devshard.as_deref(),
+        retry,
+    ))
 }
 
 /// Opens an inference stream with a pre-signed body.
@@ -160,7 +175,10 @@ pub async fn open_inference(
     timeout: Duration,
 ) -> Result<InferenceStream, HostError> {
     let response = post_with_headers(url, body, signature_hex, timestamp, timeout).await?;
-    Ok(InferenceStream { response, parser: SseParser::new() })
+    Ok(InferenceStream {
+        response,
+        parser: SseParser::new(),
+    })
 }
 
 /// What a payload-less send (catch-up, pending diff) returned.
@@ -182,7 +200,11 @@ pub async fn send_diffs(
     let body = serde_json::to_vec(request).map_err(|e| HostError::Decode(e.to_string()))?;
     let mut response =
         post_signed(url, escrow_id, Bytes::from(body), key, now_unix, timeout).await?;
-    let bytes = response.body().limit(MAX_QUERY_BODY).await.map_err(transport)?;
+    let bytes = response
+        .body()
+        .limit(MAX_QUERY_BODY)
+        .await
+        .map_err(transport)?;
     let mut parser = SseParser::new();
     let mut result = SendResult::default();
     for event in parser.push(&bytes) {
@@ -193,9 +215,12 @@ pub async fn send_diffs(
         }
     }
     if result.receipt.is_none() {
-        let legacy = wire::parse_legacy_body(&bytes).map_err(|e| HostError::Decode(e.to_string()))?;
+        let legacy =
+            sse::parse_legacy_body(&bytes).map_err(|e| HostError::Decode(e.to_string()))?;
         result.receipt = Some(legacy.receipt_body());
-        result.mempool = legacy.mempool_txs().map_err(|e| HostError::Decode(e.to_string()))?;
+        result.mempool = legacy
+            .decode_mempool()
+            .map_err(|e| HostError::Decode(e.to_string()))?;
     }
     Ok(result)
 }
@@ -212,13 +237,29 @@ pub async fn verify_timeout(
     let body = serde_json::to_vec(request).map_err(|e| HostError::Decode(e.to_string()))?;
     let mut response =
         post_signed(url, escrow_id, Bytes::from(body), key, now_unix, timeout).await?;
-    response.json().limit(MAX_QUERY_BODY).await.map_err(|e| HostError::Decode(e.to_string()))
+    response
+        .json()
+        .limit(MAX_QUERY_BODY)
+        .await
+        .map_err(|e| HostError::Decode(e.to_string()))
 }
 
-async fn get_json<T: serde::de::DeserializeOwned>(url: &str, timeout: Duration) -> Result<T, HostError> {
-    let mut response = client().get(url).timeout(timeout).send().await.map_err(transport)?;
+async fn get_json<T: serde::de::DeserializeOwned>(
+    url: &str,
+    timeout: Duration,
+) -> Result<T, HostError> {
+    let mut response = client()
+        .get(url)
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(transport)?;
     check_status(&mut response).await?;
-    response.json().limit(MAX_QUERY_BODY).await.map_err(|e| HostError::Decode(e.to_string()))
+    response
+        .json()
+        .limit(MAX_QUERY_BODY)
+        .await
+        .map_err(|e| HostError::Decode(e.to_string()))
 }
 
 /// `GET …/signatures?nonce=N`.

@@ -27,7 +27,10 @@ pub enum Rejection {
     /// 500 `apply diff nonce N: post_state_root does not match computed state root…`.
     RootMismatch { nonce: Option<u64> },
     /// 500 `… invalid nonce: must be sequential: expected E, got G`.
-    NonceGap { expected: Option<u64>, got: Option<u64> },
+    NonceGap {
+        expected: Option<u64>,
+        got: Option<u64>,
+    },
     /// 503 with `X-Devshard-Error: requests_disabled`.
     RequestsDisabled,
     /// 503 with `X-Devshard-Error: initializing`.
@@ -76,7 +79,12 @@ impl HostError {
     ) -> HostError {
         let message = error_message(body);
         let rejection = classify(status, &message, devshard_error);
-        HostError::Status { status, rejection, message, retry_after }
+        HostError::Status {
+            status,
+            rejection,
+            message,
+            retry_after,
+        }
     }
 
     /// The typed rejection, if the host answered with an HTTP error.
@@ -104,7 +112,11 @@ pub fn error_message(body: &[u8]) -> String {
     }
     match serde_json::from_slice::<Echo>(body) {
         Ok(e) => e.message,
-        Err(_) => String::from_utf8_lossy(body).trim().chars().take(512).collect(),
+        Err(_) => String::from_utf8_lossy(body)
+            .trim()
+            .chars()
+            .take(512)
+            .collect(),
     }
 }
 
@@ -127,7 +139,9 @@ fn classify(status: u16, message: &str, devshard_error: Option<&str>) -> Rejecti
         },
         500 if m.contains("escrow not found") => Rejection::EscrowNotFound,
         500 if m.contains("post_state_root does not match computed state root") => {
-            Rejection::RootMismatch { nonce: number_after(&m, "apply diff nonce ") }
+            Rejection::RootMismatch {
+                nonce: number_after(&m, "apply diff nonce "),
+            }
         }
         500 if m.contains("invalid nonce: must be sequential") => Rejection::NonceGap {
             expected: number_after(&m, "expected "),
@@ -149,25 +163,50 @@ mod tests {
 
     fn rej(status: u16, msg: &str, hdr: Option<&str>) -> Rejection {
         let body = serde_json::json!({ "message": msg }).to_string();
-        HostError::from_status(status, body.as_bytes(), hdr, None).rejection().cloned().unwrap()
+        HostError::from_status(status, body.as_bytes(), hdr, None)
+            .rejection()
+            .cloned()
+            .unwrap()
     }
 
     #[test]
     fn classifies_upstream_texts() {
-        assert_eq!(rej(401, "timestamp drift 45s exceeds maximum 30s", None), Rejection::TimestampDrift);
-        assert_eq!(rej(403, "restricted to escrow owner", None), Rejection::NotEscrowOwner);
+        assert_eq!(
+            rej(401, "timestamp drift 45s exceeds maximum 30s", None),
+            Rejection::TimestampDrift
+        );
+        assert_eq!(
+            rej(403, "restricted to escrow owner", None),
+            Rejection::NotEscrowOwner
+        );
         assert_eq!(rej(403, "sender not in group", None), Rejection::NotInGroup);
-        assert_eq!(rej(500, "escrow not found", None), Rejection::EscrowNotFound);
-        assert_eq!(rej(503, "requests disabled", Some("requests_disabled")), Rejection::RequestsDisabled);
+        assert_eq!(
+            rej(500, "escrow not found", None),
+            Rejection::EscrowNotFound
+        );
+        assert_eq!(
+            rej(503, "requests disabled", Some("requests_disabled")),
+            Rejection::RequestsDisabled
+        );
         assert_eq!(
             rej(500, "apply diff nonce 7: post_state_root does not match computed state root: diff aa, computed bb", None),
             Rejection::RootMismatch { nonce: Some(7) }
         );
         assert_eq!(
-            rej(500, "apply diff nonce 9: invalid nonce: must be sequential: expected 3, got 9", None),
-            Rejection::NonceGap { expected: Some(3), got: Some(9) }
+            rej(
+                500,
+                "apply diff nonce 9: invalid nonce: must be sequential: expected 3, got 9",
+                None
+            ),
+            Rejection::NonceGap {
+                expected: Some(3),
+                got: Some(9)
+            }
         );
-        assert_eq!(rej(404, "session not found", None), Rejection::SessionNotFound);
+        assert_eq!(
+            rej(404, "session not found", None),
+            Rejection::SessionNotFound
+        );
         assert_eq!(error_message(b"404 page not found"), "404 page not found");
     }
 }

@@ -58,7 +58,16 @@ impl ParticipantActor {
                 ParticipantRecord::new(address.clone())
             }
         };
-        ParticipantActor { address, record, store, clock, log, fault_injection, handled: 0, on_stop: None }
+        ParticipantActor {
+            address,
+            record,
+            store,
+            clock,
+            log,
+            fault_injection,
+            handled: 0,
+            on_stop: None,
+        }
     }
 
     /// Tells `recipient` when the actor stops (panics included).
@@ -69,7 +78,9 @@ impl ParticipantActor {
 
     fn persist(&self) {
         let value = serde_json::to_value(&self.record).unwrap_or_default();
-        let ack = self.store.put(ns::PARTICIPANTS, self.address.as_str(), value);
+        let ack = self
+            .store
+            .put(ns::PARTICIPANTS, self.address.as_str(), value);
         let log = self.log.clone();
         actix::spawn(async move {
             if let Err(e) = ack.await {
@@ -88,7 +99,10 @@ impl Actor for ParticipantActor {
 
     fn stopped(&mut self, _: &mut Self::Context) {
         if let Some(r) = &self.on_stop {
-            r.do_send(Died { kind: ActorKind::Participant, id: self.address.to_string() });
+            r.do_send(Died {
+                kind: ActorKind::Participant,
+                id: self.address.to_string(),
+            });
         }
     }
 }
@@ -122,7 +136,10 @@ impl Handler<InjectPanic> for ParticipantActor {
     #[allow(clippy::panic)]
     fn handle(&mut self, _: InjectPanic, _: &mut Self::Context) {
         if self.fault_injection {
-            panic!("fault injection: participant {} panics on request", self.address);
+            panic!(
+                "fault injection: participant {} panics on request",
+                self.address
+            );
         }
     }
 }

@@ -24,7 +24,10 @@ pub struct ParticipantRecord {
 impl ParticipantRecord {
     /// A new record for an address.
     pub fn new(address: Address) -> Self {
-        ParticipantRecord { address: Some(address), ..Default::default() }
+        ParticipantRecord {
+            address: Some(address),
+            ..Default::default()
+        }
     }
 
     /// The record after one more outcome (pure: commit by swap).

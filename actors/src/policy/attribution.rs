@@ -17,9 +17,9 @@ pub fn classify(end: &AttemptEnd, finished: bool) -> (OutcomeClass, &'static str
         AttemptEnd::Stalled => (OutcomeClass::HostFault, "stalled"),
         AttemptEnd::Cancelled => (OutcomeClass::Cancelled, "cancelled"),
         AttemptEnd::ClientGone => (OutcomeClass::RequestFault, "client_gone"),
-        AttemptEnd::ErrorEvent { status: Some(s), .. } if (400..500).contains(s) => {
-            (OutcomeClass::RequestFault, "error_event_request")
-        }
+        AttemptEnd::ErrorEvent {
+            status: Some(s), ..
+        } if (400..500).contains(s) => (OutcomeClass::RequestFault, "error_event_request"),
         AttemptEnd::ErrorEvent { .. } => (OutcomeClass::HostFault, "error_event"),
         AttemptEnd::ReceiptRejected(e) => classify_session(e),
         AttemptEnd::Host(e) => classify_host(e),
@@ -84,13 +84,27 @@ mod tests {
 
     #[test]
     fn late_finish_is_pending_not_a_fault() {
-        assert_eq!(classify(&AttemptEnd::Completed, false).0, OutcomeClass::PendingFinish);
-        assert_eq!(classify(&AttemptEnd::Completed, true).0, OutcomeClass::Success);
+        assert_eq!(
+            classify(&AttemptEnd::Completed, false).0,
+            OutcomeClass::PendingFinish
+        );
+        assert_eq!(
+            classify(&AttemptEnd::Completed, true).0,
+            OutcomeClass::Success
+        );
     }
 
     #[test]
     fn owner_mismatch_is_an_escrow_fault() {
-        let e = HostError::from_status(403, br#"{"message":"restricted to escrow owner"}"#, None, None);
-        assert_eq!(classify(&AttemptEnd::Host(e), false).0, OutcomeClass::EscrowFault);
+        let e = HostError::from_status(
+            403,
+            br#"{"message":"restricted to escrow owner"}"#,
+            None,
+            None,
+        );
+        assert_eq!(
+            classify(&AttemptEnd::Host(e), false).0,
+            OutcomeClass::EscrowFault
+        );
     }
 }

@@ -80,18 +80,27 @@ impl RaceActor {
             params: self.spec.params.clone(),
             exclude: self.tried.clone(),
         };
-        let fut = self.spec.escrow.send(msg).into_actor(self).map(|res, act, ctx| {
-            act.requesting = false;
-            match res {
-                Ok(Ok(grant)) => act.launch(grant, ctx),
-                Ok(Err(e)) => act.no_more_attempts(escrow_error(&e), ctx),
-                Err(_) => act.no_more_attempts(
-                    RaceError { status: 503, kind: "service_unavailable".into(),
-                        message: "the escrow is restarting; retry shortly".into(), retry_after_s: Some(1) },
-                    ctx,
-                ),
-            }
-        });
+        let fut = self
+            .spec
+            .escrow
+            .send(msg)
+            .into_actor(self)
+            .map(|res, act, ctx| {
+                act.requesting = false;
+                match res {
+                    Ok(Ok(grant)) => act.launch(grant, ctx),
+                    Ok(Err(e)) => act.no_more_attempts(escrow_error(&e), ctx),
+                    Err(_) => act.no_more_attempts(
+                        RaceError {
+                            status: 503,
+                            kind: "service_unavailable".into(),
+                            message: "the escrow is restarting; retry shortly".into(),
+                            retry_after_s: Some(1),
+                        },
+                        ctx,
+                    ),
+                }
+            });
         ctx.spawn(fut);
     }
 
@@ -101,7 +110,12 @@ impl RaceActor {
             "host" => grant.host.short(), "attempt" => idx);
         self.tried.push(grant.host.clone());
         let (cancel, cancelled) = watch::channel(false);
-        self.attempts.push(AttemptSlot { nonce: grant.nonce, host: grant.host.clone(), ended: false, cancel });
+        self.attempts.push(AttemptSlot {
+            nonce: grant.nonce,
+            host: grant.host.clone(),
+            ended: false,
+            cancel,
+        });
         let task = AttemptTask {
             idx,
             grant,
@@ -109,7 +123,6 @@ impl RaceActor {
             escrow: self.spec.escrow.clone(),
             clock: self.spec.clock.clone(),
             limits: self.spec.limits,
-            stream: self.spec.params.stream,
             input_bytes: u64::try_from(self.spec.params.body.len()).unwrap_or(u64::MAX),
             cancel: cancelled,
         };
@@ -167,7 +180,9 @@ impl Actor for RaceActor {
             if act.reply.as_ref().is_some_and(|r| r.is_closed()) {
                 act.reply = None;
                 act.cancel_all(None);
-                act.spec.escrow.do_send(RaceGone { race_id: act.spec.race_id });
+                act.spec.escrow.do_send(RaceGone {
+                    race_id: act.spec.race_id,
+                });
                 act.maybe_finish(ctx);
             }
         });
@@ -190,7 +205,9 @@ impl Handler<FirstContent> for RaceActor {
         if self.winner.is_some() {
             return MessageResult(Crown::Lose);
         }
-        let Some(reply) = self.reply.take() else { return MessageResult(Crown::Lose) };
+        let Some(reply) = self.reply.take() else {
+            return MessageResult(Crown::Lose);
+        };
         self.winner = Some(msg.idx);
         if let Some(a) = self.attempts.get(msg.idx) {
             info!(self.log, "winner selected"; "stage" => "winner_selected", "nonce" => a.nonce,
@@ -262,7 +279,13 @@ impl Handler<GetRace> for RaceActor {
             attempts: self
                 .attempts
                 .iter()
-                .map(|a| (a.nonce, a.host.to_string(), if a.ended { "ended" } else { "running" }.into()))
+                .map(|a| {
+                    (
+                        a.nonce,
+                        a.host.to_string(),
+                        if a.ended { "ended" } else { "running" }.into(),
+                    )
+                })
                 .collect(),
             winner: self.winner,
         })
@@ -273,33 +296,67 @@ impl Handler<GetRace> for RaceActor {
 fn escrow_error(e: &EscrowError) -> RaceError {
     let (status, kind, retry) = match e {
         EscrowError::Saturated(_) => (429, "rate_limit_exceeded", Some(1)),
-        EscrowError::AllHostsTried(_) | EscrowError::NoRoutableHost(_) => (502, "upstream_error", None),
+        EscrowError::AllHostsTried(_) | EscrowError::NoRoutableHost(_) => {
+            (502, "upstream_error", None)
+        }
         EscrowError::NotActive(_) | EscrowError::NonceLimit(_) | EscrowError::ShuttingDown(_) => {
             (503, "service_unavailable", Some(5))
         }
         EscrowError::Store(_) | EscrowError::Protocol(_) => (500, "internal_error", None),
     };
-    RaceError { status, kind: kind.into(), message: e.to_string(), retry_after_s: retry }
+    RaceError {
+        status,
+        kind: kind.into(),
+        message: e.to_string(),
+        retry_after_s: retry,
+    }
 }
 
 /// The client-facing error after the last attempt failed.
 fn end_error(end: &AttemptEnd, shared: Option<String>) -> RaceError {
     if let Some(message) = shared {
-        return RaceError { status: 502, kind: "upstream_error".into(), message, retry_after_s: None };
+        return RaceError {
+            status: 502,
+            kind: "upstream_error".into(),
+            message,
+            retry_after_s: None,
+        };
     }
     let (status, message) = match end {
-        AttemptEnd::Host(e) => (if e.retry_after().is_some() { 503 } else { 502 }, format!("host failed: {e}")),
-        AttemptEnd::Stalled => (504, "the host stopped sending before the answer was complete".into()),
+        AttemptEnd::Host(e) => (
+            if e.retry_after().is_some() { 503 } else { 502 },
+            format!("host failed: {e}"),
+        ),
+        AttemptEnd::Stalled => (
+            504,
+            "the host stopped sending before the answer was complete".into(),
+        ),
         AttemptEnd::EmptyStream => (502, "the host returned an empty answer".into()),
-        AttemptEnd::ErrorEvent { status, message } => (status.filter(|s| (400..600).contains(s)).unwrap_or(502), message.clone()),
-        AttemptEnd::ReceiptRejected(e) => (502, format!("the host's response failed verification: {e}")),
+        AttemptEnd::ErrorEvent { status, message } => (
+            status.filter(|s| (400..600).contains(s)).unwrap_or(502),
+            message.clone(),
+        ),
+        AttemptEnd::ReceiptRejected(e) => {
+            (502, format!("the host's response failed verification: {e}"))
+        }
         AttemptEnd::Cancelled | AttemptEnd::ClientGone => (499, "request cancelled".into()),
         AttemptEnd::Completed => (502, "the answer could not be delivered".into()),
     };
-    let kind = if status == 504 { "timeout" } else if status < 500 { "invalid_request_error" } else { "upstream_error" };
+    let kind = if status == 504 {
+        "timeout"
+    } else if status < 500 {
+        "invalid_request_error"
+    } else {
+        "upstream_error"
+    };
     let retry_after_s = match end {
         AttemptEnd::Host(e) => e.retry_after().map(|d| d.as_secs().max(1)),
         _ => None,
     };
-    RaceError { status, kind: kind.into(), message, retry_after_s }
+    RaceError {
+        status,
+        kind: kind.into(),
+        message,
+        retry_after_s,
+    }
 }

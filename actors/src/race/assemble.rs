@@ -23,7 +23,9 @@ pub struct Assembler {
 impl Assembler {
     /// One `data:` payload.
     pub fn push(&mut self, json: &[u8]) {
-        let Ok(v) = serde_json::from_slice::<Value>(json) else { return };
+        let Ok(v) = serde_json::from_slice::<Value>(json) else {
+            return;
+        };
         if v.get("object").and_then(Value::as_str) == Some("chat.completion") {
             self.whole = Some(Bytes::copy_from_slice(json));
             return;
@@ -34,7 +36,9 @@ impl Assembler {
         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
             self.usage = Some(u.clone());
         }
-        let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else { return };
+        let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
+            return;
+        };
         if let Some(delta) = choice.get("delta") {
             if let Some(r) = delta.get("role").and_then(Value::as_str) {
                 self.role = Some(r.to_string());
@@ -62,7 +66,10 @@ impl Assembler {
             return whole;
         }
         let mut message = Map::new();
-        message.insert("role".into(), json!(self.role.unwrap_or_else(|| "assistant".into())));
+        message.insert(
+            "role".into(),
+            json!(self.role.unwrap_or_else(|| "assistant".into())),
+        );
         message.insert("content".into(), json!(self.content));
         if !self.reasoning.is_empty() {
             message.insert("reasoning_content".into(), json!(self.reasoning));

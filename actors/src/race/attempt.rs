@@ -6,11 +6,12 @@
 //! stream, never memory). After `[DONE]` the stream is still read for `devshard_meta` (the finish
 //! marker), up to `meta_drain`.
 
-use std::time::Duration;
-
 use actix::Addr;
 use bytes::Bytes;
-use tokio::{sync::{mpsc, watch}, time::timeout};
+use tokio::{
+    sync::{mpsc, watch},
+    time::timeout,
+};
 
 use super::{
     actor::RaceActor,
@@ -25,7 +26,10 @@ use crate::{
         EscrowActor,
     },
     host::{client, HostError},
-    protocol::{proto::DevshardTx, sse::{self, HostEvent}},
+    protocol::{
+        proto::DevshardTx,
+        sse::{self, HostEvent, MalformedKind},
+    },
 };
 
 use super::api::RaceLimits;
@@ -38,7 +42,6 @@ pub(super) struct AttemptTask {
     pub escrow: Addr<EscrowActor>,
     pub clock: SharedClock,
     pub limits: RaceLimits,
-    pub stream: bool,
     pub input_bytes: u64,
     pub cancel: watch::Receiver<bool>,
 }
@@ -88,8 +91,16 @@ impl AttemptTask {
             mempool: p.mempool.take(),
             crowned: p.crowned,
         };
-        let ended = AttemptEnded { nonce: self.grant.nonce, host: self.grant.host.clone(), report };
-        let verdict = self.escrow.send(ended).await.unwrap_or_else(|_| AttemptVerdict::default());
+        let ended = AttemptEnded {
+            nonce: self.grant.nonce,
+            host: self.grant.host.clone(),
+            report,
+        };
+        let verdict = self
+            .escrow
+            .send(ended)
+            .await
+            .unwrap_or_else(|_| AttemptVerdict::default());
         self.race.do_send(AttemptFinished {
             idx: self.idx,
             host: self.grant.host.clone(),
@@ -108,7 +119,13 @@ impl AttemptTask {
         let req = &self.grant.request;
         let opened = timeout(
             self.limits.receipt_timeout,
-            client::open_inference(&self.grant.url, req.body.clone(), &req.signature_hex, &req.timestamp, self.limits.receipt_timeout),
+            client::open_inference(
+                &self.grant.url,
+                req.body.clone(),
+                &req.signature_hex,
+                &req.timestamp,
+                self.limits.receipt_timeout,
+            ),
         )
         .await;
         let mut stream = match opened {
@@ -161,13 +178,24 @@ impl AttemptTask {
 
     /// Sends one catch-up chunk (no payload) and reports its receipt to the escrow.
     async fn catch_up(&self, body: &crate::escrow::messages::SignedBody) -> Result<(), AttemptEnd> {
-        let mut s = client::open_inference(&self.grant.url, body.body.clone(), &body.signature_hex, &body.timestamp, self.limits.receipt_timeout)
-            .await
-            .map_err(AttemptEnd::Host)?;
+        let mut s = client::open_inference(
+            &self.grant.url,
+            body.body.clone(),
+            &body.signature_hex,
+            &body.timestamp,
+            self.limits.receipt_timeout,
+        )
+        .await
+        .map_err(AttemptEnd::Host)?;
         while let Some(events) = s.next_events().await.map_err(AttemptEnd::Host)? {
             for e in events {
                 if let HostEvent::Receipt(receipt) = e {
-                    let msg = AttemptReceipt { nonce: self.grant.nonce, catch_up: true, host: self.grant.host.clone(), receipt };
+                    let msg = AttemptReceipt {
+                        nonce: self.grant.nonce,
+                        catch_up: true,
+                        host: self.grant.host.clone(),
+                        receipt,
+                    };
                     if let Ok(Err(err)) = self.escrow.send(msg).await {
                         return Err(AttemptEnd::ReceiptRejected(err));
                     }
@@ -182,7 +210,12 @@ impl AttemptTask {
         match event {
             HostEvent::Receipt(receipt) => {
                 p.timings.receipt_ms.get_or_insert(now);
-                let msg = AttemptReceipt { nonce: self.grant.nonce, catch_up: false, host: self.grant.host.clone(), receipt };
+                let msg = AttemptReceipt {
+                    nonce: self.grant.nonce,
+                    catch_up: false,
+                    host: self.grant.host.clone(),
+                    receipt,
+                };
                 match self.escrow.send(msg).await {
                     Ok(Err(e)) => return Some(AttemptEnd::ReceiptRejected(e)),
                     Err(_) => return Some(AttemptEnd::Cancelled),
@@ -208,7 +241,7 @@ impl AttemptTask {
                 }
             }
             HostEvent::Error(json) => {
-                let (status, message) = sse::error_event_details(&json);
+                let (status, message) = error_details(&json);
                 return Some(AttemptEnd::ErrorEvent { status, message });
             }
             HostEvent::Done => {
@@ -218,7 +251,10 @@ impl AttemptTask {
                 }
             }
             HostEvent::Meta(txs) => p.mempool = Some(txs),
-            HostEvent::BadMeta(_) => {}
+            HostEvent::Malformed(m) if m.kind == MalformedKind::TooLarge => {
+                return Some(AttemptEnd::Host(HostError::Decode(m.reason)));
+            }
+            HostEvent::Malformed(_) => {}
         }
         None
     }
@@ -256,10 +292,13 @@ impl AttemptTask {
 
     async fn deliver(&self, p: &mut Progress) {
         if let Some(sink) = p.sink.take() {
-            let _ = sink.send(Bytes::from_static(sse::DONE_EVENT.as_bytes())).await;
+            let _ = sink.send(Bytes::from_static(sse::DONE_EVENT)).await;
         }
         if let Some(a) = p.collect.take() {
-            self.race.do_send(Delivered { idx: self.idx, body: a.finish() });
+            self.race.do_send(Delivered {
+                idx: self.idx,
+                body: a.finish(),
+            });
         }
     }
 }
@@ -272,9 +311,23 @@ fn error_event(end: &AttemptEnd) -> Bytes {
         AttemptEnd::ErrorEvent { message, .. } => message.clone(),
         other => format!("the answer was interrupted: {other:?}"),
     };
-    let body = serde_json::json!({"error": {"message": message, "type": "upstream_error", "code": 502}});
+    let body =
+        serde_json::json!({"error": {"message": message, "type": "upstream_error", "code": 502}});
     sse::data_event(body.to_string().as_bytes())
 }
 
-/// Default drain after the client left (kept here for the race module's docs).
-pub(super) const _DRAIN: Duration = Duration::from_secs(30);
+/// Status and message of an OpenAI-style error event (`{"error": {"message", "code"}}`).
+fn error_details(json: &[u8]) -> (Option<u16>, String) {
+    let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
+    let err = v.get("error").unwrap_or(&v);
+    let message = err
+        .get("message")
+        .and_then(|m| m.as_str())
+        .unwrap_or("the host reported an error")
+        .to_string();
+    let code = err.get("code").and_then(|c| {
+        c.as_u64()
+            .or_else(|| c.as_str().and_then(|s| s.parse().ok()))
+    });
+    (code.and_then(|c| u16::try_from(c).ok()), message)
+}
