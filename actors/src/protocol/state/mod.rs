@@ -9,6 +9,7 @@
 //! - `seal.rs`    — per-nonce fee, phase transitions, auto-seal and the settlement drain.
 //! - `root.rs`    — the "v2" state root.
 //! - `content.rs` — the signed byte strings (receipts, proposer sigs, votes, state sigs).
+//! - `snapshot.rs` — [`StateSnapshot`], a serializable copy for persistence.
 //!
 //! # Atomicity
 //! Every apply works on a clone and commits by swapping it in, so a failing diff (or an aborted
@@ -23,6 +24,7 @@ mod error;
 mod record;
 mod root;
 mod seal;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 mod timeout;
@@ -46,6 +48,8 @@ pub use content::{
 pub use error::StateError;
 pub use record::{HostStats, InferenceRecord, InferenceStatus, Phase, Slot};
 pub use root::{compose_root, fold_sealed, warm_keys_hash, STATE_ROOT_VERSION};
+pub use seal::STATE_CLOCK_WINDOW_FACTOR;
+pub use snapshot::StateSnapshot;
 
 /// Largest group a session may have (`validated_by` is a 128-bit slot bitmap).
 pub const MAX_GROUP_SIZE: usize = 128;
@@ -282,7 +286,8 @@ impl StateMachine {
     /// Gateway side (best effort, PROTOCOL §5.2 step 3). Applies the candidates one by one; a
     /// failing tx is skipped, except a MsgStartInference whose failure aborts the call with its
     /// error. Then fee, phase transitions and auto-seal; commits and returns the applied txs and
-    /// the new root. `nonce` must be `latest + 1`.
+    /// the new root. `nonce` must be `latest + 1`, and the diff-level checks (one Start whose id
+    /// is the nonce) and the per-nonce fee also abort the call. On error nothing changes.
     pub fn apply_best_effort(
         &mut self,
         nonce: u64,
