@@ -3,6 +3,9 @@
 //! protobuf encodings, the `DiffJSON` wire form and every signature, which must match exactly
 //! (RFC 6979, low-S) and recover to its signer.
 
+// Test helpers outside `#[test]` fns are not covered by clippy's allow-*-in-tests settings.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeSet;
 
 use devshard_actors::protocol::{
