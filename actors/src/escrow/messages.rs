@@ -118,3 +118,9 @@ pub struct InjectPanic;
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Retire;
+
+/// Catch every host up to the escrow's nonce (after sequencing pending txs); answers each host's
+/// sync nonce afterwards.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<(Address, u64)>")]
+pub struct SyncHosts;

@@ -11,6 +11,7 @@ pub mod pending;
 mod picker;
 pub mod session;
 mod settle;
+mod sync;
 mod timeouts;
 
 pub use actor::EscrowActor;
