@@ -18,8 +18,10 @@ impl Handler<SyncHosts> for EscrowActor {
     type Result = ResponseActFuture<Self, Vec<(Address, u64)>>;
 
     fn handle(&mut self, _: SyncHosts, ctx: &mut Self::Context) -> Self::Result {
+        // Every diff that catch-up may carry must be durable first: either the new diff's ack
+        // (writes commit in order) or a flush covering diffs composed by in-flight grants.
         let ack = if self.session.pending().is_empty() {
-            None
+            Some((self.session.nonce(), self.store.flush()))
         } else {
             self.compose_withheld("sync_hosts").map(|(d, ack)| (d.nonce, ack))
         };

@@ -76,9 +76,14 @@ impl EscrowActor {
         let (_, reason) = entry.timeout_deadline(cfg.refusal_timeout, cfg.execution_timeout, 0);
         let mut calls = Vec::new();
         for host in info.hosts.iter().filter(|h| h.address != entry.host) {
-            let diffs = self
+            // Only durable diffs may reach a host (this request is sent without waiting).
+            let durable = self.durable_nonce;
+            let diffs: Vec<_> = self
                 .session
-                .catch_up(&host.address, self.cfg.catch_up_chunk);
+                .catch_up(&host.address, self.cfg.catch_up_chunk)
+                .into_iter()
+                .filter(|d| d.nonce <= durable)
+                .collect();
             let request = VerifyTimeoutRequest {
                 inference_id: nonce,
                 reason: reason.as_wire().to_string(),
