@@ -1,0 +1,114 @@
+//! Persistence seen from the actors: a trait, so that actors get a real SQLite store in the process
+//! and an in-memory one in tests that are not about persistence.
+//!
+//! Two kinds of data:
+//! - the **diff log** of each escrow (append-only, ordered by nonce). `append_diff` returns an
+//!   [`Ack`] that resolves only once the diff is durable (fsynced). The escrow actor never lets a
+//!   host see a diff before its ack resolved ("durable before visible"). Implementations may group
+//!   several appends into one fsync (group commit) as long as each ack waits for its own commit.
+//! - **records**: small JSON documents addressed by `(namespace, key)` — escrow registrations,
+//!   host sync nonces, participant health, perf estimates, settings. `put`/`delete` also return an
+//!   [`Ack`]; writes are applied in the order they were issued, across both kinds.
+//!
+//! Reads are synchronous and meant for start-up and respawn, not for hot paths.
+
+mod memory;
+
+use std::{
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+pub use memory::MemoryStore;
+use tokio::sync::oneshot;
+
+use crate::protocol::diff::Diff;
+
+/// Namespaces of the record store (kept in one place so names never drift).
+pub mod ns {
+    /// Registered escrows: key = escrow id.
+    pub const ESCROWS: &str = "escrow";
+    /// Per-escrow host sync nonces and other session metadata: key = escrow id.
+    pub const SESSIONS: &str = "session";
+    /// Participant health records: key = participant address.
+    pub const PARTICIPANTS: &str = "participant";
+    /// Runtime settings: key = "settings".
+    pub const SETTINGS: &str = "settings";
+}
+
+/// Errors of the store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("store i/o: {0}")]
+    Io(String),
+    #[error("store data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("diff nonce {got} does not follow {last} in the log of escrow {escrow}")]
+    OutOfOrder { escrow: String, last: u64, got: u64 },
+    #[error("the store is closed")]
+    Closed,
+}
+
+/// Resolves when a write is durable (or failed).
+#[derive(Debug)]
+pub struct Ack(AckInner);
+
+#[derive(Debug)]
+enum AckInner {
+    Ready(Option<Result<(), StoreError>>),
+    Pending(oneshot::Receiver<Result<(), StoreError>>),
+}
+
+impl Ack {
+    /// An ack that is already resolved (in-memory stores, validation errors).
+    pub fn ready(result: Result<(), StoreError>) -> Ack {
+        Ack(AckInner::Ready(Some(result)))
+    }
+
+    /// An ack resolved later through the returned sender.
+    pub fn channel() -> (oneshot::Sender<Result<(), StoreError>>, Ack) {
+        let (tx, rx) = oneshot::channel();
+        (tx, Ack(AckInner::Pending(rx)))
+    }
+}
+
+impl Future for Ack {
+    type Output = Result<(), StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            AckInner::Ready(r) => Poll::Ready(r.take().unwrap_or(Err(StoreError::Closed))),
+            AckInner::Pending(rx) => match Pin::new(rx).poll(cx) {
+                Poll::Ready(Ok(r)) => Poll::Ready(r),
+                Poll::Ready(Err(_)) => Poll::Ready(Err(StoreError::Closed)),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+/// The persistence the actors need.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Appends one diff to an escrow's log. Nonces must be strictly increasing per escrow.
+    fn append_diff(&self, escrow_id: &str, diff: &Diff) -> Ack;
+    /// The whole diff log of an escrow, in nonce order.
+    fn load_diffs(&self, escrow_id: &str) -> Result<Vec<Diff>, StoreError>;
+    /// Diffs with `nonce >= from`, in nonce order.
+    fn load_diffs_from(&self, escrow_id: &str, from: u64) -> Result<Vec<Diff>, StoreError>;
+    /// Removes an escrow's diff log (escrow deleted by an operator).
+    fn delete_diffs(&self, escrow_id: &str) -> Ack;
+    /// Upserts a record.
+    fn put(&self, namespace: &str, key: &str, value: serde_json::Value) -> Ack;
+    /// Deletes a record (no-op when absent).
+    fn delete(&self, namespace: &str, key: &str) -> Ack;
+    /// One record.
+    fn get(&self, namespace: &str, key: &str) -> Result<Option<serde_json::Value>, StoreError>;
+    /// Every record of a namespace, ordered by key.
+    fn list(&self, namespace: &str) -> Result<Vec<(String, serde_json::Value)>, StoreError>;
+    /// Waits until every write issued so far is durable (graceful shutdown).
+    fn flush(&self) -> Ack;
+}
+
+/// A store shared by every actor.
+pub type SharedStore = std::sync::Arc<dyn Store>;
