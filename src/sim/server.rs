@@ -104,9 +104,8 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
-    /// Binds `addr` (port 0 = ephemeral) and starts accepting on the current runtime.
-    pub(crate) fn bind(addr: SocketAddr, handler: Handler) -> io::Result<Listener> {
-        let tcp = bind_reuse(addr)?;
+    /// Starts accepting on a socket from [`bind_reuse`] (on the current runtime).
+    pub(crate) fn start(tcp: TcpListener, handler: Handler) -> io::Result<Listener> {
         let addr = tcp.local_addr()?;
         let initial = ListenState { up: true, incarnation: 0, shutdown: false };
         let (ctl, rx) = watch::channel(initial);
@@ -149,7 +148,9 @@ impl Drop for Listener {
     }
 }
 
-fn bind_reuse(addr: SocketAddr) -> io::Result<TcpListener> {
+/// Binds `addr` (port 0 = ephemeral) with `SO_REUSEADDR`, so the port can be rebound after a
+/// simulated outage.
+pub(crate) fn bind_reuse(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
