@@ -1,0 +1,115 @@
+//! End-of-nonce processing (PROTOCOL.md §5.3): the per-nonce fee, the Finalizing → Settlement
+//! transition with its drain, and the deterministic auto-seal.
+//!
+//! Order after the txs of diff `nonce` (as upstream `applyCore`):
+//! 1. while Active: `balance -= fee_per_nonce; fees += fee_per_nonce` (`ErrInsufficientBalance`);
+//!    the diff that carries MsgFinalizeRound is already Finalizing and pays no fee;
+//! 2. `latest_nonce = nonce`;
+//! 3. Finalizing and `latest >= finalize_nonce + N` → Settlement, and every live record is folded
+//!    into `sealed_acc` (ascending id, seal nonce = `latest`);
+//! 4. still Active and `nonce % auto_seal_interval == 0` → auto-seal.
+//!
+//! Auto-seal: `state_clock` = max `confirmed_at > 0` over the newest `3N` live records (by id).
+//! When no record in that window is confirmed the clock is unknown and nothing seals (upstream
+//! behaviour). Otherwise a live record seals when its status is Finished, Validated, Invalidated
+//! or TimedOut, `nonce >= id + inference_seal_grace_nonces`, and — for Finished only —
+//! `state_clock - confirmed_at >= inference_seal_grace_seconds`. Sealed records are folded in
+//! ascending id order with `sealed_acc' = sha256(acc ‖ nonce_be8 ‖ id_be8 ‖ entry)` and removed.
+
+use super::{root::fold_sealed, InferenceStatus, Phase, StateError, StateMachine};
+
+/// The state clock scans the newest `STATE_CLOCK_WINDOW_FACTOR * N` live records.
+pub const STATE_CLOCK_WINDOW_FACTOR: usize = 3;
+
+impl StateMachine {
+    /// Fee, nonce advance, phase transition and auto-seal for diff `nonce` (after its txs).
+    pub(super) fn close_nonce(&mut self, nonce: u64) -> Result<(), StateError> {
+        if self.st.phase == Phase::Active {
+            let fee = self.session.config.fee_per_nonce;
+            let balance = self
+                .st
+                .balance
+                .checked_sub(fee)
+                .ok_or(StateError::InsufficientBalance)?;
+            let fees = self
+                .st
+                .fees
+                .checked_add(fee)
+                .ok_or(StateError::Overflow("fees"))?;
+            self.st.balance = balance;
+            self.st.fees = fees;
+        }
+        self.st.latest_nonce = nonce;
+        if self.st.phase == Phase::Finalizing {
+            let n = self.group_size() as u64;
+            if self.st.latest_nonce >= self.st.finalize_nonce.saturating_add(n) {
+                self.st.phase = Phase::Settlement;
+                let all: Vec<u64> = self.st.records.keys().copied().collect();
+                self.seal(nonce, &all);
+            }
+        }
+        if self.st.phase == Phase::Active
+            && nonce.is_multiple_of(self.session.config.auto_seal_interval())
+        {
+            let ids = self.auto_seal_candidates(nonce);
+            self.seal(nonce, &ids);
+        }
+        Ok(())
+    }
+
+    /// The deterministic "now": max `confirmed_at > 0` over the newest `3N` live records, or
+    /// `None` when none of them is confirmed.
+    pub fn state_clock(&self) -> Option<i64> {
+        let window = self.group_size().saturating_mul(STATE_CLOCK_WINDOW_FACTOR);
+        self.st
+            .records
+            .values()
+            .rev()
+            .take(window)
+            .map(|r| r.confirmed_at)
+            .filter(|c| *c > 0)
+            .max()
+    }
+
+    /// Live ids (ascending) that pass both seal gates at `seal_nonce`.
+    fn auto_seal_candidates(&self, seal_nonce: u64) -> Vec<u64> {
+        let Some(clock) = self.state_clock() else {
+            return Vec::new();
+        };
+        let grace_nonces = u64::from(self.session.config.inference_seal_grace_nonces);
+        let grace_secs = i64::from(self.session.config.inference_seal_grace_seconds);
+        self.st
+            .records
+            .values()
+            .filter(|r| {
+                let nonce_gate = r
+                    .inference_id
+                    .checked_add(grace_nonces)
+                    .is_some_and(|g| seal_nonce >= g);
+                let status_gate = match r.status {
+                    InferenceStatus::Finished => clock.saturating_sub(r.confirmed_at) >= grace_secs,
+                    InferenceStatus::Validated
+                    | InferenceStatus::Invalidated
+                    | InferenceStatus::TimedOut => true,
+                    InferenceStatus::Pending
+                    | InferenceStatus::Started
+                    | InferenceStatus::Challenged => false,
+                };
+                nonce_gate && status_gate
+            })
+            .map(|r| r.inference_id)
+            .collect()
+    }
+
+    /// Folds the given live records (ascending ids) into `sealed_acc` at `seal_nonce` and
+    /// removes them from the live set.
+    fn seal(&mut self, seal_nonce: u64, ids: &[u64]) {
+        for id in ids {
+            if let Some(rec) = self.st.records.remove(id) {
+                self.st.sealed_acc =
+                    fold_sealed(&self.st.sealed_acc, seal_nonce, *id, &rec.entry_bytes());
+                self.st.sealed_count = self.st.sealed_count.saturating_add(1);
+            }
+        }
+    }
+}
