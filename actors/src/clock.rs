@@ -59,12 +59,19 @@ impl TokioClock {
 
     /// Anchored at a given unix time in milliseconds (deterministic tests).
     pub fn anchored_at(anchor_ms: i64) -> Self {
-        TokioClock { anchor_ms, anchor: tokio::time::Instant::now(), offset_ms: 0 }
+        TokioClock {
+            anchor_ms,
+            anchor: tokio::time::Instant::now(),
+            offset_ms: 0,
+        }
     }
 
     /// The same clock shifted by `offset_ms`.
     pub fn with_offset(&self, offset_ms: i64) -> Self {
-        TokioClock { offset_ms, ..self.clone() }
+        TokioClock {
+            offset_ms,
+            ..self.clone()
+        }
     }
 
     /// Shared handle.
@@ -82,7 +89,9 @@ impl Default for TokioClock {
 impl Clock for TokioClock {
     fn now_ms(&self) -> i64 {
         let elapsed = i64::try_from(self.anchor.elapsed().as_millis()).unwrap_or(i64::MAX);
-        self.anchor_ms.saturating_add(elapsed).saturating_add(self.offset_ms)
+        self.anchor_ms
+            .saturating_add(elapsed)
+            .saturating_add(self.offset_ms)
     }
 }
 

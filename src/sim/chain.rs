@@ -106,7 +106,10 @@ impl Chain {
             start_ms,
             schedule,
             model,
-            escrows: escrows.into_iter().map(|e| (e.escrow_id.clone(), e)).collect(),
+            escrows: escrows
+                .into_iter()
+                .map(|e| (e.escrow_id.clone(), e))
+                .collect(),
             participants,
             log: Mutex::new(ChainRequests::default()),
         }
@@ -124,10 +127,6 @@ impl Chain {
     pub(crate) fn epoch_view(&self) -> EpochView {
         let elapsed = u64::try_from(self.clock.now_ms() - self.start_ms).unwrap_or(0);
         epoch::view_at(&self.schedule, epoch::height_at(&self.schedule, elapsed))
-    }
-
-    pub(crate) fn schedule(&self) -> &EpochSchedule {
-        &self.schedule
     }
 
     /// Records one request.
@@ -224,7 +223,11 @@ impl Chain {
 
     fn params_json(&self) -> Value {
         // Every escrow shares one config; report the first (defaults when there is none).
-        let cfg = self.escrows.values().next().map(|e| (&e.session_config, e.slots.len()));
+        let cfg = self
+            .escrows
+            .values()
+            .next()
+            .map(|e| (&e.session_config, e.slots.len()));
         let (refusal, execution, rate, factor) = match cfg {
             Some((c, n)) => {
                 let factor = if c.vote_threshold as usize == n / 2 {
@@ -232,7 +235,12 @@ impl Chain {
                 } else {
                     u64::from(c.vote_threshold) * 100 / n.max(1) as u64
                 };
-                (c.refusal_timeout, c.execution_timeout, c.validation_rate, factor)
+                (
+                    c.refusal_timeout,
+                    c.execution_timeout,
+                    c.validation_rate,
+                    factor,
+                )
             }
             None => (60, 1200, 5000, 0),
         };
@@ -270,7 +278,11 @@ impl Chain {
     }
 
     fn participant_response(&self, addr: &str) -> Resp {
-        match self.participants.iter().find(|p| p.address.as_str() == addr) {
+        match self
+            .participants
+            .iter()
+            .find(|p| p.address.as_str() == addr)
+        {
             Some(p) => server::json(
                 StatusCode::OK,
                 &json!({"participant": {
@@ -291,7 +303,10 @@ impl Chain {
 }
 
 fn not_found() -> Resp {
-    server::json(StatusCode::NOT_FOUND, &json!({"code": 5, "message": "Not Found", "details": []}))
+    server::json(
+        StatusCode::NOT_FOUND,
+        &json!({"code": 5, "message": "Not Found", "details": []}),
+    )
 }
 
 /// Base64 of a compressed public key.

@@ -77,19 +77,27 @@ impl SimConfig {
 
     /// Slot → host index, validated against `hosts`.
     pub(crate) fn slot_map(&self) -> Result<Vec<usize>, String> {
-        let map = self.slot_hosts.clone().unwrap_or_else(|| (0..self.hosts).collect());
+        let map = self
+            .slot_hosts
+            .clone()
+            .unwrap_or_else(|| (0..self.hosts).collect());
         if map.is_empty() || map.len() > 128 {
             return Err(format!("group size {} not in 1..=128", map.len()));
         }
         if let Some(bad) = map.iter().find(|&&h| h >= self.hosts) {
-            return Err(format!("slot_hosts names host {bad}, but there are {} hosts", self.hosts));
+            return Err(format!(
+                "slot_hosts names host {bad}, but there are {} hosts",
+                self.hosts
+            ));
         }
         Ok(map)
     }
 
     /// The session config every escrow uses.
     pub fn effective_session_config(&self, slots: usize) -> SessionConfig {
-        self.session_config.clone().unwrap_or_else(|| SessionConfig::default_for_group(slots))
+        self.session_config
+            .clone()
+            .unwrap_or_else(|| SessionConfig::default_for_group(slots))
     }
 }
 

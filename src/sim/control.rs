@@ -23,7 +23,7 @@ use super::{
     host::HostState,
     network::NetCore,
     profile::LatencyProfile,
-    server::{self, Resp},
+    server::{self, Reject, Resp},
 };
 
 fn host_json(h: &HostState) -> Value {
@@ -43,9 +43,9 @@ fn bad_request(e: impl std::fmt::Display) -> Resp {
     server::message(StatusCode::BAD_REQUEST, &e.to_string())
 }
 
-async fn read_script(req: Request<Incoming>) -> Result<Vec<Faults>, Resp> {
+async fn read_script(req: Request<Incoming>) -> Result<Vec<Faults>, Reject> {
     let body = server::read_body(req).await?;
-    parse_fault_script(&body).map_err(bad_request)
+    parse_fault_script(&body).map_err(|e| Reject::new(StatusCode::BAD_REQUEST, e.to_string()))
 }
 
 pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
@@ -62,15 +62,21 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
                 for h in &core.hosts {
                     h.set_script(script.clone());
                 }
-                server::json(StatusCode::OK, &core.hosts.iter().map(|h| host_json(h)).collect::<Vec<_>>())
+                server::json(
+                    StatusCode::OK,
+                    &core.hosts.iter().map(|h| host_json(h)).collect::<Vec<_>>(),
+                )
             }
-            Err(resp) => resp,
+            Err(reject) => reject.into_response(),
         },
         (&Method::DELETE, ["faults"]) => {
             for h in &core.hosts {
                 h.set_script(Vec::new());
             }
-            server::json(StatusCode::OK, &core.hosts.iter().map(|h| host_json(h)).collect::<Vec<_>>())
+            server::json(
+                StatusCode::OK,
+                &core.hosts.iter().map(|h| host_json(h)).collect::<Vec<_>>(),
+            )
         }
         (_, ["hosts", index, rest @ ..]) => {
             let Some(host) = index.parse::<usize>().ok().and_then(|i| core.hosts.get(i)) else {
@@ -82,7 +88,9 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
             Some(e) => server::json(StatusCode::OK, e),
             None => server::message(StatusCode::NOT_FOUND, "escrow not found"),
         },
-        (&Method::GET, ["chain", "requests"]) => server::json(StatusCode::OK, &core.chain.requests()),
+        (&Method::GET, ["chain", "requests"]) => {
+            server::json(StatusCode::OK, &core.chain.requests())
+        }
         (&Method::POST, ["chain", "requests", "reset"]) => {
             core.chain.reset_requests();
             server::json(StatusCode::OK, &json!({"reset": true}))
@@ -104,7 +112,7 @@ async fn host_route(
                 host.set_script(script);
                 server::json(StatusCode::OK, &host_json(host))
             }
-            Err(resp) => resp,
+            Err(reject) => reject.into_response(),
         },
         (&Method::DELETE, ["faults"]) => {
             host.set_script(Vec::new());
@@ -113,7 +121,7 @@ async fn host_route(
         (&Method::PUT, ["latency"]) => {
             let body = match server::read_body(req).await {
                 Ok(b) => b,
-                Err(resp) => return resp,
+                Err(reject) => return reject.into_response(),
             };
             match serde_json::from_slice::<LatencyProfile>(&body) {
                 Ok(l) => {

@@ -79,7 +79,13 @@ pub fn view_at(s: &EpochSchedule, height: u64) -> EpochView {
         };
         Some((phase, trigger))
     });
-    EpochView { block_height: height, epoch_index, poc_start, phase, confirmation_poc }
+    EpochView {
+        block_height: height,
+        epoch_index,
+        poc_start,
+        phase,
+        confirmation_poc,
+    }
 }
 
 fn stages(s: &EpochSchedule, epoch_index: u64) -> Value {
@@ -103,9 +109,9 @@ fn stages(s: &EpochSchedule, epoch_index: u64) -> Value {
 
 /// Body of `GET /v1/epochs/latest` (integers as JSON numbers).
 pub fn latest_json(s: &EpochSchedule, v: &EpochView) -> Value {
-    let cpoc = v.confirmation_poc.map(|(phase, trigger)| {
-        json!({"phase": phase, "trigger_height": trigger, "event_sequence": 0})
-    });
+    let cpoc = v.confirmation_poc.map(
+        |(phase, trigger)| json!({"phase": phase, "trigger_height": trigger, "event_sequence": 0}),
+    );
     let cpoc_active = matches!(
         v.confirmation_poc,
         Some((p, _)) if p != "CONFIRMATION_POC_COMPLETED"
@@ -142,9 +148,15 @@ mod tests {
         let next = view_at(&s, height_at(&s, 530 * 6_000));
         assert_eq!((next.epoch_index, next.phase), (101, PHASE_POC_GENERATE));
         assert!(next.is_poc());
-        assert_eq!(view_at(&s, next.poc_start + 42).phase, PHASE_POC_GENERATE_WIND_DOWN);
+        assert_eq!(
+            view_at(&s, next.poc_start + 42).phase,
+            PHASE_POC_GENERATE_WIND_DOWN
+        );
         assert_eq!(view_at(&s, next.poc_start + 50).phase, PHASE_POC_VALIDATE);
-        assert_eq!(view_at(&s, next.poc_start + 67).phase, PHASE_POC_VALIDATE_WIND_DOWN);
+        assert_eq!(
+            view_at(&s, next.poc_start + 67).phase,
+            PHASE_POC_VALIDATE_WIND_DOWN
+        );
         assert_eq!(view_at(&s, next.poc_start + 70).phase, PHASE_INFERENCE);
     }
 
@@ -165,7 +177,10 @@ mod tests {
             Some(("CONFIRMATION_POC_GENERATION", 60_100))
         );
         let body = latest_json(&s, &view_at(&s, 60_101));
-        assert_eq!(body["active_confirmation_poc_event"]["phase"], "CONFIRMATION_POC_GRACE_PERIOD");
+        assert_eq!(
+            body["active_confirmation_poc_event"]["phase"],
+            "CONFIRMATION_POC_GRACE_PERIOD"
+        );
         assert_eq!(body["is_confirmation_poc_active"], true);
     }
 }

@@ -22,7 +22,7 @@
 //! | `error_event` | receipt, the error event (`true` = default OpenAI error JSON, an object = sent as is, a string = its message), `[DONE]`; no finish, no meta |
 //! | `truncate_before_done` | the content, then a clean EOF without `[DONE]`/meta; no finish |
 //! | `omit_meta` | no meta event; the finish is still put in the mempool |
-//! | `garble_meta` | the meta event's JSON is cut in half |
+//! | `garble_meta` | the meta event carries an undecodable mempool (`["!garbled!"]`); the finish is in the mempool |
 //! | `late_finish_ms` | the finish is left out of the meta and added to the mempool that many ms later (`-1` never); with `finish_via_peers` it appears in every *other* host's mempool instead |
 //! | `withhold_state_sig` | the receipt carries no `state_sig` (nothing stored for `GET /signatures`) |
 //! | `wrong_state_hash` | the receipt reports (and signs) a wrong `state_hash`; the stored signature stays correct |
@@ -187,12 +187,18 @@ mod tests {
         assert!(err.to_string().contains("unknown field"), "{err}");
         let ok: Faults = serde_json::from_str(r#"{"http_status":503,"times":2}"#).unwrap();
         assert_eq!(ok.http_status, Some(503));
-        assert_eq!(serde_json::to_value(&ok).unwrap(), serde_json::json!({"http_status":503,"times":2}));
+        assert_eq!(
+            serde_json::to_value(&ok).unwrap(),
+            serde_json::json!({"http_status":503,"times":2})
+        );
     }
 
     #[test]
     fn script_or_single_set() {
-        assert_eq!(parse_fault_script(br#"{"omit_meta":true}"#).unwrap().len(), 1);
+        assert_eq!(
+            parse_fault_script(br#"{"omit_meta":true}"#).unwrap().len(),
+            1
+        );
         let two = br#"[{"omit_meta":true,"times":1},{"empty_stream":true}]"#;
         assert_eq!(parse_fault_script(two).unwrap().len(), 2);
         let err = parse_fault_script(br#"[{"omit_mta":true}]"#).unwrap_err();

@@ -11,11 +11,54 @@ use serde_json::{json, Value};
 use devshard_actors::protocol::crypto::sha256;
 
 const WORDS: [&str; 48] = [
-    "the", "network", "host", "escrow", "nonce", "diff", "state", "root", "signs", "every",
-    "receipt", "gateway", "streams", "tokens", "quickly", "while", "validators", "agree", "on",
-    "a", "single", "sequence", "of", "signed", "steps", "and", "each", "inference", "finishes",
-    "with", "proof", "that", "work", "was", "done", "honestly", "under", "load", "across",
-    "many", "machines", "in", "distant", "places", "so", "users", "see", "answers",
+    "the",
+    "network",
+    "host",
+    "escrow",
+    "nonce",
+    "diff",
+    "state",
+    "root",
+    "signs",
+    "every",
+    "receipt",
+    "gateway",
+    "streams",
+    "tokens",
+    "quickly",
+    "while",
+    "validators",
+    "agree",
+    "on",
+    "a",
+    "single",
+    "sequence",
+    "of",
+    "signed",
+    "steps",
+    "and",
+    "each",
+    "inference",
+    "finishes",
+    "with",
+    "proof",
+    "that",
+    "work",
+    "was",
+    "done",
+    "honestly",
+    "under",
+    "load",
+    "across",
+    "many",
+    "machines",
+    "in",
+    "distant",
+    "places",
+    "so",
+    "users",
+    "see",
+    "answers",
 ];
 
 /// What the generator needs from an OpenAI request body (lenient: bad JSON gives defaults).
@@ -76,7 +119,11 @@ impl Generation {
             created,
             model: model.to_owned(),
             tokens,
-            finish_reason: if max_tokens < u64::from(cap) { "length" } else { "stop" },
+            finish_reason: if max_tokens < u64::from(cap) {
+                "length"
+            } else {
+                "stop"
+            },
             prompt_tokens: (prompt.len() as u64).div_ceil(4),
         }
     }
@@ -116,7 +163,8 @@ impl Generation {
 
     /// The first chunk: `delta.role` only.
     pub(crate) fn role_chunk(&self) -> String {
-        self.chunk(json!({"role": "assistant", "content": ""}), None).to_string()
+        self.chunk(json!({"role": "assistant", "content": ""}), None)
+            .to_string()
     }
 
     /// Content chunk `i` (one token).

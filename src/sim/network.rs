@@ -1,10 +1,7 @@
 //! [`SimNetwork`]: starting the chain API and the hosts on the current runtime, and the library
 //! API tests use to inspect and steer them.
 
-use std::{
-    net::SocketAddr,
-    sync::Arc,
-};
+use std::{net::SocketAddr, sync::Arc};
 
 use http::{Request, StatusCode};
 use hyper::body::Incoming;
@@ -38,7 +35,10 @@ pub enum SimError {
     #[error("the simulator must be started inside a tokio runtime")]
     NoRuntime,
     #[error("bind {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("unknown host index {0}")]
     UnknownHost(usize),
 }
@@ -95,7 +95,9 @@ fn validate(cfg: &SimConfig) -> Result<Vec<usize>, SimError> {
         return Err(SimError::Config("at least one escrow id is needed".into()));
     }
     if !(0.0..=1.0).contains(&cfg.validation_rate) {
-        return Err(SimError::Config("validation_rate must be within 0..=1".into()));
+        return Err(SimError::Config(
+            "validation_rate must be within 0..=1".into(),
+        ));
     }
     if !cfg.route_prefix.starts_with('/') {
         return Err(SimError::Config("route_prefix must start with '/'".into()));
@@ -131,7 +133,12 @@ impl SimNetwork {
         for i in 0..cfg.hosts {
             let tcp = bind(&cfg, i + 1)?;
             let key = SigningKey::derive(&cfg.seed, i as u32);
-            hosts.push(SimHostInfo { index: i, address: key.address().clone(), url: local_url(&tcp)?, key });
+            hosts.push(SimHostInfo {
+                index: i,
+                address: key.address().clone(),
+                url: local_url(&tcp)?,
+                key,
+            });
             host_tcp.push(tcp);
         }
         let participants = hosts
@@ -163,29 +170,55 @@ impl SimNetwork {
                 session_config: cfg.effective_session_config(slots.len()),
             })
             .collect();
-        let chain = Chain::new(clock.clone(), cfg.epochs.clone(), cfg.model.clone(), escrows, participants);
+        let chain = Chain::new(
+            clock.clone(),
+            cfg.epochs.clone(),
+            cfg.model.clone(),
+            escrows,
+            participants,
+        );
         let host_states = hosts
             .iter()
             .map(|h| {
                 let latency = cfg.profile.for_host(h.index, cfg.hosts);
-                let state = HostState::new(h.index, h.key.clone(), h.url.clone(), latency, clock.clone(), rt.clone(), &cfg.seed);
+                let state = HostState::new(
+                    h.index,
+                    h.key.clone(),
+                    h.url.clone(),
+                    latency,
+                    clock.clone(),
+                    rt.clone(),
+                    &cfg.seed,
+                );
                 Arc::new(state)
             })
             .collect();
-        let core = Arc::new(NetCore { cfg, chain, hosts: host_states });
+        let core = Arc::new(NetCore {
+            cfg,
+            chain,
+            hosts: host_states,
+        });
         for (i, tcp) in host_tcp.into_iter().enumerate() {
             let c = Arc::clone(&core);
-            let handler: Handler = Arc::new(move |req, peer| Box::pin(host::route(Arc::clone(&c), i, req, peer)));
-            let listener = Listener::start(tcp, handler).map_err(|e| SimError::Config(e.to_string()))?;
+            let handler: Handler =
+                Arc::new(move |req, peer| Box::pin(host::route(Arc::clone(&c), i, req, peer)));
+            let listener =
+                Listener::start(tcp, handler).map_err(|e| SimError::Config(e.to_string()))?;
             if let Some(h) = core.hosts.get(i) {
                 h.set_listener(listener);
             }
         }
         let c = Arc::clone(&core);
-        let handler: Handler = Arc::new(move |req, peer| Box::pin(chain_route(Arc::clone(&c), req, peer)));
+        let handler: Handler =
+            Arc::new(move |req, peer| Box::pin(chain_route(Arc::clone(&c), req, peer)));
         let chain_listener =
             Listener::start(chain_tcp, handler).map_err(|e| SimError::Config(e.to_string()))?;
-        Ok(SimNetwork { core, chain_listener, chain_url, hosts })
+        Ok(SimNetwork {
+            core,
+            chain_listener,
+            chain_url,
+            hosts,
+        })
     }
 
     /// Base URL of the chain's public API and REST queries.
@@ -213,11 +246,17 @@ impl SimNetwork {
     /// `{host url}{route_prefix}/sessions/{escrow_id}`.
     pub fn session_url(&self, index: usize, escrow_id: &str) -> Option<String> {
         let h = self.hosts.get(index)?;
-        Some(format!("{}{}/sessions/{escrow_id}", h.url, self.core.cfg.route_prefix))
+        Some(format!(
+            "{}{}/sessions/{escrow_id}",
+            h.url, self.core.cfg.route_prefix
+        ))
     }
 
     fn host(&self, index: usize) -> Result<&Arc<HostState>, SimError> {
-        self.core.hosts.get(index).ok_or(SimError::UnknownHost(index))
+        self.core
+            .hosts
+            .get(index)
+            .ok_or(SimError::UnknownHost(index))
     }
 
     /// Replaces host `index`'s faults with one set.
@@ -260,16 +299,19 @@ impl SimNetwork {
 
     /// What host `index` holds for `escrow_id` (`None` without a session).
     pub fn host_view(&self, index: usize, escrow_id: &str) -> Option<HostView> {
-        self.core.hosts.get(index)?.with_session(escrow_id, |s| HostView {
-            latest_nonce: s.sm.latest_nonce(),
-            state_root: s.reported_root(),
-            real_root: s.sm.state_root(),
-            forked_at: s.forked_at,
-            mempool_len: s.mempool.len(),
-            mempool: s.mempool.clone(),
-            signed_nonces: s.signatures.keys().copied().collect(),
-            state: s.sm.clone(),
-        })
+        self.core
+            .hosts
+            .get(index)?
+            .with_session(escrow_id, |s| HostView {
+                latest_nonce: s.sm.latest_nonce(),
+                state_root: s.reported_root(),
+                real_root: s.sm.state_root(),
+                forked_at: s.forked_at,
+                mempool_len: s.mempool.len(),
+                mempool: s.mempool.clone(),
+                signed_nonces: s.signatures.keys().copied().collect(),
+                state: s.sm.clone(),
+            })
     }
 
     pub fn counters(&self, index: usize) -> Option<Counters> {

@@ -26,7 +26,7 @@ pub(crate) async fn handle(core: &NetCore, host: &HostState, req: Request<Incomi
     host.delay(latency.half_rtt()).await;
     let body = match server::read_body(req).await {
         Ok(b) => b,
-        Err(resp) => return resp,
+        Err(reject) => return reject.into_response(),
     };
     if serde_json::from_slice::<serde_json::Value>(&body).is_err() {
         host.delay(latency.half_rtt()).await;
@@ -38,14 +38,24 @@ pub(crate) async fn handle(core: &NetCore, host: &HostState, req: Request<Incomi
     let info = PromptInfo::parse(&body);
     let model = info.model.clone().unwrap_or_else(|| core.cfg.model.clone());
     let max_tokens = info.max_tokens.unwrap_or(u64::from(core.cfg.output_tokens));
-    let generation =
-        Generation::new(&body, &model, max_tokens, core.cfg.output_tokens, host.now_unix());
+    let generation = Generation::new(
+        &body,
+        &model,
+        max_tokens,
+        core.cfg.output_tokens,
+        host.now_unix(),
+    );
     let ttft = latency.ttft(body.len() as u64);
     let inter = latency.inter_token();
     if !info.stream {
-        host.delay(ttft + inter * generation.token_count().saturating_sub(1) as u32).await;
+        host.delay(ttft + inter * generation.token_count().saturating_sub(1) as u32)
+            .await;
         host.delay(latency.half_rtt()).await;
-        return server::response(StatusCode::OK, "application/json", server::full(generation.completion()));
+        return server::response(
+            StatusCode::OK,
+            "application/json",
+            server::full(generation.completion()),
+        );
     }
     host.delay(latency.half_rtt()).await;
     let (tx, body) = server::channel_body();
@@ -66,7 +76,8 @@ pub(crate) async fn handle(core: &NetCore, host: &HostState, req: Request<Incomi
         }
     });
     let mut resp = server::response(StatusCode::OK, "text/event-stream", body);
-    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
 }
 

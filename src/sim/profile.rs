@@ -145,7 +145,11 @@ fn mixed(index: usize, hosts: usize) -> LatencyProfile {
     // Spread the remote hosts evenly over the observed ranges.
     let remote = hosts.saturating_sub(MIXED_LOCAL_HOSTS).max(1);
     let k = (index - MIXED_LOCAL_HOSTS) as f64;
-    let frac = if remote > 1 { k / (remote - 1) as f64 } else { 0.5 };
+    let frac = if remote > 1 {
+        k / (remote - 1) as f64
+    } else {
+        0.5
+    };
     let rtt_ms = 310 + (60.0 * frac) as u64;
     let observed_receipt_ms = 700 + (700.0 * frac) as u64;
     LatencyProfile {
@@ -167,7 +171,9 @@ impl FromStr for Profile {
             "fast" => Ok(Profile::Fast),
             "default" => Ok(Profile::Default),
             "mixed" => Ok(Profile::Mixed),
-            other => Err(format!("unknown profile {other:?} (zero, fast, default, mixed)")),
+            other => Err(format!(
+                "unknown profile {other:?} (zero, fast, default, mixed)"
+            )),
         }
     }
 }
@@ -192,7 +198,9 @@ pub(crate) struct Jitter {
 
 impl Jitter {
     pub(crate) fn new(seed: [u8; 32]) -> Self {
-        Jitter { rng: StdRng::from_seed(seed) }
+        Jitter {
+            rng: StdRng::from_seed(seed),
+        }
     }
 
     /// `base · (1 + frac·u)`, `u` uniform in `[-1, 1]`; never negative.

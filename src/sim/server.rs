@@ -10,6 +10,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use devshard_actors::protocol::auth::HEADER_ERROR;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited, StreamBody};
 use hyper::{body::Frame, body::Incoming, server::conn::http1, service::service_fn};
@@ -41,13 +42,16 @@ pub(crate) type BodySender = mpsc::Sender<Result<Frame<Bytes>, io::Error>>;
 
 /// A complete body.
 pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed()
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
 }
 
 /// A streamed body and the sender that feeds it.
 pub(crate) fn channel_body() -> (BodySender, Body) {
     let (tx, rx) = mpsc::channel(STREAM_CHANNEL_CAPACITY);
-    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|f| (f, rx)) });
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|f| (f, rx)) });
     (tx, BodyExt::boxed(StreamBody::new(stream)))
 }
 
@@ -55,7 +59,8 @@ pub(crate) fn channel_body() -> (BodySender, Body) {
 pub(crate) fn response(status: StatusCode, content_type: &'static str, body: Body) -> Resp {
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }
 
@@ -63,7 +68,10 @@ pub(crate) fn response(status: StatusCode, content_type: &'static str, body: Bod
 pub(crate) fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Resp {
     match serde_json::to_vec(value) {
         Ok(bytes) => response(status, "application/json", full(bytes)),
-        Err(e) => message(StatusCode::INTERNAL_SERVER_ERROR, &format!("encode response: {e}")),
+        Err(e) => message(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("encode response: {e}"),
+        ),
     }
 }
 
@@ -72,11 +80,53 @@ pub(crate) fn message(status: StatusCode, text: &str) -> Resp {
     json(status, &serde_json::json!({ "message": text }))
 }
 
-/// Reads the whole request body (at most [`MAX_BODY_BYTES`]); the error is a ready response.
-pub(crate) async fn read_body(req: Request<Incoming>) -> Result<Bytes, Resp> {
-    match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
+/// An error answer on its way to becoming a response (`{"message": …}` plus headers).
+#[derive(Debug)]
+pub(crate) struct Reject {
+    pub status: StatusCode,
+    pub message: String,
+    /// `Retry-After` seconds.
+    pub retry_after_s: Option<u64>,
+    /// `X-Devshard-Error` value.
+    pub devshard_error: Option<&'static str>,
+}
+
+impl Reject {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Reject {
+        Reject {
+            status,
+            message: message.into(),
+            retry_after_s: None,
+            devshard_error: None,
+        }
+    }
+
+    pub(crate) fn into_response(self) -> Resp {
+        let mut resp = message(self.status, &self.message);
+        let headers = resp.headers_mut();
+        if let Some(v) = self.devshard_error {
+            headers.insert(HEADER_ERROR, HeaderValue::from_static(v));
+        }
+        if let Some(s) = self.retry_after_s {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                headers.insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+/// Reads the whole request body (at most [`MAX_BODY_BYTES`]).
+pub(crate) async fn read_body(req: Request<Incoming>) -> Result<Bytes, Reject> {
+    match Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
         Ok(c) => Ok(c.to_bytes()),
-        Err(e) => Err(message(StatusCode::BAD_REQUEST, &format!("read request body: {e}"))),
+        Err(e) => Err(Reject::new(
+            StatusCode::BAD_REQUEST,
+            format!("read request body: {e}"),
+        )),
     }
 }
 
@@ -99,7 +149,6 @@ struct ListenState {
 /// One listening socket whose availability can be switched at runtime.
 #[derive(Debug)]
 pub(crate) struct Listener {
-    addr: SocketAddr,
     ctl: watch::Sender<ListenState>,
 }
 
@@ -107,14 +156,14 @@ impl Listener {
     /// Starts accepting on a socket from [`bind_reuse`] (on the current runtime).
     pub(crate) fn start(tcp: TcpListener, handler: Handler) -> io::Result<Listener> {
         let addr = tcp.local_addr()?;
-        let initial = ListenState { up: true, incarnation: 0, shutdown: false };
+        let initial = ListenState {
+            up: true,
+            incarnation: 0,
+            shutdown: false,
+        };
         let (ctl, rx) = watch::channel(initial);
         tokio::spawn(accept_loop(Some(tcp), addr, handler, rx));
-        Ok(Listener { addr, ctl })
-    }
-
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.addr
+        Ok(Listener { ctl })
     }
 
     /// Opens (rebinds) or closes the socket; closing drops every open connection.
@@ -151,7 +200,11 @@ impl Drop for Listener {
 /// Binds `addr` (port 0 = ephemeral) with `SO_REUSEADDR`, so the port can be rebound after a
 /// simulated outage.
 pub(crate) fn bind_reuse(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(BACKLOG)

@@ -30,7 +30,10 @@ pub enum CryptoError {
     #[error("recover address: {0}")]
     Recover(String),
     #[error("signature recovers to {recovered}, expected {expected}")]
-    WrongSigner { recovered: Address, expected: Address },
+    WrongSigner {
+        recovered: Address,
+        expected: Address,
+    },
     #[error("invalid address: {0}")]
     InvalidAddress(String),
 }
@@ -122,7 +125,11 @@ impl SigningKey {
             .map_err(|e| CryptoError::InvalidPrivateKey(e.to_string()))?;
         let public = PublicKey::from_secret_key(SECP256K1, &secret);
         let address = Address::from_public_key(&public);
-        Ok(SigningKey { secret, public, address })
+        Ok(SigningKey {
+            secret,
+            public,
+            address,
+        })
     }
 
     /// From hex (optionally `0x`-prefixed, surrounding whitespace ignored).
@@ -218,7 +225,10 @@ pub fn verify(message: &[u8], sig: &[u8], expected: &Address) -> Result<(), Cryp
     if &recovered == expected {
         Ok(())
     } else {
-        Err(CryptoError::WrongSigner { recovered, expected: expected.clone() })
+        Err(CryptoError::WrongSigner {
+            recovered,
+            expected: expected.clone(),
+        })
     }
 }
 

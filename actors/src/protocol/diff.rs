@@ -26,7 +26,12 @@ impl Diff {
         post_state_root: [u8; 32],
         key: &SigningKey,
     ) -> Diff {
-        let mut d = Diff { nonce, txs, user_sig: Vec::new(), post_state_root: post_state_root.to_vec() };
+        let mut d = Diff {
+            nonce,
+            txs,
+            user_sig: Vec::new(),
+            post_state_root: post_state_root.to_vec(),
+        };
         d.user_sig = key.sign(&d.signed_content(escrow_id)).to_vec();
         d
     }

@@ -26,7 +26,9 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Inner>, StoreError> {
-        self.inner.lock().map_err(|_| StoreError::Io("memory store mutex poisoned".into()))
+        self.inner
+            .lock()
+            .map_err(|_| StoreError::Io("memory store mutex poisoned".into()))
     }
 }
 
@@ -68,7 +70,8 @@ impl Store for MemoryStore {
 
     fn put(&self, namespace: &str, key: &str, value: serde_json::Value) -> Ack {
         Ack::ready(self.lock().map(|mut g| {
-            g.records.insert((namespace.to_string(), key.to_string()), value);
+            g.records
+                .insert((namespace.to_string(), key.to_string()), value);
         }))
     }
 
@@ -79,7 +82,11 @@ impl Store for MemoryStore {
     }
 
     fn get(&self, namespace: &str, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        Ok(self.lock()?.records.get(&(namespace.to_string(), key.to_string())).cloned())
+        Ok(self
+            .lock()?
+            .records
+            .get(&(namespace.to_string(), key.to_string()))
+            .cloned())
     }
 
     fn list(&self, namespace: &str) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
@@ -103,7 +110,12 @@ mod tests {
     #[tokio::test]
     async fn diffs_must_increase_and_records_round_trip() {
         let s = MemoryStore::new();
-        let d = |n| Diff { nonce: n, txs: vec![], user_sig: vec![], post_state_root: vec![] };
+        let d = |n| Diff {
+            nonce: n,
+            txs: vec![],
+            user_sig: vec![],
+            post_state_root: vec![],
+        };
         s.append_diff("42", &d(1)).await.unwrap();
         s.append_diff("42", &d(2)).await.unwrap();
         assert!(s.append_diff("42", &d(2)).await.is_err());

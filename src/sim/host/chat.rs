@@ -10,11 +10,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, StatusCode};
+use http::{Request, StatusCode};
 use hyper::body::Incoming;
 
 use devshard_actors::protocol::{
-    auth::{self, ERROR_REQUESTS_DISABLED, HEADER_ERROR, HEADER_SIGNATURE, HEADER_TIMESTAMP},
+    auth::{self, ERROR_REQUESTS_DISABLED, HEADER_SIGNATURE, HEADER_TIMESTAMP},
     canonical::prompt_hash,
     diff::Diff,
     proto::{DevshardTx, MsgConfirmStart, MsgStartInference, Tx},
@@ -31,7 +31,7 @@ use crate::sim::{
     chain::EscrowInfo,
     faults::{AtomicCounters, Faults},
     network::NetCore,
-    server::{self, Resp},
+    server::{self, Reject, Resp},
 };
 
 /// Handles one chat request end to end.
@@ -47,15 +47,15 @@ pub(crate) async fn handle(
     host.delay(latency.half_rtt()).await;
     match prepare(&core, &host, &escrow_id, req, &faults).await {
         Ok(plan) => super::stream::respond(core, host, plan, faults, latency).await,
-        Err(resp) => {
+        Err(reject) => {
             host.delay(latency.half_rtt()).await;
-            resp
+            reject.into_response()
         }
     }
 }
 
-/// The response of an `http_status` fault.
-fn fault_response(status: u16, faults: &Faults) -> Resp {
+/// The answer of an `http_status` fault.
+fn fault_reject(status: u16, faults: &Faults) -> Reject {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let default = match status.as_u16() {
         401 => "timestamp drift 45s exceeds maximum 30s",
@@ -67,22 +67,19 @@ fn fault_response(status: u16, faults: &Faults) -> Resp {
         _ => "simulated failure",
     };
     let text = faults.body.as_deref().unwrap_or(default);
-    let mut resp = server::message(status, text);
-    let headers = resp.headers_mut();
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        let reason = if text == auth::ERROR_INITIALIZING {
+    let devshard_error = (status == StatusCode::SERVICE_UNAVAILABLE).then_some(
+        if text == auth::ERROR_INITIALIZING {
             auth::ERROR_INITIALIZING
         } else {
             ERROR_REQUESTS_DISABLED
-        };
-        headers.insert(HEADER_ERROR, HeaderValue::from_static(reason));
+        },
+    );
+    Reject {
+        status,
+        message: text.to_owned(),
+        retry_after_s: faults.retry_after_s,
+        devshard_error,
     }
-    if let Some(s) = faults.retry_after_s {
-        if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
-            headers.insert(http::header::RETRY_AFTER, v);
-        }
-    }
-    resp
 }
 
 /// Escrow lookup, body, auth and the owner check shared by the POST routes.
@@ -91,9 +88,12 @@ pub(crate) async fn authenticate_owner(
     host: &HostState,
     escrow_id: &str,
     req: Request<Incoming>,
-) -> Result<(EscrowInfo, Bytes), Resp> {
+) -> Result<(EscrowInfo, Bytes), Reject> {
     let header = |name: &str| {
-        req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
     };
     let (sig, ts) = (header(HEADER_SIGNATURE), header(HEADER_TIMESTAMP));
     let body = server::read_body(req).await?;
@@ -101,7 +101,7 @@ pub(crate) async fn authenticate_owner(
         .chain
         .escrow(escrow_id)
         .cloned()
-        .ok_or_else(|| server::message(StatusCode::INTERNAL_SERVER_ERROR, "escrow not found"))?;
+        .ok_or_else(|| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, "escrow not found"))?;
     let now = host.now_unix();
     let signer = auth::verify_request(
         escrow_id,
@@ -111,25 +111,30 @@ pub(crate) async fn authenticate_owner(
         now,
         auth::MAX_CLOCK_DRIFT_S,
     )
-    .map_err(|e| server::message(StatusCode::UNAUTHORIZED, &e.http_message()))?;
+    .map_err(|e| Reject::new(StatusCode::UNAUTHORIZED, e.http_message()))?;
     if signer != escrow.creator {
         let text = if escrow.slots.contains(&signer) {
             auth::MSG_RESTRICTED_TO_OWNER
         } else {
             auth::MSG_SENDER_NOT_IN_GROUP
         };
-        return Err(server::message(StatusCode::FORBIDDEN, text));
+        return Err(Reject::new(StatusCode::FORBIDDEN, text));
     }
     Ok((escrow, body))
 }
 
 /// Decodes the wire diffs (400 on a bad one).
-pub(crate) fn decode_diffs(diffs: &[devshard_actors::protocol::wire::DiffJson]) -> Result<Vec<Diff>, Resp> {
+pub(crate) fn decode_diffs(
+    diffs: &[devshard_actors::protocol::wire::DiffJson],
+) -> Result<Vec<Diff>, Reject> {
     diffs
         .iter()
         .map(|d| {
             d.to_diff().map_err(|e| {
-                server::message(StatusCode::BAD_REQUEST, &format!("decode diff nonce {}: {e}", d.nonce))
+                Reject::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("decode diff nonce {}: {e}", d.nonce),
+                )
             })
         })
         .collect()
@@ -161,7 +166,12 @@ fn carries_work(diffs: &[Diff]) -> bool {
     diffs.iter().flat_map(|d| &d.txs).any(|tx| {
         matches!(
             tx.tx,
-            Some(Tx::StartInference(_) | Tx::TimeoutInference(_) | Tx::Validation(_) | Tx::ValidationVote(_))
+            Some(
+                Tx::StartInference(_)
+                    | Tx::TimeoutInference(_)
+                    | Tx::Validation(_)
+                    | Tx::ValidationVote(_)
+            )
         )
     })
 }
@@ -172,38 +182,56 @@ async fn prepare(
     escrow_id: &str,
     req: Request<Incoming>,
     faults: &Faults,
-) -> Result<Plan, Resp> {
+) -> Result<Plan, Reject> {
     if let Some(status) = faults.http_status {
-        return Err(fault_response(status, faults));
+        return Err(fault_reject(status, faults));
     }
     let (escrow, body) = authenticate_owner(core, host, escrow_id, req).await?;
-    let request: InferenceRequest = serde_json::from_slice(&body)
-        .map_err(|e| server::message(StatusCode::BAD_REQUEST, &format!("invalid request body: {e}")))?;
+    let request: InferenceRequest = serde_json::from_slice(&body).map_err(|e| {
+        Reject::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {e}"),
+        )
+    })?;
     let diffs = decode_diffs(&request.diffs)?;
     if core.cfg.epochs.hosts_disable_during_poc
         && core.chain.epoch_view().is_poc()
-        && !core.chain.participants().get(host.index).is_some_and(|p| p.preserved)
+        && !core
+            .chain
+            .participants()
+            .get(host.index)
+            .is_some_and(|p| p.preserved)
         && (request.payload.is_some() || carries_work(&diffs))
     {
-        return Err(fault_response(503, &Faults::default()));
+        return Err(fault_reject(503, &Faults::default()));
     }
     let now = host.now_unix();
     let mut inner = host.lock();
     if !inner.sessions.contains_key(escrow_id) {
         let inc = HostState::next_incarnation(&mut inner);
-        let session = HostSession::new(&escrow, host.key.address(), inc, host.session_seed(escrow_id, inc))
-            .map_err(|e| server::message(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))?;
+        let session = HostSession::new(
+            &escrow,
+            host.key.address(),
+            inc,
+            host.session_seed(escrow_id, inc),
+        )
+        .map_err(|e| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         inner.sessions.insert(escrow_id.to_owned(), session);
     }
     let session = inner
         .sessions
         .get_mut(escrow_id)
-        .ok_or_else(|| server::message(StatusCode::INTERNAL_SERVER_ERROR, "session not found"))?;
+        .ok_or_else(|| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, "session not found"))?;
     session
-        .apply_diffs(&diffs, faults.fork_from_nonce, core.cfg.validation_rate, &host.key)
-        .map_err(|text| server::message(StatusCode::INTERNAL_SERVER_ERROR, &text))?;
+        .apply_diffs(
+            &diffs,
+            faults.fork_from_nonce,
+            core.cfg.validation_rate,
+            &host.key,
+        )
+        .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
     let exec = receipt(session, host, &request, &diffs, now)
-        .map_err(|text| server::message(StatusCode::INTERNAL_SERVER_ERROR, &text))?;
+        .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
     let mut root = session.reported_root();
     if faults.wrong_state_hash {
         root = devshard_actors::protocol::crypto::sha256(&[root.as_slice(), b"wrong"].concat());
@@ -237,13 +265,17 @@ fn receipt(
     diffs: &[Diff],
     now: i64,
 ) -> Result<Option<ExecPlan>, String> {
-    let Some(payload) = &request.payload else { return Ok(None) };
-    let start = diffs.iter().filter(|d| d.nonce == request.nonce).flat_map(|d| &d.txs).find_map(|tx| {
-        match &tx.tx {
+    let Some(payload) = &request.payload else {
+        return Ok(None);
+    };
+    let start = diffs
+        .iter()
+        .filter(|d| d.nonce == request.nonce)
+        .flat_map(|d| &d.txs)
+        .find_map(|tx| match &tx.tx {
             Some(Tx::StartInference(s)) => Some(s.clone()),
             _ => None,
-        }
-    });
+        });
     let Some(start) = start else { return Ok(None) };
     let executor = session.sm.executor_slot(start.inference_id).clone();
     if &executor.validator != host.key.address() {
@@ -261,7 +293,11 @@ fn receipt(
         }
         None => {
             let receipt = sign_receipt(&start, &escrow_id, now, &host.key).to_vec();
-            let e = Execution { receipt, confirmed_at: now, cached: None };
+            let e = Execution {
+                receipt,
+                confirmed_at: now,
+                cached: None,
+            };
             session.executions.insert(start.inference_id, e.clone());
             (e, ExecMode::New)
         }

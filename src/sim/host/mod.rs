@@ -113,8 +113,15 @@ impl HostState {
 
     /// The host's clock in unix milliseconds (network clock plus `clock_skew_s`).
     pub(crate) fn now_ms(&self) -> i64 {
-        let skew_s = self.lock().script.front().and_then(|f| f.clock_skew_s).unwrap_or(0);
-        self.clock.now_ms().saturating_add(skew_s.saturating_mul(1000))
+        let skew_s = self
+            .lock()
+            .script
+            .front()
+            .and_then(|f| f.clock_skew_s)
+            .unwrap_or(0);
+        self.clock
+            .now_ms()
+            .saturating_add(skew_s.saturating_mul(1000))
     }
 
     pub(crate) fn now_unix(&self) -> i64 {
@@ -217,7 +224,12 @@ impl HostState {
 
     /// Seed of a session's validation sampler.
     pub(crate) fn session_seed(&self, escrow_id: &str, incarnation: u64) -> [u8; 32] {
-        derive_seed(&self.seed, &format!("validation/{incarnation}"), self.index, escrow_id)
+        derive_seed(
+            &self.seed,
+            &format!("validation/{incarnation}"),
+            self.index,
+            escrow_id,
+        )
     }
 
     /// Runs `f` on the session of `escrow_id`, if the host has it.
@@ -260,7 +272,8 @@ pub(crate) async fn route(
     if path == "/v1/versions" && method == Method::GET {
         AtomicCounters::bump(&host.counters.versions);
         let client = super::network::client_id(&req, peer);
-        core.chain.log_request(&format!("host-{index}"), &path, &client);
+        core.chain
+            .log_request(&format!("host-{index}"), &path, &client);
         return super::network::versions_response(&core, index);
     }
     let prefix = format!("{}/sessions/", core.cfg.route_prefix.trim_end_matches('/'));

@@ -8,7 +8,7 @@ use devshard_actors::protocol::wire::{DiffJson, DiffRecord, MempoolResponse, Sig
 use super::HostState;
 use crate::sim::{
     faults::AtomicCounters,
-    server::{self, query_param, Resp},
+    server::{self, query_param, Reject, Resp},
 };
 
 const SESSION_NOT_FOUND: &str = "session not found";
@@ -22,12 +22,13 @@ async fn with_rtt(host: &HostState, answer: impl FnOnce() -> Resp) -> Resp {
     resp
 }
 
-fn parse_u64(query: Option<&str>, name: &str) -> Result<Option<u64>, Resp> {
+fn parse_u64(query: Option<&str>, name: &str) -> Result<Option<u64>, Reject> {
     match query_param(query, name) {
         None => Ok(None),
-        Some(v) => v.parse().map(Some).map_err(|_| {
-            server::message(StatusCode::BAD_REQUEST, &format!("invalid {name} parameter"))
-        }),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| Reject::new(StatusCode::BAD_REQUEST, format!("invalid {name} parameter"))),
     }
 }
 
@@ -37,7 +38,7 @@ pub(crate) async fn diffs(host: &HostState, escrow_id: &str, query: Option<&str>
     with_rtt(host, || {
         let (from, to) = match (parse_u64(query, "from"), parse_u64(query, "to")) {
             (Ok(f), Ok(t)) => (f.unwrap_or(1), t),
-            (Err(r), _) | (_, Err(r)) => return r,
+            (Err(r), _) | (_, Err(r)) => return r.into_response(),
         };
         let records = host.with_session(escrow_id, |s| {
             let to = to.unwrap_or_else(|| s.sm.latest_nonce());
@@ -59,9 +60,11 @@ pub(crate) async fn diffs(host: &HostState, escrow_id: &str, query: Option<&str>
 /// `GET …/mempool`.
 pub(crate) async fn mempool(host: &HostState, escrow_id: &str) -> Resp {
     AtomicCounters::bump(&host.counters.mempool);
-    with_rtt(host, || match host.with_session(escrow_id, |s| MempoolResponse::from_txs(&s.mempool)) {
-        Some(m) => server::json(StatusCode::OK, &m),
-        None => server::message(StatusCode::NOT_FOUND, SESSION_NOT_FOUND),
+    with_rtt(host, || {
+        match host.with_session(escrow_id, |s| MempoolResponse::from_txs(&s.mempool)) {
+            Some(m) => server::json(StatusCode::OK, &m),
+            None => server::message(StatusCode::NOT_FOUND, SESSION_NOT_FOUND),
+        }
     })
     .await
 }
@@ -74,10 +77,8 @@ pub(crate) async fn signatures(host: &HostState, escrow_id: &str, query: Option<
     with_rtt(host, || {
         let nonce = match parse_u64(query, "nonce") {
             Ok(Some(n)) => n,
-            Ok(None) => {
-                return server::message(StatusCode::BAD_REQUEST, "invalid nonce parameter")
-            }
-            Err(r) => return r,
+            Ok(None) => return server::message(StatusCode::BAD_REQUEST, "invalid nonce parameter"),
+            Err(r) => return r.into_response(),
         };
         let sigs = host.with_session(escrow_id, |s| {
             let sig = s.signatures.get(&nonce).filter(|_| !empty)?;

@@ -73,7 +73,10 @@ impl HostSession {
             .slots
             .iter()
             .enumerate()
-            .map(|(i, a)| Slot { slot_id: i as u32, validator: a.clone() })
+            .map(|(i, a)| Slot {
+                slot_id: i as u32,
+                validator: a.clone(),
+            })
             .collect();
         let sm = StateMachine::new(
             escrow.escrow_id.clone(),
@@ -143,7 +146,9 @@ impl HostSession {
         {
             return Err("nonce exceeds chain max_nonce limit".to_owned());
         }
-        self.sm.apply_diff(diff, &self.creator).map_err(|e| e.to_string())?;
+        self.sm
+            .apply_diff(diff, &self.creator)
+            .map_err(|e| e.to_string())?;
         if fork_from.is_some_and(|k| diff.nonce >= k) {
             self.forked_at = Some(diff.nonce);
         }
@@ -156,7 +161,10 @@ impl HostSession {
         self.mempool.retain(|tx| {
             tx_key(tx).is_none_or(|k| !applied.contains(&k)) && still_applicable(sm, tx)
         });
-        self.diffs.push(StoredDiff { diff: diff.clone(), state_hash: self.reported_root() });
+        self.diffs.push(StoredDiff {
+            diff: diff.clone(),
+            state_hash: self.reported_root(),
+        });
         for tx in &diff.txs {
             if let Some(Tx::FinishInference(f)) = &tx.tx {
                 self.maybe_validate(f.inference_id, f.executor_slot, validation_rate, key);
@@ -166,7 +174,9 @@ impl HostSession {
 
     /// A non-executor validates a finished inference with probability `rate`.
     fn maybe_validate(&mut self, id: u64, executor_slot: u32, rate: f64, key: &SigningKey) {
-        let Some(&validator_slot) = self.my_slots.first() else { return };
+        let Some(&validator_slot) = self.my_slots.first() else {
+            return;
+        };
         let executor = self.sm.slot_address(executor_slot);
         if executor == Some(key.address()) || !self.validated.insert(id) {
             return;
@@ -181,7 +191,8 @@ impl HostSession {
             proposer_sig: Vec::new(),
             escrow_id: self.sm.escrow_id().to_owned(),
         };
-        self.mempool.push(DevshardTx::new(Tx::Validation(sign_validation(msg, key))));
+        self.mempool
+            .push(DevshardTx::new(Tx::Validation(sign_validation(msg, key))));
     }
 
     /// Adds a tx unless an entry with the same key is already there.
@@ -195,12 +206,16 @@ impl HostSession {
 
     /// True when the mempool holds a tx of `kind` (a [`Tx`] tag) for inference `id`.
     pub(crate) fn mempool_has(&self, kind: u8, id: u64) -> bool {
-        self.mempool.iter().any(|t| tx_key(t).is_some_and(|k| k.0 == kind && k.1 == id))
+        self.mempool
+            .iter()
+            .any(|t| tx_key(t).is_some_and(|k| k.0 == kind && k.1 == id))
     }
 
     /// The diffs in `from..=to` as stored.
     pub(crate) fn diffs_in(&self, from: u64, to: u64) -> impl Iterator<Item = &StoredDiff> {
-        self.diffs.iter().filter(move |d| d.diff.nonce >= from && d.diff.nonce <= to)
+        self.diffs
+            .iter()
+            .filter(move |d| d.diff.nonce >= from && d.diff.nonce <= to)
     }
 }
 
@@ -225,10 +240,15 @@ fn tx_key(tx: &DevshardTx) -> Option<TxKey> {
 
 fn still_applicable(sm: &StateMachine, tx: &DevshardTx) -> bool {
     let Some(key) = tx_key(tx) else { return true };
-    let Some(rec) = sm.record(key.1) else { return false };
+    let Some(rec) = sm.record(key.1) else {
+        return false;
+    };
     match key.0 {
         KIND_CONFIRM => rec.status == InferenceStatus::Pending,
-        KIND_FINISH => matches!(rec.status, InferenceStatus::Pending | InferenceStatus::Started),
+        KIND_FINISH => matches!(
+            rec.status,
+            InferenceStatus::Pending | InferenceStatus::Started
+        ),
         KIND_VALIDATION => !rec.is_validated_by_slot(key.2) && !rec.status.is_terminal(),
         _ => !rec.status.is_terminal(),
     }

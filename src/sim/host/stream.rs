@@ -20,8 +20,9 @@ use hyper::body::Frame;
 use devshard_actors::protocol::{
     crypto::sha256,
     proto::{DevshardTx, MsgFinishInference, Tx},
+    sse::{data_event, meta_event, receipt_event},
     state::sign_finish,
-    wire::{MetaBody, MetaEvent, ReceiptBody, ReceiptEvent},
+    wire::ReceiptBody,
 };
 
 use super::HostState;
@@ -64,12 +65,9 @@ pub(crate) enum ExecMode {
     Replay(Vec<String>),
 }
 
-/// `data: <payload>\n\n`.
-fn sse(payload: &str) -> Bytes {
-    Bytes::from(format!("data: {payload}\n\n"))
-}
-
 const DONE: &str = "[DONE]";
+/// What `garble_meta` sends: a meta event whose mempool entry is not base64.
+const GARBLED_META: &str = r#"{"devshard_meta":{"mempool":["!garbled!"]}}"#;
 
 /// Waits for the receipt time, then answers 200 SSE and streams the rest from a task.
 pub(crate) async fn respond(
@@ -85,13 +83,12 @@ pub(crate) async fn respond(
     }
     host.delay(latency.half_rtt()).await;
     let (tx, body) = server::channel_body();
-    let receipt = serde_json::to_string(&ReceiptEvent { devshard_receipt: plan.receipt.clone() })
-        .unwrap_or_default();
     // The channel is empty, so the receipt always fits.
-    let _ = tx.try_send(Ok(Frame::data(sse(&receipt))));
+    let _ = tx.try_send(Ok(Frame::data(receipt_event(&plan.receipt))));
     tokio::spawn(produce(core, host, plan, faults, latency, tx));
     let mut resp = server::response(StatusCode::OK, "text/event-stream", body);
-    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
 }
 
@@ -99,7 +96,11 @@ pub(crate) async fn respond(
 struct Gone;
 
 async fn send(tx: &BodySender, payload: &str) -> Result<(), Gone> {
-    tx.send(Ok(Frame::data(sse(payload)))).await.map_err(|_| Gone)
+    send_bytes(tx, data_event(payload.as_bytes())).await
+}
+
+async fn send_bytes(tx: &BodySender, event: Bytes) -> Result<(), Gone> {
+    tx.send(Ok(Frame::data(event))).await.map_err(|_| Gone)
 }
 
 async fn produce(
@@ -111,7 +112,9 @@ async fn produce(
     tx: BodySender,
 ) {
     if faults.drop_after_receipt {
-        let _ = tx.send(Err(io::Error::other("simulated connection drop"))).await;
+        let _ = tx
+            .send(Err(io::Error::other("simulated connection drop")))
+            .await;
         abandon(&host, &plan);
         return;
     }
@@ -154,8 +157,13 @@ async fn run(
 ) -> Result<(), Gone> {
     let info = PromptInfo::parse(&exec.prompt);
     let model = info.model.clone().unwrap_or_else(|| core.cfg.model.clone());
-    let mut generation =
-        Generation::new(&exec.prompt, &model, exec.max_tokens, core.cfg.output_tokens, host.now_unix());
+    let mut generation = Generation::new(
+        &exec.prompt,
+        &model,
+        exec.max_tokens,
+        core.cfg.output_tokens,
+        host.now_unix(),
+    );
     if faults.empty_stream {
         generation = generation.emptied();
     }
@@ -249,7 +257,7 @@ async fn stall_if(faults: &Faults, sent: usize, tx: &BodySender) -> Result<(), G
     }
 }
 
-/// Writes the meta event (unless `omit_meta`; cut in half with `garble_meta`).
+/// Writes the meta event (unless `omit_meta`; undecodable with `garble_meta`).
 async fn send_meta(
     host: &HostState,
     plan: &Plan,
@@ -262,10 +270,10 @@ async fn send_meta(
     let mempool = host
         .with_session(&plan.escrow_id, |s| s.mempool.clone())
         .unwrap_or_default();
-    let meta = MetaEvent { devshard_meta: MetaBody::from_txs(&mempool) };
-    let json = serde_json::to_string(&meta).unwrap_or_default();
-    let json = if faults.garble_meta { json.get(..json.len() / 2).unwrap_or("") } else { &json };
-    send(tx, json).await
+    if faults.garble_meta {
+        return send(tx, GARBLED_META).await;
+    }
+    send_bytes(tx, meta_event(&mempool)).await
 }
 
 /// Forgets a run that will not finish (a retry may start it again).
@@ -290,7 +298,11 @@ fn schedule_late_finish(
     via_peers: bool,
 ) {
     let targets: Vec<Arc<HostState>> = if via_peers {
-        core.hosts.iter().filter(|h| h.index != host.index).cloned().collect()
+        core.hosts
+            .iter()
+            .filter(|h| h.index != host.index)
+            .cloned()
+            .collect()
     } else {
         vec![Arc::clone(host)]
     };

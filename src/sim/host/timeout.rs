@@ -32,7 +32,7 @@ use super::{
 use crate::sim::{
     faults::AtomicCounters,
     network::NetCore,
-    server::{self, Resp},
+    server::{self, Reject, Resp},
 };
 
 pub(crate) async fn handle(
@@ -46,7 +46,7 @@ pub(crate) async fn handle(
     host.delay(latency.half_rtt()).await;
     let resp = match decide(&core, &host, &escrow_id, req).await {
         Ok(answer) => server::json(StatusCode::OK, &answer),
-        Err(resp) => resp,
+        Err(reject) => reject.into_response(),
     };
     host.delay(latency.half_rtt()).await;
     resp
@@ -66,9 +66,9 @@ async fn decide(
     host: &Arc<HostState>,
     escrow_id: &str,
     req: Request<Incoming>,
-) -> Result<VerifyTimeoutResponse, Resp> {
+) -> Result<VerifyTimeoutResponse, Reject> {
     let (escrow, body) = authenticate_owner(core, host, escrow_id, req).await?;
-    let bad = |text: String| server::message(StatusCode::BAD_REQUEST, &text);
+    let bad = |text: String| Reject::new(StatusCode::BAD_REQUEST, text);
     let request: VerifyTimeoutRequest =
         serde_json::from_slice(&body).map_err(|e| bad(format!("invalid request body: {e}")))?;
     let reason = TimeoutReason::from_wire(&request.reason)
@@ -82,11 +82,14 @@ async fn decide(
             let inc = HostState::next_incarnation(&mut inner);
             let seed = host.session_seed(escrow_id, inc);
             let s = HostSession::new(&escrow, host.key.address(), inc, seed)
-                .map_err(|e| server::message(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()))?;
+                .map_err(|e| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
             inner.sessions.insert(escrow_id.to_owned(), s);
         }
         let Some(session) = inner.sessions.get_mut(escrow_id) else {
-            return Err(server::message(StatusCode::INTERNAL_SERVER_ERROR, "session not found"));
+            return Err(Reject::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "session not found",
+            ));
         };
         for d in &diffs {
             let step = session.apply_diffs(
@@ -100,17 +103,27 @@ async fn decide(
             }
         }
         check_local(session, &request, reason, now)
-            .map_err(|text| server::message(StatusCode::INTERNAL_SERVER_ERROR, &text))?
+            .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?
     };
     let mut accept = local.accept;
     if let (true, Some(slot)) = (accept, local.executor_slot) {
         accept = !executor_has_finish(core, escrow_id, &escrow.slots, slot, request.inference_id);
     }
     let signature = accept.then(|| {
-        sign_timeout_vote(escrow_id, request.inference_id, local.reason, local.voter_slot, &host.key)
-            .signature
+        sign_timeout_vote(
+            escrow_id,
+            request.inference_id,
+            local.reason,
+            local.voter_slot,
+            &host.key,
+        )
+        .signature
     });
-    Ok(VerifyTimeoutResponse { accept, signature, voter_slot: local.voter_slot })
+    Ok(VerifyTimeoutResponse {
+        accept,
+        signature,
+        voter_slot: local.voter_slot,
+    })
 }
 
 fn check_local(
@@ -129,7 +142,10 @@ fn check_local(
         _ => InferenceStatus::Pending,
     };
     if rec.status != expected {
-        return Err(format!("inference {id}: expected {expected}, got {}", rec.status));
+        return Err(format!(
+            "inference {id}: expected {expected}, got {}",
+            rec.status
+        ));
     }
     let cfg = session.sm.config();
     let voter_slot = session.my_slots.first().copied().unwrap_or(0);
@@ -152,8 +168,10 @@ fn check_local(
                 max_tokens: rec.max_tokens,
                 started_at: rec.started_at,
             };
-            let payload_ok =
-                request.payload.as_ref().is_some_and(|p| check_payload(p, &start).is_ok());
+            let payload_ok = request
+                .payload
+                .as_ref()
+                .is_some_and(|p| check_payload(p, &start).is_ok());
             Local {
                 accept: in_group
                     && now - rec.started_at >= cfg.refusal_timeout
@@ -177,12 +195,16 @@ fn executor_has_finish(
     executor_slot: u32,
     id: u64,
 ) -> bool {
-    let Some(addr) = slots.get(executor_slot as usize) else { return false };
+    let Some(addr) = slots.get(executor_slot as usize) else {
+        return false;
+    };
     let Some(executor) = core.hosts.iter().find(|h| h.key.address() == addr) else {
         return false;
     };
     if !executor.listener().is_some_and(|l| l.is_up()) {
         return false;
     }
-    executor.with_session(escrow_id, |s| s.mempool_has(KIND_FINISH, id)).unwrap_or(false)
+    executor
+        .with_session(escrow_id, |s| s.mempool_has(KIND_FINISH, id))
+        .unwrap_or(false)
 }
