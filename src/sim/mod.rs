@@ -1,1 +1,48 @@
-//! (in progress)
+//! The simulated devshard network: N hosts, the chain's public API and a control API, all
+//! in process on loopback, so the gateway, its tests, the demo and the benchmarks run against
+//! real HTTP and real protocol facts (PROTOCOL.md §8.5).
+//!
+//! # Layout
+//! - `config.rs`    — [`SimConfig`], [`EpochSchedule`].
+//! - `network.rs`   — [`SimNetwork`]: start, inspect and steer a network.
+//! - `host/`        — one simulated host: router, sessions (own state machine each), the
+//!   `chat/completions` receipt path and SSE stream, `verify-timeout`, the GETs.
+//! - `openai.rs`    — the plain OpenAI endpoint every host also serves.
+//! - `chain.rs`, `epoch.rs` — the chain public API, REST queries and request log.
+//! - `control.rs`   — the `/sim/…` control API.
+//! - `faults.rs`    — fault knobs and counters; `profile.rs` — latency profiles.
+//! - `generator.rs` — the deterministic fake model; `server.rs` — hyper plumbing.
+//! - `cli.rs`       — the `sim` subcommand.
+//!
+//! # Time
+//! Every server task runs on the current tokio runtime and every delay is a `tokio::time`
+//! sleep; every timestamp comes from the injected `SharedClock`. A test that pauses tokio's
+//! clock therefore runs the simulator in virtual time.
+
+mod chain;
+pub mod cli;
+mod config;
+mod control;
+mod epoch;
+mod faults;
+mod generator;
+mod host;
+mod network;
+mod openai;
+mod profile;
+mod server;
+
+pub use self::{
+    chain::{ChainRequest, ChainRequests, EscrowInfo, ParticipantInfo, RECENT_REQUESTS},
+    config::{
+        ConfirmationPocSchedule, EpochSchedule, SimConfig, DEFAULT_MODEL, DEFAULT_ROUTE_PREFIX,
+        DEFAULT_SEED, GATEWAY_KEY_INDEX,
+    },
+    epoch::{
+        EpochView, PHASE_INFERENCE, PHASE_POC_GENERATE, PHASE_POC_GENERATE_WIND_DOWN,
+        PHASE_POC_VALIDATE, PHASE_POC_VALIDATE_WIND_DOWN,
+    },
+    faults::{parse_fault_script, Counters, Faults},
+    network::{HostView, SimError, SimHostInfo, SimNetwork},
+    profile::{LatencyProfile, Profile},
+};

@@ -1,0 +1,315 @@
+//! The chain as the gateway sees it: the public API (`/v1/epochs/…`), the chain REST queries
+//! (`/productscience/inference/inference/…`) and a request log for rate tests.
+//!
+//! Public-API integers are JSON numbers; chain REST `uint64`s are JSON strings (grpc-gateway).
+//! An unknown escrow answers `{"found": false}`; an unknown participant a grpc-gateway 404.
+//! Every request to a chain path (and every miner `GET /v1/versions`) is logged with the client
+//! address (peer IP, or the first `X-Forwarded-For` entry) and the clock's time.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::Mutex,
+};
+
+use base64::{engine::general_purpose::STANDARD as B64, Engine};
+use http::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use devshard_actors::{
+    clock::SharedClock,
+    protocol::{crypto::Address, state::SessionConfig},
+};
+
+use super::{
+    config::EpochSchedule,
+    epoch::{self, EpochView},
+    server::{self, Resp},
+};
+
+/// How many recent requests the log keeps.
+pub const RECENT_REQUESTS: usize = 1_000;
+const REST_PREFIX: &str = "/productscience/inference/inference/";
+
+/// An escrow as the chain stores it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EscrowInfo {
+    pub escrow_id: String,
+    pub creator: Address,
+    pub amount: u64,
+    /// Validator address of each slot, in slot order.
+    pub slots: Vec<Address>,
+    pub epoch_index: u64,
+    pub session_config: SessionConfig,
+}
+
+/// A registered participant (one per host).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ParticipantInfo {
+    pub index: usize,
+    pub address: Address,
+    /// Host base URL (`inference_url`).
+    pub url: String,
+    pub weight: u64,
+    /// Base64 of the compressed public key.
+    pub validator_key: String,
+    pub node_id: String,
+    /// The ML node keeps serving during PoC (`timeslot_allocation[1]`, `poc_validation_inference`).
+    pub preserved: bool,
+}
+
+/// One logged request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainRequest {
+    pub at_ms: i64,
+    /// `chain` or `host-<i>`.
+    pub server: String,
+    pub path: String,
+    pub client: String,
+}
+
+/// Request counts (`GET /sim/chain/requests`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainRequests {
+    pub total: u64,
+    pub by_path: BTreeMap<String, u64>,
+    pub by_client: BTreeMap<String, u64>,
+    pub by_server: BTreeMap<String, u64>,
+    pub by_client_path: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The last [`RECENT_REQUESTS`] requests, oldest first.
+    pub recent: VecDeque<ChainRequest>,
+}
+
+/// The simulated chain.
+#[derive(Debug)]
+pub(crate) struct Chain {
+    clock: SharedClock,
+    start_ms: i64,
+    schedule: EpochSchedule,
+    model: String,
+    escrows: BTreeMap<String, EscrowInfo>,
+    participants: Vec<ParticipantInfo>,
+    log: Mutex<ChainRequests>,
+}
+
+impl Chain {
+    pub(crate) fn new(
+        clock: SharedClock,
+        schedule: EpochSchedule,
+        model: String,
+        escrows: Vec<EscrowInfo>,
+        participants: Vec<ParticipantInfo>,
+    ) -> Chain {
+        let start_ms = clock.now_ms();
+        Chain {
+            clock,
+            start_ms,
+            schedule,
+            model,
+            escrows: escrows
+                .into_iter()
+                .map(|e| (e.escrow_id.clone(), e))
+                .collect(),
+            participants,
+            log: Mutex::new(ChainRequests::default()),
+        }
+    }
+
+    pub(crate) fn escrow(&self, id: &str) -> Option<&EscrowInfo> {
+        self.escrows.get(id)
+    }
+
+    pub(crate) fn participants(&self) -> &[ParticipantInfo] {
+        &self.participants
+    }
+
+    /// Height, epoch and phase now.
+    pub(crate) fn epoch_view(&self) -> EpochView {
+        let elapsed = u64::try_from(self.clock.now_ms() - self.start_ms).unwrap_or(0);
+        epoch::view_at(&self.schedule, epoch::height_at(&self.schedule, elapsed))
+    }
+
+    /// Records one request.
+    pub(crate) fn log_request(&self, server: &str, path: &str, client: &str) {
+        let at_ms = self.clock.now_ms();
+        let Ok(mut log) = self.log.lock() else { return };
+        log.total += 1;
+        *log.by_path.entry(path.to_owned()).or_default() += 1;
+        *log.by_client.entry(client.to_owned()).or_default() += 1;
+        *log.by_server.entry(server.to_owned()).or_default() += 1;
+        *log.by_client_path
+            .entry(client.to_owned())
+            .or_default()
+            .entry(path.to_owned())
+            .or_default() += 1;
+        if log.recent.len() == RECENT_REQUESTS {
+            log.recent.pop_front();
+        }
+        log.recent.push_back(ChainRequest {
+            at_ms,
+            server: server.to_owned(),
+            path: path.to_owned(),
+            client: client.to_owned(),
+        });
+    }
+
+    pub(crate) fn requests(&self) -> ChainRequests {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    pub(crate) fn reset_requests(&self) {
+        if let Ok(mut log) = self.log.lock() {
+            *log = ChainRequests::default();
+        }
+    }
+
+    /// Answers a chain path (already logged by the caller).
+    pub(crate) fn handle(&self, method: &Method, path: &str) -> Resp {
+        if method != Method::GET {
+            return server::message(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
+        }
+        if path == "/v1/epochs/latest" {
+            let view = self.epoch_view();
+            return server::json(StatusCode::OK, &epoch::latest_json(&self.schedule, &view));
+        }
+        if path == "/v1/epochs/current/participants" {
+            return server::json(StatusCode::OK, &self.participants_json());
+        }
+        match path.strip_prefix(REST_PREFIX) {
+            Some("params") => server::json(StatusCode::OK, &self.params_json()),
+            Some(rest) => {
+                if let Some(id) = rest.strip_prefix("devshard_escrow/") {
+                    return server::json(StatusCode::OK, &self.escrow_json(id));
+                }
+                if let Some(addr) = rest.strip_prefix("participant/") {
+                    return self.participant_response(addr);
+                }
+                not_found()
+            }
+            None => not_found(),
+        }
+    }
+
+    fn participants_json(&self) -> Value {
+        let view = self.epoch_view();
+        let list: Vec<Value> = self
+            .participants
+            .iter()
+            .map(|p| {
+                json!({
+                    "index": p.address,
+                    "validator_key": p.validator_key,
+                    "weight": p.weight,
+                    "inference_url": p.url,
+                    "models": [self.model],
+                    "ml_nodes": [{"ml_nodes": [{
+                        "node_id": p.node_id,
+                        "timeslot_allocation": [true, p.preserved],
+                        "poc_weight": p.weight,
+                    }]}],
+                })
+            })
+            .collect();
+        json!({
+            "active_participants": {
+                "participants": list,
+                "epoch_group_id": view.epoch_index,
+                "poc_start_block_height": view.poc_start,
+                "created_at_block_height": view.poc_start + self.schedule.poc_blocks(),
+            },
+            "block_height": view.block_height,
+        })
+    }
+
+    fn params_json(&self) -> Value {
+        // Every escrow shares one config; report the first (defaults when there is none).
+        let cfg = self
+            .escrows
+            .values()
+            .next()
+            .map(|e| (&e.session_config, e.slots.len()));
+        let (refusal, execution, rate, factor) = match cfg {
+            Some((c, n)) => {
+                let factor = if c.vote_threshold as usize == n / 2 {
+                    0
+                } else {
+                    u64::from(c.vote_threshold) * 100 / n.max(1) as u64
+                };
+                (
+                    c.refusal_timeout,
+                    c.execution_timeout,
+                    c.validation_rate,
+                    factor,
+                )
+            }
+            None => (60, 1200, 5000, 0),
+        };
+        json!({"params": {"devshard_escrow_params": {
+            "refusal_timeout": refusal.to_string(),
+            "execution_timeout": execution.to_string(),
+            "validation_rate": rate.to_string(),
+            "vote_threshold_factor": factor.to_string(),
+        }}})
+    }
+
+    fn escrow_json(&self, id: &str) -> Value {
+        let Some(e) = self.escrows.get(id) else {
+            return json!({"found": false});
+        };
+        let c = &e.session_config;
+        let app_hash = hex::encode_upper(devshard_actors::protocol::crypto::sha256(id.as_bytes()));
+        json!({"found": true, "escrow": {
+            "id": e.escrow_id,
+            "creator": e.creator,
+            "amount": e.amount.to_string(),
+            "slots": e.slots,
+            "epoch_index": e.epoch_index.to_string(),
+            "app_hash": app_hash,
+            "settled": false,
+            "token_price": c.token_price.to_string(),
+            "create_devshard_fee": c.create_devshard_fee.to_string(),
+            "fee_per_nonce": c.fee_per_nonce.to_string(),
+            "inference_seal_grace_nonces": c.inference_seal_grace_nonces.to_string(),
+            "inference_seal_grace_seconds": c.inference_seal_grace_seconds.to_string(),
+            "auto_seal_every_n_nonces": c.auto_seal_every_n_nonces.to_string(),
+            // Simulator extension: the exact frozen config every host uses.
+            "session_config": c,
+        }})
+    }
+
+    fn participant_response(&self, addr: &str) -> Resp {
+        match self
+            .participants
+            .iter()
+            .find(|p| p.address.as_str() == addr)
+        {
+            Some(p) => server::json(
+                StatusCode::OK,
+                &json!({"participant": {
+                    "index": p.address,
+                    "address": p.address,
+                    "inference_url": p.url,
+                    "validator_key": p.validator_key,
+                    "weight": p.weight.to_string(),
+                    "status": "ACTIVE",
+                }}),
+            ),
+            None => server::json(
+                StatusCode::NOT_FOUND,
+                &json!({"code": 5, "message": "participant not found", "details": []}),
+            ),
+        }
+    }
+}
+
+fn not_found() -> Resp {
+    server::json(
+        StatusCode::NOT_FOUND,
+        &json!({"code": 5, "message": "Not Found", "details": []}),
+    )
+}
+
+/// Base64 of a compressed public key.
+pub(crate) fn pubkey_b64(compressed: &[u8]) -> String {
+    B64.encode(compressed)
+}

@@ -1,0 +1,154 @@
+//! The control API, served next to the chain API so external tools can drive the simulator.
+//!
+//! | route | effect |
+//! |---|---|
+//! | `GET /sim/hosts` | `[{index, address, url, up, faults, fault_script, latency, counters}]` |
+//! | `PUT /sim/hosts/{i}/faults` | a fault set or an array of sets (script); replaces the host's faults |
+//! | `DELETE /sim/hosts/{i}/faults` | clears them |
+//! | `PUT /sim/faults` / `DELETE /sim/faults` | the same for every host |
+//! | `PUT /sim/hosts/{i}/latency` | replaces the host's latency profile |
+//! | `GET /sim/hosts/{i}/sessions/{escrow}` | the host's nonce, roots, mempool size, signed nonces |
+//! | `GET /sim/escrows/{id}` | the chain's escrow record (creator, slots, amount, session config) |
+//! | `GET /sim/chain/requests` | request counts per path / client / server and the last 1 000 requests |
+//! | `POST /sim/chain/requests/reset` | clears the request log |
+//!
+//! Unknown knobs or bad JSON answer 400 `{"message": …}`; an unknown host 404.
+
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use super::{
+    faults::{parse_fault_script, Faults},
+    host::HostState,
+    network::NetCore,
+    profile::LatencyProfile,
+    server::{self, Reject, Resp},
+};
+
+fn host_json(h: &HostState) -> Value {
+    json!({
+        "index": h.index,
+        "address": h.key.address(),
+        "url": h.url,
+        "up": h.listener().is_some_and(|l| l.is_up()),
+        "faults": h.faults(),
+        "fault_script": h.script(),
+        "latency": h.latency(),
+        "counters": h.counters.snapshot(),
+    })
+}
+
+fn bad_request(e: impl std::fmt::Display) -> Resp {
+    server::message(StatusCode::BAD_REQUEST, &e.to_string())
+}
+
+async fn read_script(req: Request<Incoming>) -> Result<Vec<Faults>, Reject> {
+    let body = server::read_body(req).await?;
+    parse_fault_script(&body).map_err(|e| Reject::new(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
+    let path = req.uri().path().trim_end_matches('/').to_owned();
+    let method = req.method().clone();
+    let parts: Vec<&str> = path.split('/').skip(2).collect();
+    match (&method, parts.as_slice()) {
+        (&Method::GET, ["hosts"]) => {
+            let list: Vec<Value> = core.hosts.iter().map(|h| host_json(h)).collect();
+            server::json(StatusCode::OK, &list)
+        }
+        (&Method::PUT, ["faults"]) => match read_script(req).await {
+            Ok(script) => {
+                for h in &core.hosts {
+                    h.set_script(script.clone());
+                }
+                server::json(
+                    StatusCode::OK,
+                    &core.hosts.iter().map(|h| host_json(h)).collect::<Vec<_>>(),
+                )
+            }
+            Err(reject) => reject.into_response(),
+        },
+        (&Method::DELETE, ["faults"]) => {
+            for h in &core.hosts {
+                h.set_script(Vec::new());
+            }
+            server::json(
+                StatusCode::OK,
+                &core.hosts.iter().map(|h| host_json(h)).collect::<Vec<_>>(),
+            )
+        }
+        (_, ["hosts", index, rest @ ..]) => {
+            let Some(host) = index.parse::<usize>().ok().and_then(|i| core.hosts.get(i)) else {
+                return server::message(StatusCode::NOT_FOUND, &format!("unknown host {index}"));
+            };
+            host_route(host, &method, rest, req).await
+        }
+        (&Method::GET, ["escrows", id]) => match core.chain.escrow(id) {
+            Some(e) => server::json(StatusCode::OK, e),
+            None => server::message(StatusCode::NOT_FOUND, "escrow not found"),
+        },
+        (&Method::GET, ["chain", "requests"]) => {
+            server::json(StatusCode::OK, &core.chain.requests())
+        }
+        (&Method::POST, ["chain", "requests", "reset"]) => {
+            core.chain.reset_requests();
+            server::json(StatusCode::OK, &json!({"reset": true}))
+        }
+        _ => server::message(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+async fn host_route(
+    host: &std::sync::Arc<HostState>,
+    method: &Method,
+    rest: &[&str],
+    req: Request<Incoming>,
+) -> Resp {
+    match (method, rest) {
+        (&Method::GET, []) => server::json(StatusCode::OK, &host_json(host)),
+        (&Method::PUT, ["faults"]) => match read_script(req).await {
+            Ok(script) => {
+                host.set_script(script);
+                server::json(StatusCode::OK, &host_json(host))
+            }
+            Err(reject) => reject.into_response(),
+        },
+        (&Method::DELETE, ["faults"]) => {
+            host.set_script(Vec::new());
+            server::json(StatusCode::OK, &host_json(host))
+        }
+        (&Method::PUT, ["latency"]) => {
+            let body = match server::read_body(req).await {
+                Ok(b) => b,
+                Err(reject) => return reject.into_response(),
+            };
+            match serde_json::from_slice::<LatencyProfile>(&body) {
+                Ok(l) => {
+                    host.set_latency(l);
+                    server::json(StatusCode::OK, &host_json(host))
+                }
+                Err(e) => bad_request(e),
+            }
+        }
+        (&Method::GET, ["sessions", escrow]) => {
+            let view = host.with_session(escrow, |s| {
+                json!({
+                    "latest_nonce": s.sm.latest_nonce(),
+                    "state_root": hex::encode(s.reported_root()),
+                    "real_root": hex::encode(s.sm.state_root()),
+                    "forked_at": s.forked_at,
+                    "mempool_len": s.mempool.len(),
+                    "signed_nonces": s.signatures.keys().collect::<Vec<_>>(),
+                    "phase": s.sm.phase().as_str(),
+                    "balance": s.sm.balance(),
+                })
+            });
+            match view {
+                Some(v) => server::json(StatusCode::OK, &v),
+                None => server::message(StatusCode::NOT_FOUND, "session not found"),
+            }
+        }
+        _ => server::message(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}

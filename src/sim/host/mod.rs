@@ -1,0 +1,298 @@
+//! A simulated devshard host: its key, listener, fault script, latency profile, counters and
+//! per-escrow sessions, plus the request router.
+//!
+//! Routes (base URL `http://ip:port`):
+//! - `POST {prefix}/sessions/{id}/chat/completions` ([`chat`]), `POST …/verify-timeout`
+//!   ([`timeout`]), `GET …/diffs|mempool|signatures` ([`query`]);
+//! - `POST /v1/chat/completions`: plain OpenAI endpoint ([`super::openai`]);
+//! - `GET /v1/versions`: the miner's ML-node versions.
+//!
+//! All mutable host state sits behind one `std::sync::Mutex` that is never held across an
+//! `.await`. Sessions are created lazily from the in-process chain on the first POST.
+
+pub(crate) mod chat;
+pub(crate) mod query;
+pub(crate) mod session;
+pub(crate) mod stream;
+pub(crate) mod timeout;
+
+use std::{
+    collections::{HashMap, VecDeque},
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard, OnceLock},
+    time::Duration,
+};
+
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+
+use devshard_actors::{clock::SharedClock, protocol::crypto::SigningKey};
+
+use self::session::HostSession;
+use super::{
+    faults::{AtomicCounters, Faults},
+    network::NetCore,
+    profile::{Jitter, LatencyProfile},
+    server::{self, Listener, Resp},
+};
+
+/// Mutable part of a host.
+#[derive(Debug)]
+pub(crate) struct HostInner {
+    /// Fault sets; the front one is active.
+    script: VecDeque<Faults>,
+    /// Remaining chat requests of the active set (`None` = until replaced).
+    remaining: Option<u32>,
+    down_until_ms: i64,
+    latency: LatencyProfile,
+    jitter: Jitter,
+    pub(crate) sessions: HashMap<String, HostSession>,
+    /// Counter of created sessions (new incarnation after `forget_session`).
+    session_seq: u64,
+}
+
+/// One simulated host.
+#[derive(Debug)]
+pub(crate) struct HostState {
+    pub(crate) index: usize,
+    pub(crate) key: SigningKey,
+    pub(crate) url: String,
+    pub(crate) counters: AtomicCounters,
+    clock: SharedClock,
+    /// Runtime the simulator was started on (timers spawned from sync control calls).
+    rt: tokio::runtime::Handle,
+    seed: String,
+    listener: OnceLock<Listener>,
+    inner: Mutex<HostInner>,
+}
+
+impl HostState {
+    pub(crate) fn new(
+        index: usize,
+        key: SigningKey,
+        url: String,
+        latency: LatencyProfile,
+        clock: SharedClock,
+        rt: tokio::runtime::Handle,
+        seed: &str,
+    ) -> HostState {
+        let jitter = Jitter::new(derive_seed(seed, "latency", index, ""));
+        HostState {
+            index,
+            key,
+            url,
+            counters: AtomicCounters::default(),
+            clock,
+            rt,
+            seed: seed.to_owned(),
+            listener: OnceLock::new(),
+            inner: Mutex::new(HostInner {
+                script: VecDeque::new(),
+                remaining: None,
+                down_until_ms: 0,
+                latency,
+                jitter,
+                sessions: HashMap::new(),
+                session_seq: 0,
+            }),
+        }
+    }
+
+    pub(crate) fn set_listener(&self, listener: Listener) {
+        let _ = self.listener.set(listener);
+    }
+
+    pub(crate) fn listener(&self) -> Option<&Listener> {
+        self.listener.get()
+    }
+
+    /// The host state lock (poisoning is ignored: no invariant spans a panic).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HostInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The host's clock in unix milliseconds (network clock plus `clock_skew_s`).
+    pub(crate) fn now_ms(&self) -> i64 {
+        let skew_s = self
+            .lock()
+            .script
+            .front()
+            .and_then(|f| f.clock_skew_s)
+            .unwrap_or(0);
+        self.clock
+            .now_ms()
+            .saturating_add(skew_s.saturating_mul(1000))
+    }
+
+    pub(crate) fn now_unix(&self) -> i64 {
+        self.now_ms().div_euclid(1000)
+    }
+
+    /// The active fault set (empty when none).
+    pub(crate) fn faults(&self) -> Faults {
+        self.lock().script.front().cloned().unwrap_or_default()
+    }
+
+    /// The whole script (active set first).
+    pub(crate) fn script(&self) -> Vec<Faults> {
+        self.lock().script.iter().cloned().collect()
+    }
+
+    /// Replaces the fault script (empty = no faults) and activates its first set.
+    pub(crate) fn set_script(self: &Arc<Self>, script: Vec<Faults>) {
+        let mut inner = self.lock();
+        inner.script = script.into();
+        self.activate(&mut inner);
+    }
+
+    /// Returns the fault set that applies to this chat request and consumes one use of it.
+    pub(crate) fn take_chat_faults(self: &Arc<Self>) -> Faults {
+        let mut inner = self.lock();
+        let current = inner.script.front().cloned().unwrap_or_default();
+        if let Some(n) = inner.remaining {
+            let left = n.saturating_sub(1);
+            inner.remaining = Some(left);
+            if left == 0 {
+                inner.script.pop_front();
+                self.activate(&mut inner);
+            }
+        }
+        current
+    }
+
+    /// Runs the one-shot actions of the (new) front set and updates the listener.
+    fn activate(self: &Arc<Self>, inner: &mut HostInner) {
+        // Sets with `times: 0` are spent before they start.
+        while inner.script.front().is_some_and(|f| f.times == Some(0)) {
+            inner.script.pop_front();
+        }
+        let front = inner.script.front().cloned().unwrap_or_default();
+        inner.remaining = front.times;
+        if inner.script.is_empty() {
+            // Clearing every fault also ends a down window.
+            inner.down_until_ms = 0;
+        }
+        if front.forget_session {
+            inner.sessions.clear();
+        }
+        if let Some(ms) = front.down_for_ms {
+            inner.down_until_ms = self.clock.now_ms().saturating_add(ms as i64);
+            let host = Arc::clone(self);
+            self.rt.spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                host.refresh_listener();
+            });
+        }
+        self.apply_listener_state(inner);
+    }
+
+    fn refresh_listener(&self) {
+        let inner = self.lock();
+        self.apply_listener_state(&inner);
+    }
+
+    fn apply_listener_state(&self, inner: &HostInner) {
+        let refuse = inner.script.front().is_some_and(|f| f.refuse_connections);
+        let down = self.clock.now_ms() < inner.down_until_ms;
+        if let Some(l) = self.listener.get() {
+            l.set_up(!refuse && !down);
+        }
+    }
+
+    pub(crate) fn latency(&self) -> LatencyProfile {
+        self.lock().latency.clone()
+    }
+
+    pub(crate) fn set_latency(&self, latency: LatencyProfile) {
+        self.lock().latency = latency;
+    }
+
+    /// `base` with this host's jitter applied.
+    pub(crate) fn jittered(&self, base: Duration) -> Duration {
+        let mut inner = self.lock();
+        let frac = inner.latency.jitter;
+        inner.jitter.apply(base, frac)
+    }
+
+    /// Sleeps `base` plus jitter (on tokio's clock).
+    pub(crate) async fn delay(&self, base: Duration) {
+        let d = self.jittered(base);
+        if !d.is_zero() {
+            tokio::time::sleep(d).await;
+        }
+    }
+
+    /// Seed of a session's validation sampler.
+    pub(crate) fn session_seed(&self, escrow_id: &str, incarnation: u64) -> [u8; 32] {
+        derive_seed(
+            &self.seed,
+            &format!("validation/{incarnation}"),
+            self.index,
+            escrow_id,
+        )
+    }
+
+    /// Runs `f` on the session of `escrow_id`, if the host has it.
+    pub(crate) fn with_session<R>(
+        &self,
+        escrow_id: &str,
+        f: impl FnOnce(&mut HostSession) -> R,
+    ) -> Option<R> {
+        self.lock().sessions.get_mut(escrow_id).map(f)
+    }
+
+    /// Next session incarnation number.
+    pub(crate) fn next_incarnation(inner: &mut HostInner) -> u64 {
+        inner.session_seq += 1;
+        inner.session_seq
+    }
+}
+
+/// `sha256(seed ‖ purpose ‖ index ‖ extra)`.
+pub(crate) fn derive_seed(seed: &str, purpose: &str, index: usize, extra: &str) -> [u8; 32] {
+    let pre = format!("{seed}\u{0}{purpose}\u{0}{index}\u{0}{extra}");
+    devshard_actors::protocol::crypto::sha256(pre.as_bytes())
+}
+
+/// Routes one request to a host endpoint.
+pub(crate) async fn route(
+    core: Arc<NetCore>,
+    index: usize,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Resp {
+    let Some(host) = core.hosts.get(index).cloned() else {
+        return server::message(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    if path == "/v1/chat/completions" && method == Method::POST {
+        return super::openai::handle(&core, &host, req).await;
+    }
+    if path == "/v1/versions" && method == Method::GET {
+        AtomicCounters::bump(&host.counters.versions);
+        let client = super::network::client_id(&req, peer);
+        core.chain
+            .log_request(&format!("host-{index}"), &path, &client);
+        return super::network::versions_response(&core, index);
+    }
+    let prefix = format!("{}/sessions/", core.cfg.route_prefix.trim_end_matches('/'));
+    let Some((escrow_id, action)) = path.strip_prefix(&prefix).and_then(|r| r.split_once('/'))
+    else {
+        return server::message(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let escrow_id = escrow_id.to_owned();
+    match (action, method) {
+        ("chat/completions", Method::POST) => chat::handle(core, host, escrow_id, req).await,
+        ("verify-timeout", Method::POST) => timeout::handle(core, host, escrow_id, req).await,
+        ("diffs", Method::GET) => query::diffs(&host, &escrow_id, req.uri().query()).await,
+        ("mempool", Method::GET) => query::mempool(&host, &escrow_id).await,
+        ("signatures", Method::GET) => {
+            query::signatures(&host, &escrow_id, req.uri().query()).await
+        }
+        ("chat/completions" | "verify-timeout" | "diffs" | "mempool" | "signatures", _) => {
+            server::message(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+        }
+        _ => server::message(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}

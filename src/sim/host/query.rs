@@ -1,0 +1,93 @@
+//! The unauthenticated GETs of a host (PROTOCOL.md §3.6): `diffs`, `mempool`, `signatures`.
+//! A host without a session for the escrow answers 404 `session not found`.
+
+use http::StatusCode;
+
+use devshard_actors::protocol::wire::{DiffJson, DiffRecord, MempoolResponse, SignaturesResponse};
+
+use super::HostState;
+use crate::sim::{
+    faults::AtomicCounters,
+    server::{self, query_param, Reject, Resp},
+};
+
+const SESSION_NOT_FOUND: &str = "session not found";
+
+/// Wraps a GET answer in the host's RTT.
+async fn with_rtt(host: &HostState, answer: impl FnOnce() -> Resp) -> Resp {
+    let half = host.latency().half_rtt();
+    host.delay(half).await;
+    let resp = answer();
+    host.delay(half).await;
+    resp
+}
+
+fn parse_u64(query: Option<&str>, name: &str) -> Result<Option<u64>, Reject> {
+    match query_param(query, name) {
+        None => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| Reject::new(StatusCode::BAD_REQUEST, format!("invalid {name} parameter"))),
+    }
+}
+
+/// `GET …/diffs?from=A&to=B` (inclusive; defaults 1 and the latest nonce).
+pub(crate) async fn diffs(host: &HostState, escrow_id: &str, query: Option<&str>) -> Resp {
+    AtomicCounters::bump(&host.counters.diffs);
+    with_rtt(host, || {
+        let (from, to) = match (parse_u64(query, "from"), parse_u64(query, "to")) {
+            (Ok(f), Ok(t)) => (f.unwrap_or(1), t),
+            (Err(r), _) | (_, Err(r)) => return r.into_response(),
+        };
+        let records = host.with_session(escrow_id, |s| {
+            let to = to.unwrap_or_else(|| s.sm.latest_nonce());
+            s.diffs_in(from, to)
+                .map(|d| DiffRecord {
+                    diff: DiffJson::from_diff(&d.diff),
+                    state_hash: d.state_hash.to_vec(),
+                })
+                .collect::<Vec<_>>()
+        });
+        match records {
+            Some(r) => server::json(StatusCode::OK, &r),
+            None => server::message(StatusCode::NOT_FOUND, SESSION_NOT_FOUND),
+        }
+    })
+    .await
+}
+
+/// `GET …/mempool`.
+pub(crate) async fn mempool(host: &HostState, escrow_id: &str) -> Resp {
+    AtomicCounters::bump(&host.counters.mempool);
+    with_rtt(host, || {
+        match host.with_session(escrow_id, |s| MempoolResponse::from_txs(&s.mempool)) {
+            Some(m) => server::json(StatusCode::OK, &m),
+            None => server::message(StatusCode::NOT_FOUND, SESSION_NOT_FOUND),
+        }
+    })
+    .await
+}
+
+/// `GET …/signatures?nonce=N`: the host's own signature for each of its slots, if it signed
+/// at exactly that nonce; `null` otherwise (and always with `signatures_empty`).
+pub(crate) async fn signatures(host: &HostState, escrow_id: &str, query: Option<&str>) -> Resp {
+    AtomicCounters::bump(&host.counters.signatures);
+    let empty = host.faults().signatures_empty;
+    with_rtt(host, || {
+        let nonce = match parse_u64(query, "nonce") {
+            Ok(Some(n)) => n,
+            Ok(None) => return server::message(StatusCode::BAD_REQUEST, "invalid nonce parameter"),
+            Err(r) => return r.into_response(),
+        };
+        let sigs = host.with_session(escrow_id, |s| {
+            let sig = s.signatures.get(&nonce).filter(|_| !empty)?;
+            Some(s.my_slots.iter().map(|slot| (*slot, sig.clone())).collect())
+        });
+        match sigs {
+            Some(signatures) => server::json(StatusCode::OK, &SignaturesResponse { signatures }),
+            None => server::message(StatusCode::NOT_FOUND, SESSION_NOT_FOUND),
+        }
+    })
+    .await
+}

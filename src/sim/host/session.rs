@@ -1,0 +1,255 @@
+//! One host's view of one escrow session: its own state machine, diff log, mempool, state
+//! signatures and running executions.
+//!
+//! Diffs are applied strictly (skip `nonce ≤ latest`, then sequential nonce, user signature,
+//! atomic txs and post-state root, all checked by the shared `StateMachine`). A failing diff
+//! leaves the state as it was before that diff. Applied txs leave the mempool, and so do
+//! entries that can no longer apply (a ConfirmStart whose record is no longer Pending, a Finish
+//! whose record is neither Pending nor Started, anything about a sealed record).
+//!
+//! A host armed with `fork_from_nonce = K` applies the first diff with nonce ≥ K and is then
+//! forked: it reports `sha256(root ‖ "fork")` as its root and rejects every later diff with
+//! the upstream root-mismatch text, using that root as the computed one.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use devshard_actors::protocol::{
+    crypto::{sha256, Address, SigningKey},
+    diff::Diff,
+    proto::{DevshardTx, MsgValidation, Tx},
+    state::{sign_validation, InferenceStatus, Slot, StateError, StateMachine},
+};
+
+use super::super::{chain::EscrowInfo, profile::Jitter};
+
+/// Upstream chain nonce limit; active-phase diffs beyond `MAX_NONCE − (N+1)` are rejected.
+pub(crate) const MAX_NONCE: u64 = 20_000;
+
+/// An executor's run of one inference (retries of the same nonce reuse it).
+#[derive(Clone, Debug)]
+pub(crate) struct Execution {
+    pub receipt: Vec<u8>,
+    pub confirmed_at: i64,
+    /// The streamed data payloads once the run finished (replayed to a retry).
+    pub cached: Option<Vec<String>>,
+}
+
+/// One diff as the host stored it.
+#[derive(Clone, Debug)]
+pub(crate) struct StoredDiff {
+    pub diff: Diff,
+    /// The root the host reported after this diff.
+    pub state_hash: [u8; 32],
+}
+
+/// A host's session for one escrow.
+#[derive(Debug)]
+pub(crate) struct HostSession {
+    /// Distinguishes this session from one re-created after `forget_session`.
+    pub incarnation: u64,
+    pub sm: StateMachine,
+    pub creator: Address,
+    /// This host's slots, ascending.
+    pub my_slots: Vec<u32>,
+    pub diffs: Vec<StoredDiff>,
+    pub mempool: Vec<DevshardTx>,
+    /// Own state signature by nonce (served by `GET /signatures`).
+    pub signatures: BTreeMap<u64, Vec<u8>>,
+    /// Nonce at which the host forked, once it has.
+    pub forked_at: Option<u64>,
+    pub executions: HashMap<u64, Execution>,
+    validated: HashSet<u64>,
+    sampler: Jitter,
+}
+
+impl HostSession {
+    pub(crate) fn new(
+        escrow: &EscrowInfo,
+        me: &Address,
+        incarnation: u64,
+        sampler_seed: [u8; 32],
+    ) -> Result<HostSession, StateError> {
+        let group: Vec<Slot> = escrow
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Slot {
+                slot_id: i as u32,
+                validator: a.clone(),
+            })
+            .collect();
+        let sm = StateMachine::new(
+            escrow.escrow_id.clone(),
+            escrow.session_config.clone(),
+            group,
+            escrow.amount,
+        )?;
+        let my_slots = sm.slots_of(me);
+        Ok(HostSession {
+            incarnation,
+            sm,
+            creator: escrow.creator.clone(),
+            my_slots,
+            diffs: Vec::new(),
+            mempool: Vec::new(),
+            signatures: BTreeMap::new(),
+            forked_at: None,
+            executions: HashMap::new(),
+            validated: HashSet::new(),
+            sampler: Jitter::new(sampler_seed),
+        })
+    }
+
+    /// The root this host reports (perturbed once forked).
+    pub(crate) fn reported_root(&self) -> [u8; 32] {
+        let root = self.sm.state_root();
+        if self.forked_at.is_some() {
+            let mut pre = root.to_vec();
+            pre.extend_from_slice(b"fork");
+            sha256(&pre)
+        } else {
+            root
+        }
+    }
+
+    /// Applies `diffs` in order, skipping already-applied nonces. On the first failure the
+    /// error text is `apply diff nonce N: …`; diffs before it stay applied.
+    pub(crate) fn apply_diffs(
+        &mut self,
+        diffs: &[Diff],
+        fork_from: Option<u64>,
+        validation_rate: f64,
+        key: &SigningKey,
+    ) -> Result<(), String> {
+        for diff in diffs {
+            if diff.nonce <= self.sm.latest_nonce() {
+                continue;
+            }
+            self.apply_one(diff, fork_from)
+                .map_err(|e| format!("apply diff nonce {}: {e}", diff.nonce))?;
+            self.after_apply(diff, validation_rate, key);
+        }
+        Ok(())
+    }
+
+    fn apply_one(&mut self, diff: &Diff, fork_from: Option<u64>) -> Result<(), String> {
+        if self.forked_at.is_some() {
+            return Err(StateError::PostStateRootMismatch {
+                diff: hex::encode(&diff.post_state_root),
+                computed: hex::encode(self.reported_root()),
+            }
+            .to_string());
+        }
+        let n = self.sm.group_size() as u64;
+        if self.sm.phase() == devshard_actors::protocol::state::Phase::Active
+            && diff.nonce > MAX_NONCE.saturating_sub(n + 1)
+        {
+            return Err("nonce exceeds chain max_nonce limit".to_owned());
+        }
+        self.sm
+            .apply_diff(diff, &self.creator)
+            .map_err(|e| e.to_string())?;
+        if fork_from.is_some_and(|k| diff.nonce >= k) {
+            self.forked_at = Some(diff.nonce);
+        }
+        Ok(())
+    }
+
+    fn after_apply(&mut self, diff: &Diff, validation_rate: f64, key: &SigningKey) {
+        let applied: HashSet<TxKey> = diff.txs.iter().filter_map(tx_key).collect();
+        let sm = &self.sm;
+        self.mempool.retain(|tx| {
+            tx_key(tx).is_none_or(|k| !applied.contains(&k)) && still_applicable(sm, tx)
+        });
+        self.diffs.push(StoredDiff {
+            diff: diff.clone(),
+            state_hash: self.reported_root(),
+        });
+        for tx in &diff.txs {
+            if let Some(Tx::FinishInference(f)) = &tx.tx {
+                self.maybe_validate(f.inference_id, f.executor_slot, validation_rate, key);
+            }
+        }
+    }
+
+    /// A non-executor validates a finished inference with probability `rate`.
+    fn maybe_validate(&mut self, id: u64, executor_slot: u32, rate: f64, key: &SigningKey) {
+        let Some(&validator_slot) = self.my_slots.first() else {
+            return;
+        };
+        let executor = self.sm.slot_address(executor_slot);
+        if executor == Some(key.address()) || !self.validated.insert(id) {
+            return;
+        }
+        if self.sampler.unit() >= rate {
+            return;
+        }
+        let msg = MsgValidation {
+            inference_id: id,
+            validator_slot,
+            valid: true,
+            proposer_sig: Vec::new(),
+            escrow_id: self.sm.escrow_id().to_owned(),
+        };
+        self.mempool
+            .push(DevshardTx::new(Tx::Validation(sign_validation(msg, key))));
+    }
+
+    /// Adds a tx unless an entry with the same key is already there.
+    pub(crate) fn add_to_mempool(&mut self, tx: DevshardTx) {
+        let key = tx_key(&tx);
+        if key.is_some() && self.mempool.iter().any(|t| tx_key(t) == key) {
+            return;
+        }
+        self.mempool.push(tx);
+    }
+
+    /// True when the mempool holds a tx of `kind` (a [`Tx`] tag) for inference `id`.
+    pub(crate) fn mempool_has(&self, kind: u8, id: u64) -> bool {
+        self.mempool
+            .iter()
+            .any(|t| tx_key(t).is_some_and(|k| k.0 == kind && k.1 == id))
+    }
+
+    /// The diffs in `from..=to` as stored.
+    pub(crate) fn diffs_in(&self, from: u64, to: u64) -> impl Iterator<Item = &StoredDiff> {
+        self.diffs
+            .iter()
+            .filter(move |d| d.diff.nonce >= from && d.diff.nonce <= to)
+    }
+}
+
+/// Tags of the [`Tx`] kinds keyed in the mempool.
+pub(crate) const KIND_CONFIRM: u8 = 2;
+pub(crate) const KIND_FINISH: u8 = 3;
+const KIND_VALIDATION: u8 = 5;
+const KIND_VOTE: u8 = 6;
+
+/// Dedup key of a host-proposed tx: (kind, inference id, slot).
+type TxKey = (u8, u64, u32);
+
+fn tx_key(tx: &DevshardTx) -> Option<TxKey> {
+    match tx.tx.as_ref()? {
+        Tx::ConfirmStart(m) => Some((KIND_CONFIRM, m.inference_id, 0)),
+        Tx::FinishInference(m) => Some((KIND_FINISH, m.inference_id, 0)),
+        Tx::Validation(m) => Some((KIND_VALIDATION, m.inference_id, m.validator_slot)),
+        Tx::ValidationVote(m) => Some((KIND_VOTE, m.inference_id, m.voter_slot)),
+        _ => None,
+    }
+}
+
+fn still_applicable(sm: &StateMachine, tx: &DevshardTx) -> bool {
+    let Some(key) = tx_key(tx) else { return true };
+    let Some(rec) = sm.record(key.1) else {
+        return false;
+    };
+    match key.0 {
+        KIND_CONFIRM => rec.status == InferenceStatus::Pending,
+        KIND_FINISH => matches!(
+            rec.status,
+            InferenceStatus::Pending | InferenceStatus::Started
+        ),
+        KIND_VALIDATION => !rec.is_validated_by_slot(key.2) && !rec.status.is_terminal(),
+        _ => !rec.status.is_terminal(),
+    }
+}

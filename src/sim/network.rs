@@ -1,0 +1,388 @@
+//! [`SimNetwork`]: starting the chain API and the hosts on the current runtime, and the library
+//! API tests use to inspect and steer them.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use http::{Request, StatusCode};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use devshard_actors::{
+    clock::SharedClock,
+    protocol::{
+        crypto::{sha256, Address, SigningKey},
+        proto::DevshardTx,
+        state::StateMachine,
+    },
+};
+
+use super::{
+    chain::{pubkey_b64, Chain, ChainRequests, EscrowInfo, ParticipantInfo},
+    config::SimConfig,
+    control,
+    epoch::{self, EpochView},
+    faults::{Counters, Faults},
+    host::{self, HostState},
+    profile::LatencyProfile,
+    server::{self, bind_reuse, Handler, Listener, Resp},
+};
+
+/// Errors of starting or steering the simulator.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("invalid simulator config: {0}")]
+    Config(String),
+    #[error("the simulator must be started inside a tokio runtime")]
+    NoRuntime,
+    #[error("bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("unknown host index {0}")]
+    UnknownHost(usize),
+}
+
+/// Shared state of the whole network (held by every server task).
+#[derive(Debug)]
+pub(crate) struct NetCore {
+    pub(crate) cfg: SimConfig,
+    pub(crate) chain: Chain,
+    pub(crate) hosts: Vec<Arc<HostState>>,
+}
+
+/// Public facts about one host.
+#[derive(Clone, Debug)]
+pub struct SimHostInfo {
+    pub index: usize,
+    pub address: Address,
+    /// Base URL (`http://ip:port`), the participant's `inference_url`.
+    pub url: String,
+    pub key: SigningKey,
+}
+
+/// One host's view of one escrow (for test assertions).
+#[derive(Clone, Debug)]
+pub struct HostView {
+    pub latest_nonce: u64,
+    /// The root the host reports (perturbed once forked).
+    pub state_root: [u8; 32],
+    /// The root of its state machine.
+    pub real_root: [u8; 32],
+    pub forked_at: Option<u64>,
+    pub mempool_len: usize,
+    pub mempool: Vec<DevshardTx>,
+    /// Nonces at which the host stored its own state signature.
+    pub signed_nonces: Vec<u64>,
+    /// A copy of the host's state machine.
+    pub state: StateMachine,
+}
+
+/// A running simulated network. Dropping it stops every server.
+#[derive(Debug)]
+pub struct SimNetwork {
+    core: Arc<NetCore>,
+    chain_listener: Listener,
+    chain_url: String,
+    hosts: Vec<SimHostInfo>,
+}
+
+fn validate(cfg: &SimConfig) -> Result<Vec<usize>, SimError> {
+    if cfg.hosts == 0 {
+        return Err(SimError::Config("hosts must be at least 1".into()));
+    }
+    if cfg.escrow_ids.is_empty() {
+        return Err(SimError::Config("at least one escrow id is needed".into()));
+    }
+    if !(0.0..=1.0).contains(&cfg.validation_rate) {
+        return Err(SimError::Config(
+            "validation_rate must be within 0..=1".into(),
+        ));
+    }
+    if !cfg.route_prefix.starts_with('/') {
+        return Err(SimError::Config("route_prefix must start with '/'".into()));
+    }
+    cfg.slot_map().map_err(SimError::Config)
+}
+
+fn bind(cfg: &SimConfig, offset: usize) -> Result<tokio::net::TcpListener, SimError> {
+    let port = match cfg.base_port {
+        0 => 0,
+        base => u16::try_from(usize::from(base) + offset)
+            .map_err(|_| SimError::Config("base_port + hosts exceeds 65535".into()))?,
+    };
+    let addr = SocketAddr::new(cfg.bind_ip, port);
+    bind_reuse(addr).map_err(|source| SimError::Bind { addr, source })
+}
+
+fn local_url(l: &tokio::net::TcpListener) -> Result<String, SimError> {
+    l.local_addr()
+        .map(|a| format!("http://{a}"))
+        .map_err(|e| SimError::Config(format!("local address: {e}")))
+}
+
+impl SimNetwork {
+    /// Binds every server and starts them on the current tokio runtime.
+    pub async fn start(cfg: SimConfig, clock: SharedClock) -> Result<SimNetwork, SimError> {
+        let slot_map = validate(&cfg)?;
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| SimError::NoRuntime)?;
+        let chain_tcp = bind(&cfg, 0)?;
+        let chain_url = local_url(&chain_tcp)?;
+        let mut host_tcp = Vec::with_capacity(cfg.hosts);
+        let mut hosts = Vec::with_capacity(cfg.hosts);
+        for i in 0..cfg.hosts {
+            let tcp = bind(&cfg, i + 1)?;
+            let key = SigningKey::derive(&cfg.seed, i as u32);
+            hosts.push(SimHostInfo {
+                index: i,
+                address: key.address().clone(),
+                url: local_url(&tcp)?,
+                key,
+            });
+            host_tcp.push(tcp);
+        }
+        let participants = hosts
+            .iter()
+            .map(|h| {
+                let w = sha256(format!("{}/weight/{}", cfg.seed, h.index).as_bytes());
+                ParticipantInfo {
+                    index: h.index,
+                    address: h.address.clone(),
+                    url: h.url.clone(),
+                    weight: 1_000 + u64::from(u16::from_be_bytes([w[0], w[1]]) % 1_000),
+                    validator_key: pubkey_b64(&h.key.public_key().serialize()),
+                    node_id: format!("mlnode-{}", h.index),
+                    preserved: h.index % 2 == 0,
+                }
+            })
+            .collect();
+        let epoch_index = epoch::view_at(&cfg.epochs, epoch::height_at(&cfg.epochs, 0)).epoch_index;
+        let slots: Vec<Address> = slot_map.iter().map(|&h| hosts[h].address.clone()).collect();
+        let escrows = cfg
+            .escrow_ids
+            .iter()
+            .map(|id| EscrowInfo {
+                escrow_id: id.clone(),
+                creator: cfg.gateway_key.address().clone(),
+                amount: cfg.amount,
+                slots: slots.clone(),
+                epoch_index,
+                session_config: cfg.effective_session_config(slots.len()),
+            })
+            .collect();
+        let chain = Chain::new(
+            clock.clone(),
+            cfg.epochs.clone(),
+            cfg.model.clone(),
+            escrows,
+            participants,
+        );
+        let host_states = hosts
+            .iter()
+            .map(|h| {
+                let latency = cfg.profile.for_host(h.index, cfg.hosts);
+                let state = HostState::new(
+                    h.index,
+                    h.key.clone(),
+                    h.url.clone(),
+                    latency,
+                    clock.clone(),
+                    rt.clone(),
+                    &cfg.seed,
+                );
+                Arc::new(state)
+            })
+            .collect();
+        let core = Arc::new(NetCore {
+            cfg,
+            chain,
+            hosts: host_states,
+        });
+        for (i, tcp) in host_tcp.into_iter().enumerate() {
+            let c = Arc::clone(&core);
+            let handler: Handler =
+                Arc::new(move |req, peer| Box::pin(host::route(Arc::clone(&c), i, req, peer)));
+            let listener =
+                Listener::start(tcp, handler).map_err(|e| SimError::Config(e.to_string()))?;
+            if let Some(h) = core.hosts.get(i) {
+                h.set_listener(listener);
+            }
+        }
+        let c = Arc::clone(&core);
+        let handler: Handler =
+            Arc::new(move |req, peer| Box::pin(chain_route(Arc::clone(&c), req, peer)));
+        let chain_listener =
+            Listener::start(chain_tcp, handler).map_err(|e| SimError::Config(e.to_string()))?;
+        Ok(SimNetwork {
+            core,
+            chain_listener,
+            chain_url,
+            hosts,
+        })
+    }
+
+    /// Base URL of the chain's public API and REST queries.
+    pub fn chain_url(&self) -> &str {
+        &self.chain_url
+    }
+
+    /// Base URL of the control API (`/sim/…`, served next to the chain API).
+    pub fn control_url(&self) -> &str {
+        &self.chain_url
+    }
+
+    pub fn hosts(&self) -> &[SimHostInfo] {
+        &self.hosts
+    }
+
+    pub fn config(&self) -> &SimConfig {
+        &self.core.cfg
+    }
+
+    pub fn gateway_key(&self) -> &SigningKey {
+        &self.core.cfg.gateway_key
+    }
+
+    /// `{host url}{route_prefix}/sessions/{escrow_id}`.
+    pub fn session_url(&self, index: usize, escrow_id: &str) -> Option<String> {
+        let h = self.hosts.get(index)?;
+        Some(format!(
+            "{}{}/sessions/{escrow_id}",
+            h.url, self.core.cfg.route_prefix
+        ))
+    }
+
+    fn host(&self, index: usize) -> Result<&Arc<HostState>, SimError> {
+        self.core
+            .hosts
+            .get(index)
+            .ok_or(SimError::UnknownHost(index))
+    }
+
+    /// Replaces host `index`'s faults with one set.
+    pub fn set_faults(&self, index: usize, faults: Faults) -> Result<(), SimError> {
+        self.set_fault_script(index, vec![faults])
+    }
+
+    /// Replaces host `index`'s faults with a script (sets applied in order, see [`Faults`]).
+    pub fn set_fault_script(&self, index: usize, script: Vec<Faults>) -> Result<(), SimError> {
+        self.host(index)?.set_script(script);
+        Ok(())
+    }
+
+    /// Applies one set to every host.
+    pub fn set_all_faults(&self, faults: Faults) {
+        for h in &self.core.hosts {
+            h.set_script(vec![faults.clone()]);
+        }
+    }
+
+    pub fn clear_faults(&self, index: usize) -> Result<(), SimError> {
+        self.set_fault_script(index, Vec::new())
+    }
+
+    pub fn clear_all_faults(&self) {
+        for h in &self.core.hosts {
+            h.set_script(Vec::new());
+        }
+    }
+
+    /// The active fault set of a host.
+    pub fn faults(&self, index: usize) -> Option<Faults> {
+        self.core.hosts.get(index).map(|h| h.faults())
+    }
+
+    pub fn set_latency(&self, index: usize, latency: LatencyProfile) -> Result<(), SimError> {
+        self.host(index)?.set_latency(latency);
+        Ok(())
+    }
+
+    /// What host `index` holds for `escrow_id` (`None` without a session).
+    pub fn host_view(&self, index: usize, escrow_id: &str) -> Option<HostView> {
+        self.core
+            .hosts
+            .get(index)?
+            .with_session(escrow_id, |s| HostView {
+                latest_nonce: s.sm.latest_nonce(),
+                state_root: s.reported_root(),
+                real_root: s.sm.state_root(),
+                forked_at: s.forked_at,
+                mempool_len: s.mempool.len(),
+                mempool: s.mempool.clone(),
+                signed_nonces: s.signatures.keys().copied().collect(),
+                state: s.sm.clone(),
+            })
+    }
+
+    pub fn counters(&self, index: usize) -> Option<Counters> {
+        self.core.hosts.get(index).map(|h| h.counters.snapshot())
+    }
+
+    pub fn chain_requests(&self) -> ChainRequests {
+        self.core.chain.requests()
+    }
+
+    pub fn reset_chain_requests(&self) {
+        self.core.chain.reset_requests();
+    }
+
+    /// The chain's record of an escrow.
+    pub fn escrow(&self, id: &str) -> Option<EscrowInfo> {
+        self.core.chain.escrow(id).cloned()
+    }
+
+    /// Height, epoch and phase now.
+    pub fn epoch(&self) -> EpochView {
+        self.core.chain.epoch_view()
+    }
+
+    /// Stops every server and drops every connection.
+    pub fn shutdown(&self) {
+        self.chain_listener.shutdown();
+        for h in &self.core.hosts {
+            if let Some(l) = h.listener() {
+                l.shutdown();
+            }
+        }
+    }
+}
+
+impl Drop for SimNetwork {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Client identity for the request log: the first `X-Forwarded-For` entry, else the peer IP.
+pub(crate) fn client_id<B>(req: &Request<B>, peer: SocketAddr) -> String {
+    req.headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| peer.ip().to_string())
+}
+
+/// A miner's `GET /v1/versions`.
+pub(crate) fn versions_response(core: &NetCore, index: usize) -> Resp {
+    let nodes: Vec<_> = core
+        .chain
+        .participants()
+        .get(index)
+        .map(|p| json!({"node_id": p.node_id, "poc_validation_inference": p.preserved}))
+        .into_iter()
+        .collect();
+    server::json(StatusCode::OK, &json!({ "mlnodes": nodes }))
+}
+
+/// The chain server: `/sim/…` is the control API, everything else the chain (logged).
+async fn chain_route(core: Arc<NetCore>, req: Request<Incoming>, peer: SocketAddr) -> Resp {
+    let path = req.uri().path().to_owned();
+    if path == "/sim" || path.starts_with("/sim/") {
+        return control::handle(&core, req).await;
+    }
+    let client = client_id(&req, peer);
+    core.chain.log_request("chain", &path, &client);
+    core.chain.handle(req.method(), &path)
+}
