@@ -2,7 +2,7 @@
 //! loopback, real signatures, every host with its own state machine).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "gateway/harness.rs"]
-mod harness;
 #[path = "gateway/flow.rs"]
 mod flow;
+#[path = "gateway/harness.rs"]
+mod harness;

@@ -54,7 +54,10 @@ impl Answer {
             Answer::Stream(bytes) => stream_content(bytes),
             Answer::Whole(b) => {
                 let v: serde_json::Value = serde_json::from_slice(b).unwrap_or_default();
-                v["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_string()
+                v["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
             }
             Answer::Failed(_) => String::new(),
         }
@@ -70,7 +73,9 @@ pub fn stream_content(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     let mut out = String::new();
     for line in text.lines() {
-        let Some(json) = line.strip_prefix("data: ") else { continue };
+        let Some(json) = line.strip_prefix("data: ") else {
+            continue;
+        };
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(json) {
             if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
                 out.push_str(c);
@@ -82,12 +87,17 @@ pub fn stream_content(bytes: &[u8]) -> String {
 
 /// Our view of a simulated escrow, built from the simulator's chain facts.
 pub fn escrow_info(sim: &SimNetwork, escrow_id: &str) -> EscrowInfo {
-    let chain = sim.escrow(escrow_id).expect("escrow on the simulated chain");
+    let chain = sim
+        .escrow(escrow_id)
+        .expect("escrow on the simulated chain");
     let group: Vec<Slot> = chain
         .slots
         .iter()
         .enumerate()
-        .map(|(i, a)| Slot { slot_id: i as u32, validator: a.clone() })
+        .map(|(i, a)| Slot {
+            slot_id: i as u32,
+            validator: a.clone(),
+        })
         .collect();
     let mut hosts: Vec<HostEndpoint> = Vec::new();
     for (i, addr) in chain.slots.iter().enumerate() {
@@ -95,8 +105,19 @@ pub fn escrow_info(sim: &SimNetwork, escrow_id: &str) -> EscrowInfo {
             h.slots.push(i as u32);
             continue;
         }
-        let url = sim.hosts().iter().find(|h| &h.address == addr).expect("host").url.clone();
-        hosts.push(HostEndpoint { address: addr.clone(), base_url: url, slots: vec![i as u32], weight: 1 });
+        let url = sim
+            .hosts()
+            .iter()
+            .find(|h| &h.address == addr)
+            .expect("host")
+            .url
+            .clone();
+        hosts.push(HostEndpoint {
+            address: addr.clone(),
+            base_url: url,
+            slots: vec![i as u32],
+            weight: 1,
+        });
     }
     EscrowInfo {
         escrow_id: escrow_id.to_string(),
@@ -129,11 +150,17 @@ impl Harness {
         Self::start_with(cfg, Arc::new(MemoryStore::new()), EscrowConfig::default()).await
     }
 
-    pub async fn start_with(cfg: SimConfig, store: SharedStore, escrow_cfg: EscrowConfig) -> Harness {
+    pub async fn start_with(
+        cfg: SimConfig,
+        store: SharedStore,
+        escrow_cfg: EscrowConfig,
+    ) -> Harness {
         let clock = TokioClock::new().shared();
         let key = Arc::new(cfg.gateway_key.clone());
         let escrows = cfg.escrow_ids.clone();
-        let sim = SimNetwork::start(cfg, clock.clone()).await.expect("simulator starts");
+        let sim = SimNetwork::start(cfg, clock.clone())
+            .await
+            .expect("simulator starts");
         let log = logger();
         let deps = DirectoryDeps {
             key,
@@ -147,9 +174,20 @@ impl Harness {
         let directory = Directory::new(deps).start();
         for id in escrows {
             let info = escrow_info(&sim, &id);
-            directory.send(AddEscrow { info }).await.expect("directory").expect("escrow added");
+            directory
+                .send(AddEscrow { info })
+                .await
+                .expect("directory")
+                .expect("escrow added");
         }
-        Harness { sim, directory, store, clock, limits: RaceLimits::default(), log }
+        Harness {
+            sim,
+            directory,
+            store,
+            clock,
+            limits: RaceLimits::default(),
+            log,
+        }
     }
 
     /// Sends one chat request through a race and collects the whole answer.
@@ -169,7 +207,12 @@ impl Harness {
             max_tokens,
             stream,
         };
-        let picked = self.directory.send(PickEscrow { model }).await.expect("directory").expect("escrow");
+        let picked = self
+            .directory
+            .send(PickEscrow { model })
+            .await
+            .expect("directory")
+            .expect("escrow");
         let spec = RaceSpec {
             race_id: RACE_IDS.fetch_add(1, Ordering::Relaxed),
             escrow_id: picked.escrow_id,
@@ -203,7 +246,9 @@ impl Harness {
     pub async fn snapshot(&self, escrow_id: &str) -> EscrowSnapshot {
         let addr = self
             .directory
-            .send(GetEscrow { escrow_id: escrow_id.to_string() })
+            .send(GetEscrow {
+                escrow_id: escrow_id.to_string(),
+            })
             .await
             .expect("directory")
             .expect("escrow alive");
@@ -213,7 +258,9 @@ impl Harness {
     /// The escrow's actor.
     pub async fn escrow_addr(&self, escrow_id: &str) -> Addr<devshard_actors::escrow::EscrowActor> {
         self.directory
-            .send(GetEscrow { escrow_id: escrow_id.to_string() })
+            .send(GetEscrow {
+                escrow_id: escrow_id.to_string(),
+            })
             .await
             .expect("directory")
             .expect("escrow alive")

@@ -23,12 +23,17 @@ impl Handler<SyncHosts> for EscrowActor {
         let ack = if self.session.pending().is_empty() {
             Some((self.session.nonce(), self.store.flush()))
         } else {
-            self.compose_withheld("sync_hosts").map(|(d, ack)| (d.nonce, ack))
+            self.compose_withheld("sync_hosts")
+                .map(|(d, ack)| (d.nonce, ack))
         };
         let info = self.session.info().clone();
         let chunk = self.cfg.catch_up_chunk.max(1);
         let mut plans = Vec::new();
-        for host in info.hosts.iter().filter(|h| !self.withheld.contains(&h.address)) {
+        for host in info
+            .hosts
+            .iter()
+            .filter(|h| !self.withheld.contains(&h.address))
+        {
             let diffs = self.session.catch_up(&host.address, usize::MAX);
             let requests: Vec<InferenceRequest> = diffs
                 .chunks(chunk)
@@ -39,9 +44,17 @@ impl Handler<SyncHosts> for EscrowActor {
                     stream: None,
                 })
                 .collect();
-            plans.push((host.address.clone(), info.session_url(host, "chat/completions"), requests));
+            plans.push((
+                host.address.clone(),
+                info.session_url(host, "chat/completions"),
+                requests,
+            ));
         }
-        let (key, clock, timeout) = (self.key.clone(), self.clock.clone(), self.cfg.host_timeouts.query);
+        let (key, clock, timeout) = (
+            self.key.clone(),
+            self.clock.clone(),
+            self.cfg.host_timeouts.query,
+        );
         let escrow_id = info.escrow_id.clone();
         let _ = ctx;
         let fut = async move {
@@ -51,8 +64,15 @@ impl Handler<SyncHosts> for EscrowActor {
             let mut results = Vec::new();
             for (addr, url, requests) in plans {
                 for request in requests {
-                    let res =
-                        client::send_diffs(&url, &escrow_id, &request, &key, clock.now_unix(), timeout).await;
+                    let res = client::send_diffs(
+                        &url,
+                        &escrow_id,
+                        &request,
+                        &key,
+                        clock.now_unix(),
+                        timeout,
+                    )
+                    .await;
                     let ok = res.is_ok();
                     results.push((addr.clone(), res));
                     if !ok {
@@ -73,8 +93,12 @@ impl Handler<SyncHosts> for EscrowActor {
                     act.absorb_mempool(sent.mempool, ctx);
                 }
             }
-            let syncs: Vec<(Address, u64)> =
-                act.session.host_syncs().iter().map(|(a, n)| (a.clone(), *n)).collect();
+            let syncs: Vec<(Address, u64)> = act
+                .session
+                .host_syncs()
+                .iter()
+                .map(|(a, n)| (a.clone(), *n))
+                .collect();
             info!(act.log, "hosts synced"; "stage" => "sync_hosts", "nonce" => act.session.nonce());
             syncs
         }))
