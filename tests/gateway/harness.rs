@@ -2,6 +2,7 @@
 //! participants, races) in one runtime, without the HTTP edge. Used where the tokio clock is
 //! paused (the in-memory store keeps every ack immediate, so virtual time never jumps while a
 //! real thread works).
+#![allow(dead_code)] // shared by every test module; not each uses every helper
 
 use std::sync::{
     atomic::{AtomicU64, Ordering},
@@ -22,7 +23,6 @@ use devshard_actors::{
     store::{MemoryStore, SharedStore},
 };
 use devshard_gateway::sim::{SimConfig, SimNetwork};
-use futures::StreamExt;
 
 static RACE_IDS: AtomicU64 = AtomicU64::new(1);
 
@@ -270,13 +270,4 @@ impl Harness {
     pub fn host(&self, i: usize) -> Address {
         self.sim.hosts()[i].address.clone()
     }
-}
-
-/// Drains an SSE byte stream (helper for HTTP-level tests).
-pub async fn collect<S: futures::Stream<Item = Bytes> + Unpin>(mut s: S) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(b) = s.next().await {
-        out.extend_from_slice(&b);
-    }
-    out
 }
