@@ -6,3 +6,5 @@
 mod flow;
 #[path = "gateway/harness.rs"]
 mod harness;
+#[path = "gateway/supervision.rs"]
+mod supervision;

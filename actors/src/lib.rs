@@ -24,6 +24,7 @@ pub mod clock;
 pub mod directory;
 pub mod escrow;
 pub mod host;
+pub mod metrics;
 pub mod outcome;
 pub mod participant;
 pub mod policy;

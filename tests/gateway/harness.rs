@@ -170,6 +170,7 @@ impl Harness {
             escrow_cfg,
             budget: RestartBudget::default(),
             fault_injection: true,
+            metrics: devshard_actors::metrics::ActorMetrics::detached().expect("metrics"),
         };
         let directory = Directory::new(deps).start();
         for id in escrows {
@@ -192,6 +193,11 @@ impl Harness {
 
     /// Sends one chat request through a race and collects the whole answer.
     pub async fn chat(&self, body: serde_json::Value) -> Answer {
+        self.chat_on(None, body).await
+    }
+
+    /// Like `chat`, on a given escrow (or the directory's choice).
+    pub async fn chat_on(&self, escrow: Option<&str>, body: serde_json::Value) -> Answer {
         let model = self.sim.config().model.clone();
         let mut body = body;
         body["model"] = serde_json::json!(model);
@@ -199,24 +205,46 @@ impl Harness {
         let max_tokens = body["max_tokens"].as_u64().unwrap_or(64);
         body["max_tokens"] = serde_json::json!(max_tokens);
         let raw = serde_json::to_vec(&body).expect("json");
+        let race_id = RACE_IDS.fetch_add(1, Ordering::Relaxed);
         let params = InferenceParams {
-            request_id: format!("test-{}", RACE_IDS.load(Ordering::Relaxed)),
+            request_id: format!("test-{race_id}"),
             model: model.clone(),
             prompt_hash: prompt_hash(&raw).expect("prompt hash"),
             body: Bytes::from(raw),
             max_tokens,
             stream,
         };
-        let picked = self
-            .directory
-            .send(PickEscrow { model })
-            .await
-            .expect("directory")
-            .expect("escrow");
+        let (escrow_id, addr) = match escrow {
+            Some(id) => {
+                let msg = GetEscrow {
+                    escrow_id: id.to_string(),
+                };
+                match self.directory.send(msg).await.expect("directory") {
+                    Some(addr) => (id.to_string(), addr),
+                    None => {
+                        return Answer::Failed(RaceError {
+                            status: 503,
+                            kind: "service_unavailable".into(),
+                            message: format!("escrow {id} is not running"),
+                            retry_after_s: Some(1),
+                        })
+                    }
+                }
+            }
+            None => {
+                let p = self
+                    .directory
+                    .send(PickEscrow { model })
+                    .await
+                    .expect("directory");
+                let p = p.expect("escrow");
+                (p.escrow_id, p.addr)
+            }
+        };
         let spec = RaceSpec {
-            race_id: RACE_IDS.fetch_add(1, Ordering::Relaxed),
-            escrow_id: picked.escrow_id,
-            escrow: picked.addr,
+            race_id,
+            escrow_id,
+            escrow: addr,
             directory: self.directory.clone(),
             params: Arc::new(params),
             limits: self.limits,
@@ -253,6 +281,46 @@ impl Harness {
             .expect("directory")
             .expect("escrow alive");
         addr.send(GetSnapshot).await.expect("snapshot")
+    }
+
+    /// A participant's persisted record, through its actor.
+    pub async fn participant(
+        &self,
+        address: &Address,
+    ) -> devshard_actors::participant::record::ParticipantRecord {
+        let addr = self
+            .directory
+            .send(devshard_actors::directory::GetParticipantActor {
+                address: address.clone(),
+            })
+            .await
+            .expect("directory")
+            .expect("participant actor");
+        addr.send(devshard_actors::participant::messages::GetParticipant)
+            .await
+            .expect("participant")
+            .record
+            .clone()
+    }
+
+    /// Waits (virtual or real time) until the directory reports an entity alive again.
+    pub async fn wait_alive(&self, kind: devshard_actors::directory::ActorKind, id: &str) {
+        for _ in 0..500 {
+            let status = self
+                .directory
+                .send(devshard_actors::directory::GetStatus)
+                .await
+                .expect("directory");
+            if status
+                .entities
+                .iter()
+                .any(|e| e.kind == kind && e.id == id && e.alive)
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{kind:?} {id} was not respawned");
     }
 
     /// The escrow's actor.

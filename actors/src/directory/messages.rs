@@ -114,3 +114,11 @@ pub struct DirectoryStatus {
     pub entities: Vec<EntityStatus>,
     pub races: Vec<(u64, String, String)>,
 }
+
+/// Fault injection: makes one entity actor panic (only when fault injection is enabled).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), DirectoryError>")]
+pub struct InjectPanicInto {
+    pub kind: ActorKind,
+    pub id: String,
+}

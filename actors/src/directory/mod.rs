@@ -23,6 +23,7 @@ use slog::{error, info, Logger};
 use crate::{
     clock::SharedClock,
     escrow::{EscrowActor, EscrowConfig, EscrowInfo},
+    metrics::ActorMetrics,
     outcome::ParticipantOutcome,
     participant::ParticipantActor,
     protocol::crypto::{Address, SigningKey},
@@ -74,6 +75,7 @@ pub struct DirectoryDeps {
     pub budget: RestartBudget,
     /// Enables the `InjectPanic` hooks (tests and chaos drills only).
     pub fault_injection: bool,
+    pub metrics: ActorMetrics,
 }
 
 /// One supervised entity.
@@ -194,6 +196,7 @@ impl Handler<RaceStarted> for Directory {
         if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
             e.in_flight += 1;
         }
+        self.deps.metrics.races_in_flight.inc();
         self.races
             .insert(msg.race_id, (msg.escrow_id, msg.request_id));
     }
@@ -204,6 +207,7 @@ impl Handler<RaceEnded> for Directory {
 
     fn handle(&mut self, msg: RaceEnded, _: &mut Self::Context) {
         if self.races.remove(&msg.race_id).is_some() {
+            self.deps.metrics.races_in_flight.dec();
             if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
                 e.in_flight = e.in_flight.saturating_sub(1);
             }
@@ -258,5 +262,30 @@ impl Handler<GetStatus> for Directory {
             .map(|(id, (e, r))| (*id, e.clone(), r.clone()))
             .collect();
         MessageResult(DirectoryStatus { entities, races })
+    }
+}
+
+impl Handler<InjectPanicInto> for Directory {
+    type Result = Result<(), DirectoryError>;
+
+    fn handle(&mut self, msg: InjectPanicInto, ctx: &mut Self::Context) -> Self::Result {
+        use crate::escrow::messages::InjectPanic;
+        match msg.kind {
+            ActorKind::Escrow => {
+                let addr = self
+                    .escrows
+                    .get(&msg.id)
+                    .and_then(|e| e.slot.addr.clone())
+                    .ok_or_else(|| DirectoryError::UnknownEscrow(msg.id.clone()))?;
+                addr.do_send(InjectPanic);
+            }
+            ActorKind::Participant => {
+                let address = Address::parse(&msg.id)
+                    .map_err(|e| DirectoryError::Start(msg.id.clone(), e.to_string()))?;
+                self.participant(&address, ctx)?.do_send(InjectPanic);
+            }
+            ActorKind::Race => {}
+        }
+        Ok(())
     }
 }

@@ -66,6 +66,7 @@ impl Directory {
             self.deps.escrow_cfg.clone(),
             ctx.address().recipient(),
             self.deps.fault_injection,
+            self.deps.metrics.clone(),
         )
         .with_orphans(orphans)
         .with_death_notice(ctx.address().recipient()))
@@ -98,6 +99,26 @@ impl Directory {
         let addr = actor.start();
         slot.addr = Some(addr.clone());
         Ok(addr)
+    }
+
+    /// Runs `f` once every write issued so far is durable (so a respawned actor reads everything
+    /// its predecessor wrote), and not before `RESPAWN_DELAY` (so a crash loop cannot spin).
+    fn after_flush(
+        &mut self,
+        ctx: &mut Context<Self>,
+        f: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) {
+        let flush = self.deps.store.flush();
+        let fut = async move {
+            tokio::time::sleep(RESPAWN_DELAY).await;
+            flush.await
+        };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            if let Err(e) = res {
+                warn!(act.deps.log, "store flush before respawn failed"; "error" => %e);
+            }
+            f(act, ctx);
+        }));
     }
 
     /// Counts a restart; `false` when the entity is past its budget.
@@ -135,14 +156,24 @@ impl Handler<Died> for Directory {
                 e.slot.addr = None;
                 if !Self::charge_restart(&mut e.slot, now, budget) {
                     e.slot.failed = true;
+                    self.deps
+                        .metrics
+                        .restarts
+                        .with_label_values(&["escrow", "disabled"])
+                        .inc();
                     error!(self.deps.log, "escrow failed too often; disabled";
                         "stage" => "actor_failed", "kind" => "escrow", "escrow" => &msg.id);
                     return;
                 }
+                self.deps
+                    .metrics
+                    .restarts
+                    .with_label_values(&["escrow", "respawned"])
+                    .inc();
                 warn!(self.deps.log, "escrow actor died; respawning from the store";
                     "stage" => "actor_respawn", "kind" => "escrow", "escrow" => &msg.id);
                 let id = msg.id.clone();
-                ctx.run_later(RESPAWN_DELAY, move |act, ctx| {
+                self.after_flush(ctx, move |act, ctx| {
                     if let Err(e) = act.spawn_escrow(&id, ctx) {
                         error!(act.deps.log, "escrow respawn failed"; "escrow" => &id, "error" => %e);
                     }
@@ -161,13 +192,23 @@ impl Handler<Died> for Directory {
                 p.addr = None;
                 if !Self::charge_restart(p, now, budget) {
                     p.failed = true;
+                    self.deps
+                        .metrics
+                        .restarts
+                        .with_label_values(&["participant", "disabled"])
+                        .inc();
                     error!(self.deps.log, "participant failed too often; disabled";
                         "stage" => "actor_failed", "kind" => "participant", "participant" => &msg.id);
                     return;
                 }
+                self.deps
+                    .metrics
+                    .restarts
+                    .with_label_values(&["participant", "respawned"])
+                    .inc();
                 warn!(self.deps.log, "participant actor died; respawning from the store";
                     "stage" => "actor_respawn", "kind" => "participant", "participant" => &msg.id);
-                ctx.run_later(RESPAWN_DELAY, move |act, ctx| {
+                self.after_flush(ctx, move |act, ctx| {
                     let _ = act.participant(&address, ctx);
                 });
             }

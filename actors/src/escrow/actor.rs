@@ -33,6 +33,7 @@ use super::{
 use crate::{
     clock::SharedClock,
     directory::{ActorKind, Died},
+    metrics::ActorMetrics,
     outcome::OutcomeSink,
     protocol::crypto::{Address, SigningKey},
     store::{ns, SharedStore},
@@ -78,6 +79,7 @@ pub struct EscrowActor {
     pub(super) timeout_queue: VecDeque<u64>,
     pub(super) timeout_running: bool,
     pub(super) fault_injection: bool,
+    pub(super) metrics: ActorMetrics,
     /// Told when this actor stops, so the directory can respawn it.
     pub(super) on_stop: Option<Recipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
@@ -96,6 +98,7 @@ impl EscrowActor {
         cfg: EscrowConfig,
         outcomes: OutcomeSink,
         fault_injection: bool,
+        metrics: ActorMetrics,
     ) -> EscrowActor {
         let escrow_id = session.info().escrow_id.clone();
         let durable_nonce = session.nonce();
@@ -117,6 +120,7 @@ impl EscrowActor {
             timeout_queue: VecDeque::new(),
             timeout_running: false,
             fault_injection,
+            metrics,
             on_stop: None,
             retired: false,
         }

@@ -178,7 +178,13 @@ impl EscrowActor {
         let key = self.key.clone();
         match self.session.compose(Vec::new(), &key) {
             Ok(diff) => {
-                debug!(self.log, "nonce withheld"; "stage" => "nonce_withheld",
+                let kind = if reason == "host_withheld" || reason == "no_taker" {
+                    "withheld"
+                } else {
+                    "control"
+                };
+                self.metrics.nonces.with_label_values(&[kind]).inc();
+                debug!(self.log, "diff without inference composed"; "stage" => "diff_composed",
                     "nonce" => diff.nonce, "reason" => reason);
                 let ack = self.store.append_diff(self.escrow_id(), &diff);
                 Some((diff, ack))
@@ -221,6 +227,8 @@ impl EscrowActor {
             }
         };
         let nonce = diff.nonce;
+        self.metrics.nonces.with_label_values(&["inference"]).inc();
+        let composed = std::time::Instant::now();
         let ack = self.store.append_diff(self.escrow_id(), &diff);
         let info = self.session.info().clone();
         let Some(host) = info.host_for_nonce(nonce).cloned() else {
@@ -268,6 +276,9 @@ impl EscrowActor {
         let fut = ack.into_actor(self).map(move |res, act, ctx| match res {
             Ok(()) => {
                 act.durable_nonce = act.durable_nonce.max(nonce);
+                act.metrics
+                    .diff_durable_seconds
+                    .observe(composed.elapsed().as_secs_f64());
                 let _ = w.reply.send(Ok(grant));
             }
             Err(e) => {

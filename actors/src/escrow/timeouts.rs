@@ -179,6 +179,12 @@ impl EscrowActor {
             });
         }
         let threshold = u64::from(info.config.vote_threshold);
+        let result = if weight > threshold {
+            "confirmed"
+        } else {
+            "insufficient"
+        };
+        self.metrics.timeouts.with_label_values(&[result]).inc();
         if weight <= threshold {
             warn!(self.log, "timeout not confirmed"; "stage" => "timeout_insufficient_votes",
                 "nonce" => nonce, "weight" => weight, "threshold" => threshold);

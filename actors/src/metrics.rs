@@ -1,0 +1,97 @@
+//! Prometheus metrics of the actors, registered once into a registry handed in from outside (no
+//! globals; labels are small enums, never escrow or participant ids).
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+/// Cheap-to-clone metric handles shared by every actor.
+#[derive(Debug, Clone)]
+pub struct ActorMetrics {
+    /// Final attempt outcomes by class (HEALTH.md §1).
+    pub attempts: IntCounterVec,
+    /// Nonces sequenced, by kind (`inference`, `withheld`, `control`).
+    pub nonces: IntCounterVec,
+    /// Entity actors that died and were respawned, or were disabled, by kind.
+    pub restarts: IntCounterVec,
+    /// Races in flight.
+    pub races_in_flight: IntGauge,
+    /// Time from a diff's composition to its durability ack.
+    pub diff_durable_seconds: Histogram,
+    /// Attempt phases (receipt, first content, total) in seconds.
+    pub attempt_seconds: HistogramVec,
+    /// Timeout votes by result (`confirmed`, `insufficient`).
+    pub timeouts: IntCounterVec,
+    /// Late finish markers by resolution (`arrived_late`, `timed_out`).
+    pub late_finishes: IntCounterVec,
+    /// Participants by health state.
+    pub participants: IntGaugeVec,
+}
+
+impl ActorMetrics {
+    /// Registers every metric; call once per registry.
+    pub fn register(registry: &Registry) -> Result<ActorMetrics, prometheus::Error> {
+        let m = ActorMetrics {
+            attempts: IntCounterVec::new(
+                Opts::new("attempts_total", "Final attempt outcomes by class"),
+                &["class"],
+            )?,
+            nonces: IntCounterVec::new(
+                Opts::new("nonces_total", "Nonces sequenced by kind"),
+                &["kind"],
+            )?,
+            restarts: IntCounterVec::new(
+                Opts::new(
+                    "actor_restarts_total",
+                    "Entity actors respawned or disabled",
+                ),
+                &["kind", "result"],
+            )?,
+            races_in_flight: IntGauge::new("races_in_flight", "Client requests being raced")?,
+            diff_durable_seconds: Histogram::with_opts(
+                HistogramOpts::new("diff_durable_seconds", "Diff composition to fsync ack")
+                    .buckets(vec![
+                        0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5,
+                    ]),
+            )?,
+            attempt_seconds: HistogramVec::new(
+                HistogramOpts::new("attempt_phase_seconds", "Attempt phases from send").buckets(
+                    vec![
+                        0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
+                    ],
+                ),
+                &["phase"],
+            )?,
+            timeouts: IntCounterVec::new(
+                Opts::new("timeout_votes_total", "Timeout vote rounds by result"),
+                &["result"],
+            )?,
+            late_finishes: IntCounterVec::new(
+                Opts::new(
+                    "late_finishes_total",
+                    "Finish markers seen after the stream ended",
+                ),
+                &["resolution"],
+            )?,
+            participants: IntGaugeVec::new(
+                Opts::new("participants", "Participants by health state"),
+                &["state"],
+            )?,
+        };
+        registry.register(Box::new(m.attempts.clone()))?;
+        registry.register(Box::new(m.nonces.clone()))?;
+        registry.register(Box::new(m.restarts.clone()))?;
+        registry.register(Box::new(m.races_in_flight.clone()))?;
+        registry.register(Box::new(m.diff_durable_seconds.clone()))?;
+        registry.register(Box::new(m.attempt_seconds.clone()))?;
+        registry.register(Box::new(m.timeouts.clone()))?;
+        registry.register(Box::new(m.late_finishes.clone()))?;
+        registry.register(Box::new(m.participants.clone()))?;
+        Ok(m)
+    }
+
+    /// Handles registered into a private registry (tests that do not read metrics).
+    pub fn detached() -> Result<ActorMetrics, prometheus::Error> {
+        ActorMetrics::register(&Registry::new())
+    }
+}
