@@ -6,5 +6,7 @@
 mod flow;
 #[path = "gateway/harness.rs"]
 mod harness;
+#[path = "gateway/late_finish.rs"]
+mod late_finish;
 #[path = "gateway/supervision.rs"]
 mod supervision;

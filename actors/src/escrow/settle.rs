@@ -168,7 +168,18 @@ impl EscrowActor {
         };
         let delay = match &entry.state {
             NonceState::InFlight => return,
-            NonceState::PendingFinish { next_poll_ms, .. } => Duration::from_millis(*next_poll_ms),
+            NonceState::PendingFinish { next_poll_ms, .. } => {
+                // Poll at the back-off interval, but never past the execution deadline.
+                let cfg = &self.session.info().config;
+                let (deadline, _) = entry.timeout_deadline(
+                    cfg.refusal_timeout,
+                    cfg.execution_timeout,
+                    self.cfg.timeout_buffer_ms,
+                );
+                let to_deadline =
+                    u64::try_from(deadline.saturating_sub(self.now_ms())).unwrap_or(0);
+                Duration::from_millis((*next_poll_ms).min(to_deadline))
+            }
             NonceState::AwaitingTimeout { deadline_ms, .. } => Duration::from_millis(
                 u64::try_from(deadline_ms.saturating_sub(self.now_ms())).unwrap_or(0),
             ),

@@ -68,6 +68,16 @@ impl EscrowActor {
     }
 
     fn collect_votes(&mut self, nonce: u64, ctx: &mut Context<Self>) {
+        // Voters judge from their own state: sequence pending txs first (e.g. this nonce's
+        // ConfirmStart, without which an execution timeout cannot be verified), and send only
+        // diffs that are durable — the vote requests go out once this flush/ack resolved.
+        let ready = match self.session.pending().is_empty() {
+            true => self.store.flush(),
+            false => match self.compose_withheld("timeout_context") {
+                Some((_, ack)) => ack,
+                None => self.store.flush(),
+            },
+        };
         let Some(entry) = self.attempts.get(&nonce) else {
             return;
         };
@@ -76,14 +86,9 @@ impl EscrowActor {
         let (_, reason) = entry.timeout_deadline(cfg.refusal_timeout, cfg.execution_timeout, 0);
         let mut calls = Vec::new();
         for host in info.hosts.iter().filter(|h| h.address != entry.host) {
-            // Only durable diffs may reach a host (this request is sent without waiting).
-            let durable = self.durable_nonce;
-            let diffs: Vec<_> = self
+            let diffs = self
                 .session
-                .catch_up(&host.address, self.cfg.catch_up_chunk)
-                .into_iter()
-                .filter(|d| d.nonce <= durable)
-                .collect();
+                .catch_up(&host.address, self.cfg.catch_up_chunk);
             let request = VerifyTimeoutRequest {
                 inference_id: nonce,
                 reason: reason.as_wire().to_string(),
@@ -108,6 +113,9 @@ impl EscrowActor {
             .collect();
         let fut = async move {
             let mut answers = Vec::new();
+            if ready.await.is_err() {
+                return answers;
+            }
             let mut weight = 0u64;
             for (addr, url, request) in calls {
                 let res = client::verify_timeout(
