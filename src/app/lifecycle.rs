@@ -107,11 +107,38 @@ impl RunningGateway {
         closed
             .map_err(|e| AppError::Flush(e.to_string()))?
             .map_err(|e| AppError::Flush(e.to_string()))?;
-        match served {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(AppError::Server(e.to_string())),
-            Err(e) => Err(AppError::Server(e.to_string())),
+        server_outcome(served)
+    }
+
+    /// Serves until `signal` resolves, then stops gracefully. If the server ends on its own
+    /// first, the store is still flushed and the server's outcome returned.
+    pub async fn serve_until(
+        mut self,
+        signal: impl std::future::Future<Output = ()>,
+    ) -> Result<(), AppError> {
+        tokio::select! {
+            () = signal => {
+                info!(self.log, "signal received; draining"; "stage" => "shutdown_signal");
+                self.stop(true).await
+            }
+            served = &mut self.server => {
+                crit!(self.log, "the HTTP server stopped by itself"; "stage" => "server_exited");
+                let flushed = self.store.flush().await;
+                server_outcome(served)?;
+                flushed.map_err(|e| AppError::Flush(e.to_string()))
+            }
         }
+    }
+}
+
+type ServerJoin = Result<std::io::Result<()>, actix_web::rt::task::JoinError>;
+
+/// The outcome of the server task.
+fn server_outcome(served: ServerJoin) -> Result<(), AppError> {
+    match served {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(AppError::Server(e.to_string())),
+        Err(e) => Err(AppError::Server(e.to_string())),
     }
 }
 
@@ -233,10 +260,10 @@ pub async fn run(config: Config, log: Logger, registry: Registry) -> Result<(), 
         registry: Some(registry),
         clock: None,
     };
-    let gateway = start_with(config, log.clone(), opts).await?;
-    shutdown_signal().await;
-    info!(log, "signal received; draining"; "stage" => "shutdown_signal");
-    gateway.stop(true).await
+    start_with(config, log, opts)
+        .await?
+        .serve_until(shutdown_signal())
+        .await
 }
 
 /// The whole process for `main`: configuration (file from `config_path`, else `DEVSHARD_CONFIG`,

@@ -50,8 +50,13 @@ pub async fn chat(
         Ok(res) => res,
         Err(e) => {
             let status = e.parts().status;
-            warn!(log, "request rejected"; "stage" => "request_rejected", "status" => status,
-                "error" => %e);
+            if status >= 500 {
+                warn!(log, "request failed"; "stage" => "request_failed", "status" => status,
+                    "error" => %e);
+            } else {
+                info!(log, "request rejected"; "stage" => "request_rejected", "status" => status,
+                    "error" => %e);
+            }
             e.error_response()
         }
     };

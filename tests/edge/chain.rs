@@ -193,12 +193,16 @@ async fn in_process_gateway_registers_configured_escrows_and_restarts_from_the_s
     // Restart without configured escrows: 42 comes back from gateway.db.
     let cfg = devshard_gateway::config::Config::from_raw(raw(Vec::new())).unwrap();
     let gw = app::start(cfg, logging::discard()).await.unwrap();
-    let res = client
-        .get(format!("{}/readyz", gw.url))
-        .send()
-        .await
-        .unwrap();
+    let url = gw.url.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = actix_web::rt::spawn(gw.serve_until(async {
+        let _ = stopped.await;
+    }));
+    let res = client.get(format!("{url}/readyz")).send().await.unwrap();
     assert_eq!(res.status().as_u16(), 200);
-    gw.stop(true).await.unwrap();
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+    let after = client.get(format!("{url}/healthz")).send().await;
+    assert!(after.is_err(), "stopped listening");
     std::fs::remove_dir_all(&dir).unwrap();
 }

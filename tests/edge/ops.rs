@@ -120,3 +120,34 @@ async fn unknown_routes_and_methods_are_openai_errors() {
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(error_fields(&body).1, "method_not_allowed");
 }
+
+#[actix_web::test]
+async fn stream_response_relays_bytes_with_sse_headers_and_releases_the_permit() {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use devshard_gateway::http::sse::{stream_response, InFlight};
+    use tokio::sync::{mpsc, Semaphore};
+
+    let permits = Arc::new(Semaphore::new(1));
+    let gauge = prometheus::IntGauge::new("g", "g").unwrap();
+    let guard = InFlight::new(permits.clone().try_acquire_owned().unwrap(), gauge.clone());
+    assert_eq!((gauge.get(), permits.available_permits()), (1, 0));
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(Bytes::from_static(b"data: {\"a\":1}\n\n"))
+        .await
+        .unwrap();
+    tx.send(Bytes::from_static(b"data: [DONE]\n\n"))
+        .await
+        .unwrap();
+    drop(tx);
+    let res = stream_response(rx, guard);
+    assert_eq!(res.status(), StatusCode::OK);
+    let h = res.headers();
+    assert_eq!(h.get("content-type").unwrap(), "text/event-stream");
+    assert_eq!(h.get("cache-control").unwrap(), "no-cache");
+    assert_eq!(h.get("content-encoding").unwrap(), "identity");
+    let body = actix_web::body::to_bytes(res.into_body()).await.unwrap();
+    assert_eq!(&body[..], b"data: {\"a\":1}\n\ndata: [DONE]\n\n");
+    assert_eq!((gauge.get(), permits.available_permits()), (0, 1));
+}
