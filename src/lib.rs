@@ -1,3 +1,20 @@
 //! devshard-gateway: the process around the devshard actors.
+//!
+//! # Layout
+//! - [`config`]: TOML file + `DEVSHARD_*` environment → validated [`config::Config`].
+//! - [`logging`]: slog JSON logger (async, with a guard kept until exit).
+//! - [`metrics`]: the Prometheus registry and the HTTP metrics.
+//! - [`chain`]: chain REST client used when an escrow is registered.
+//! - [`escrows`]: escrow registration and admin summaries.
+//! - [`http`]: the actix-web edge (OpenAI routes, ops, admin, error mapping).
+//! - [`app`]: process wiring: `AppState`, `build_app`, `start`, `run`, `serve`.
+//! - [`store`]: the SQLite store; [`sim`]: the simulated network.
+pub mod app;
+pub mod chain;
+pub mod config;
+pub mod escrows;
+pub mod http;
+pub mod logging;
+pub mod metrics;
 pub mod sim;
 pub mod store;

@@ -1,0 +1,305 @@
+//! Start, run and stop the gateway process.
+//!
+//! [`start`] opens `gateway.db` in the data directory, starts the `Directory` (which loads the
+//! registered escrows from the store), registers the configured escrows that are new (failures
+//! are logged; the others are served), binds the listener and returns a [`RunningGateway`].
+//! [`run`] is `start` plus waiting for SIGTERM/SIGINT, then a graceful stop: no new
+//! connections, running requests (open streams included) get `shutdown_grace` to finish, then
+//! the store is flushed and closed. [`serve`] wraps it all for `main` with exit codes.
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::Arc,
+};
+
+use actix::{Actor, Addr};
+use actix_web::{dev::ServerHandle, HttpServer};
+use devshard_actors::{
+    clock::{SharedClock, SystemClock},
+    directory::{Directory, DirectoryDeps},
+    store::{SharedStore, Store},
+};
+use prometheus::Registry;
+use slog::{crit, info, Logger};
+
+use super::{build_app, AppState, StateParts};
+use crate::{
+    config::{process_env, Config, ConfigError, ENV_CONFIG},
+    escrows, logging,
+    metrics::{self, HttpMetrics},
+    store::SqliteStore,
+};
+
+/// File name of the store inside the data directory.
+pub const STORE_FILE: &str = "gateway.db";
+/// `EX_UNAVAILABLE`: the listener could not be bound.
+const EXIT_UNAVAILABLE: u8 = 69;
+/// `EX_SOFTWARE`: anything else.
+const EXIT_SOFTWARE: u8 = 70;
+/// `EX_IOERR`: the data directory or the store could not be opened.
+const EXIT_IOERR: u8 = 74;
+
+/// Why the process could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot open the store {path}: {reason}")]
+    Store { path: PathBuf, reason: String },
+    #[error("cannot set up metrics: {0}")]
+    Metrics(String),
+    #[error("cannot listen on {addr}: {reason}")]
+    Bind { addr: SocketAddr, reason: String },
+    #[error("the HTTP server failed: {0}")]
+    Server(String),
+    #[error("flushing the store at shutdown failed: {0}")]
+    Flush(String),
+}
+
+impl AppError {
+    /// The process exit code (sysexits).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AppError::Config(_) => ConfigError::EXIT_CODE,
+            AppError::Bind { .. } => EXIT_UNAVAILABLE,
+            AppError::Store { .. } | AppError::Flush(_) => EXIT_IOERR,
+            AppError::Metrics(_) | AppError::Server(_) => EXIT_SOFTWARE,
+        }
+    }
+}
+
+/// Optional pieces for [`start_with`] (tests: a paused clock, a shared registry).
+#[derive(Default)]
+pub struct StartOptions {
+    /// Defaults to a fresh registry with the process namespace.
+    pub registry: Option<Registry>,
+    /// Defaults to the system clock.
+    pub clock: Option<SharedClock>,
+}
+
+/// A gateway serving on a bound socket.
+pub struct RunningGateway {
+    /// The bound address (the real port when the config asked for port 0).
+    pub addr: SocketAddr,
+    /// `http://{addr}`.
+    pub url: String,
+    pub directory: Addr<Directory>,
+    pub store: Arc<SqliteStore>,
+    handle: ServerHandle,
+    server: actix_web::rt::task::JoinHandle<std::io::Result<()>>,
+    log: Logger,
+}
+
+impl RunningGateway {
+    /// Stops the server (`graceful`: running requests get the shutdown grace), then flushes and
+    /// closes the store.
+    pub async fn stop(self, graceful: bool) -> Result<(), AppError> {
+        info!(self.log, "shutting down"; "stage" => "shutdown_started", "graceful" => graceful);
+        self.handle.stop(graceful).await;
+        let served = self.server.await;
+        let flushed = self.store.flush().await;
+        let store = self.store.clone();
+        let closed = actix_web::rt::task::spawn_blocking(move || store.close()).await;
+        info!(self.log, "shut down"; "stage" => "shutdown_complete");
+        flushed.map_err(|e| AppError::Flush(e.to_string()))?;
+        closed
+            .map_err(|e| AppError::Flush(e.to_string()))?
+            .map_err(|e| AppError::Flush(e.to_string()))?;
+        server_outcome(served)
+    }
+
+    /// Serves until `signal` resolves, then stops gracefully. If the server ends on its own
+    /// first, the store is still flushed and the server's outcome returned.
+    pub async fn serve_until(
+        mut self,
+        signal: impl std::future::Future<Output = ()>,
+    ) -> Result<(), AppError> {
+        tokio::select! {
+            () = signal => {
+                info!(self.log, "signal received; draining"; "stage" => "shutdown_signal");
+                self.stop(true).await
+            }
+            served = &mut self.server => {
+                crit!(self.log, "the HTTP server stopped by itself"; "stage" => "server_exited");
+                let flushed = self.store.flush().await;
+                server_outcome(served)?;
+                flushed.map_err(|e| AppError::Flush(e.to_string()))
+            }
+        }
+    }
+}
+
+type ServerJoin = Result<std::io::Result<()>, actix_web::rt::task::JoinError>;
+
+/// The outcome of the server task.
+fn server_outcome(served: ServerJoin) -> Result<(), AppError> {
+    match served {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(AppError::Server(e.to_string())),
+        Err(e) => Err(AppError::Server(e.to_string())),
+    }
+}
+
+/// [`start_with`] with defaults.
+pub async fn start(config: Config, log: Logger) -> Result<RunningGateway, AppError> {
+    start_with(config, log, StartOptions::default()).await
+}
+
+/// Starts the gateway (see the module docs). Must run inside an actix `System`.
+pub async fn start_with(
+    config: Config,
+    log: Logger,
+    opts: StartOptions,
+) -> Result<RunningGateway, AppError> {
+    let registry = match opts.registry {
+        Some(r) => r,
+        None => metrics::new_registry().map_err(|e| AppError::Metrics(e.to_string()))?,
+    };
+    let http_metrics =
+        HttpMetrics::register(&registry).map_err(|e| AppError::Metrics(e.to_string()))?;
+    let clock = opts.clock.unwrap_or_else(|| Arc::new(SystemClock));
+    let path = config.data_dir.join(STORE_FILE);
+    let store = Arc::new(open_store(&path)?);
+    let shared: SharedStore = store.clone();
+    info!(log, "store opened"; "stage" => "store_opened", "path" => %path.display());
+
+    let directory = Directory::new(DirectoryDeps {
+        key: config.key.clone(),
+        store: shared.clone(),
+        clock: clock.clone(),
+        log: log.clone(),
+        escrow_cfg: config.escrow.clone(),
+        budget: config.budget,
+        fault_injection: config.fault_injection,
+    })
+    .start();
+    let state = AppState::new(
+        &config,
+        StateParts {
+            directory: directory.clone(),
+            store: shared.clone(),
+            metrics: http_metrics,
+            registry,
+            clock,
+            log: log.clone(),
+        },
+    );
+    escrows::register_configured(
+        &state.chain,
+        &directory,
+        &shared,
+        &state.signer,
+        &config.escrows,
+        &log,
+    )
+    .await;
+
+    let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
+        addr: config.listen,
+        reason: e.to_string(),
+    })?;
+    let addr = listener.local_addr().map_err(|e| AppError::Bind {
+        addr: config.listen,
+        reason: e.to_string(),
+    })?;
+    let grace = config.shutdown_grace.as_secs();
+    let factory_state = state.clone();
+    let server = HttpServer::new(move || build_app(factory_state.clone()))
+        .workers(config.workers)
+        .shutdown_timeout(grace)
+        .disable_signals()
+        .listen(listener)
+        .map_err(|e| AppError::Bind {
+            addr,
+            reason: e.to_string(),
+        })?
+        .run();
+    let handle = server.handle();
+    let server = actix_web::rt::spawn(server);
+    info!(log, "listening"; "stage" => "listening", "addr" => %addr, "workers" => config.workers,
+        "signer" => %state.signer);
+    Ok(RunningGateway {
+        addr,
+        url: format!("http://{addr}"),
+        directory,
+        store,
+        handle,
+        server,
+        log,
+    })
+}
+
+fn open_store(path: &Path) -> Result<SqliteStore, AppError> {
+    SqliteStore::open(path).map_err(|e| AppError::Store {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Starts the gateway and serves until SIGTERM/SIGINT, then stops gracefully.
+pub async fn run(config: Config, log: Logger, registry: Registry) -> Result<(), AppError> {
+    let opts = StartOptions {
+        registry: Some(registry),
+        clock: None,
+    };
+    start_with(config, log, opts)
+        .await?
+        .serve_until(shutdown_signal())
+        .await
+}
+
+/// The whole process for `main`: configuration (file from `config_path`, else `DEVSHARD_CONFIG`,
+/// then the environment), logging, metrics, an actix system running [`run`]. Invalid
+/// configuration prints one line to stderr and exits with 64.
+pub fn serve(config_path: Option<&Path>) -> ExitCode {
+    let env = process_env();
+    let path = config_path
+        .map(Path::to_path_buf)
+        .or_else(|| env.get(ENV_CONFIG).map(PathBuf::from));
+    let config = match Config::load(path.as_deref(), &env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("devshard-gateway: {e}");
+            return ExitCode::from(ConfigError::EXIT_CODE);
+        }
+    };
+    let (log, guard) = logging::init(config.log_level);
+    let code = match metrics::new_registry() {
+        Ok(registry) => {
+            let result = actix_web::rt::System::new().block_on(run(config, log.clone(), registry));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    crit!(log, "gateway stopped with an error"; "stage" => "fatal", "error" => %e);
+                    eprintln!("devshard-gateway: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("devshard-gateway: cannot set up metrics: {e}");
+            ExitCode::from(EXIT_SOFTWARE)
+        }
+    };
+    drop(log);
+    drop(guard);
+    code
+}

@@ -1,0 +1,144 @@
+//! Configuration: a TOML file ([`RawConfig`]), then environment overrides ([`env`]), then
+//! validation into [`Config`], the only form the rest of the process sees.
+//!
+//! Precedence: environment > file > built-in defaults (named constants in [`raw`]). Invalid
+//! configuration is a [`ConfigError`] with a precise message naming the setting; the binary exits
+//! with [`ConfigError::EXIT_CODE`] (64, `EX_USAGE`). Secrets (private key, admin key, API keys)
+//! are accepted from the environment only (the private key also from a file) and are wrapped so
+//! that they never appear in `Debug` output, logs or responses.
+
+pub mod env;
+pub mod raw;
+pub mod secret;
+mod validate;
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use devshard_actors::{
+    directory::RestartBudget, escrow::EscrowConfig, protocol::crypto::SigningKey, race::RaceLimits,
+};
+
+pub use env::{process_env, EnvMap};
+pub use raw::RawConfig;
+pub use secret::Secret;
+
+/// Environment variable naming the config file when the command line gives none.
+pub const ENV_CONFIG: &str = "DEVSHARD_CONFIG";
+
+/// Why the configuration is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {reason}")]
+    Read { path: PathBuf, reason: String },
+    #[error("invalid config file {path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("invalid {name}: {message}")]
+    Env { name: &'static str, message: String },
+    #[error("invalid setting `{key}`: {message}")]
+    Invalid { key: &'static str, message: String },
+    #[error(
+        "no signing key: set {} or {} (or `private_key_file` in the config file)",
+        env::ENV_PRIVATE_KEY,
+        env::ENV_PRIVATE_KEY_FILE
+    )]
+    MissingKey,
+    #[error("cannot read the private key file {path}: {reason}")]
+    KeyFile { path: PathBuf, reason: String },
+    #[error("invalid private key (from {origin}): {reason}")]
+    Key { origin: String, reason: String },
+}
+
+impl ConfigError {
+    /// Process exit code for invalid configuration (`EX_USAGE`).
+    pub const EXIT_CODE: u8 = 64;
+}
+
+/// Where the gateway finds the chain and how it talks to hosts of registered escrows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainSettings {
+    /// Cosmos REST base URL (no trailing slash).
+    pub rest_url: String,
+    /// Public API base URL (no trailing slash); used to learn an escrow's model when the chain
+    /// escrow record does not carry one.
+    pub public_api_url: Option<String>,
+    /// Timeout of one chain call.
+    pub timeout: Duration,
+    /// Host route prefix stored in each escrow's registration.
+    pub route_prefix: String,
+    /// Model of escrows whose model neither the chain nor the public API tells.
+    pub default_model: Option<String>,
+    /// Nonce limit of escrows when the chain does not report one.
+    pub max_nonce: u64,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// HTTP worker threads (resolved: never 0).
+    pub workers: usize,
+    pub data_dir: PathBuf,
+    /// The operator's signing key (`Debug` prints only its address).
+    pub key: Arc<SigningKey>,
+    /// Admin bearer key; `None` switches the admin surface off (404).
+    pub admin_api_key: Option<Secret>,
+    /// Bearer keys for `/v1/chat/completions` and `/v1/models`; empty = open.
+    pub api_keys: Vec<Secret>,
+    pub chain: ChainSettings,
+    /// Model of requests without `model` when several models are served.
+    pub default_model: Option<String>,
+    pub default_max_tokens: u64,
+    pub max_tokens_cap: u64,
+    pub max_body_bytes: usize,
+    pub max_concurrent_races: usize,
+    pub log_level: slog::Level,
+    /// `DirectoryDeps.fault_injection` (`InjectPanic` hooks).
+    pub fault_injection: bool,
+    pub shutdown_grace: Duration,
+    /// Escrow ids registered at start when not registered yet.
+    pub escrows: Vec<String>,
+    pub race: RaceLimits,
+    pub escrow: EscrowConfig,
+    pub budget: RestartBudget,
+}
+
+impl Config {
+    /// Reads the file (if any), applies the environment and validates.
+    pub fn load(path: Option<&Path>, env: &EnvMap) -> Result<Config, ConfigError> {
+        let mut raw = match path {
+            Some(p) => RawConfig::from_file(p)?,
+            None => RawConfig::default(),
+        };
+        env::apply(&mut raw, env)?;
+        Config::from_raw(raw)
+    }
+
+    /// Validates a raw configuration (environment already applied).
+    pub fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
+        validate::validate(raw)
+    }
+}
+
+impl RawConfig {
+    /// Parses TOML text (`origin` names the source in errors).
+    pub fn from_toml_str(text: &str, origin: &Path) -> Result<RawConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_path_buf(),
+            reason: e.to_string().trim_end().to_string(),
+        })
+    }
+
+    /// Reads and parses a TOML file.
+    pub fn from_file(path: &Path) -> Result<RawConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        RawConfig::from_toml_str(&text, path)
+    }
+}

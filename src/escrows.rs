@@ -1,0 +1,154 @@
+//! Escrow registration and the admin view of registered escrows, shared by the admin routes and
+//! start-up registration of the escrows listed in the configuration.
+//!
+//! Registration reads the escrow from the chain ([`ChainClient::lookup_escrow`], which checks
+//! that this gateway's key created it) and hands the record to the directory (`AddEscrow`),
+//! which persists it before starting the escrow's actor. Registering an escrow that is already
+//! registered is a no-op that returns the existing record.
+
+use actix::Addr;
+use devshard_actors::{
+    directory::{ActorKind, AddEscrow, Directory, EntityStatus, GetEscrow, GetStatus},
+    escrow::{messages::GetSnapshot, EscrowInfo},
+    protocol::crypto::Address,
+    store::{ns, SharedStore},
+};
+use serde_json::{json, Value};
+use slog::{error, info, Logger};
+
+use crate::{
+    app::{ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
+    chain::ChainClient,
+    http::error::ApiError,
+};
+
+/// The outcome of a registration.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    pub info: EscrowInfo,
+    /// False when the escrow was registered already.
+    pub created: bool,
+}
+
+/// Status of every registered escrow, from the directory.
+pub async fn statuses(directory: &Addr<Directory>) -> Result<Vec<EntityStatus>, ApiError> {
+    let status = directory.send(GetStatus).timeout(ACTOR_TIMEOUT).await?;
+    Ok(status
+        .entities
+        .into_iter()
+        .filter(|e| e.kind == ActorKind::Escrow)
+        .collect())
+}
+
+/// The stored registration record of an escrow.
+pub fn stored_info(store: &SharedStore, escrow_id: &str) -> Result<Option<EscrowInfo>, ApiError> {
+    let value = store
+        .get(ns::ESCROWS, escrow_id)
+        .map_err(|e| ApiError::Internal(format!("reading escrow {escrow_id}: {e}")))?;
+    value
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| ApiError::Internal(format!("escrow {escrow_id} record is unreadable: {e}")))
+}
+
+/// Registers `escrow_id` (see the module docs).
+pub async fn register(
+    chain: &ChainClient,
+    directory: &Addr<Directory>,
+    store: &SharedStore,
+    signer: &Address,
+    escrow_id: &str,
+    model: Option<&str>,
+) -> Result<Registered, ApiError> {
+    let id = escrow_id.trim();
+    if statuses(directory).await?.iter().any(|e| e.id == id) {
+        if let Some(info) = stored_info(store, id)? {
+            return Ok(Registered {
+                info,
+                created: false,
+            });
+        }
+    }
+    let info = chain.lookup_escrow(id, signer, model).await?;
+    directory
+        .send(AddEscrow { info: info.clone() })
+        .timeout(ACTOR_TIMEOUT)
+        .await??;
+    Ok(Registered {
+        info,
+        created: true,
+    })
+}
+
+/// Registers every configured escrow that is not registered yet. Failures are logged and
+/// skipped: the gateway keeps serving the others. Returns how many were added.
+pub async fn register_configured(
+    chain: &ChainClient,
+    directory: &Addr<Directory>,
+    store: &SharedStore,
+    signer: &Address,
+    ids: &[String],
+    log: &Logger,
+) -> usize {
+    let mut added = 0;
+    for id in ids {
+        match register(chain, directory, store, signer, id, None).await {
+            Ok(r) if r.created => {
+                added += 1;
+                info!(log, "escrow registered from the configuration";
+                    "stage" => "escrow_registration", "escrow" => id, "model" => &r.info.model,
+                    "hosts" => r.info.hosts.len());
+            }
+            Ok(_) => info!(log, "escrow already registered";
+                "stage" => "escrow_registration", "escrow" => id),
+            Err(e) => error!(log, "escrow NOT registered; serving the others";
+                "stage" => "escrow_registration", "escrow" => id, "error" => %e),
+        }
+    }
+    added
+}
+
+/// The admin view of one escrow: registration, actor status and (when alive) a live snapshot.
+pub async fn summary(
+    directory: &Addr<Directory>,
+    info: &EscrowInfo,
+    status: Option<&EntityStatus>,
+) -> Value {
+    let snapshot = match directory
+        .send(GetEscrow {
+            escrow_id: info.escrow_id.clone(),
+        })
+        .timeout(SNAPSHOT_TIMEOUT)
+        .await
+    {
+        Ok(Some(addr)) => addr
+            .send(GetSnapshot)
+            .timeout(SNAPSHOT_TIMEOUT)
+            .await
+            .ok()
+            .and_then(|s| serde_json::to_value(s).ok()),
+        _ => None,
+    };
+    let hosts: Vec<Value> = info
+        .hosts
+        .iter()
+        .map(|h| {
+            json!({"address": h.address, "base_url": h.base_url, "slots": h.slots,
+                "weight": h.weight})
+        })
+        .collect();
+    json!({
+        "escrow_id": info.escrow_id,
+        "model": info.model,
+        "creator": info.creator,
+        "amount": info.amount,
+        "group_size": info.group_size(),
+        "max_nonce": info.max_nonce,
+        "route_prefix": info.route_prefix,
+        "config": info.config,
+        "hosts": hosts,
+        "actor": status.map(|s| json!({"alive": s.alive, "failed": s.failed,
+            "restarts": s.restarts, "in_flight": s.in_flight})),
+        "snapshot": snapshot,
+    })
+}

@@ -1,0 +1,156 @@
+//! Admin routes under `/v1/admin`, behind the admin bearer key ([`require_admin`]): with no key
+//! configured every admin path answers 404 (the surface is off); a missing or wrong key → 401.
+//! Keys are compared in constant time.
+//!
+//! - `POST /v1/admin/escrows` `{"escrow_id":"42","model"?:"…"}` → 201 with the registered
+//!   escrow (200 when it was registered already);
+//! - `GET /v1/admin/escrows` → every registered escrow with a live snapshot;
+//! - `GET /v1/admin/escrows/{id}`, `DELETE /v1/admin/escrows/{id}[?purge=true]`.
+
+use actix_web::{
+    body::{BoxBody, MessageBody},
+    dev::{ServiceRequest, ServiceResponse},
+    middleware::Next,
+    web, Error, HttpRequest, HttpResponse, ResponseError,
+};
+use devshard_actors::directory::RemoveEscrow;
+use serde::Deserialize;
+use serde_json::json;
+use slog::info;
+
+use super::{bearer, error::ApiError, key_matches, read_body};
+use crate::{
+    app::{AppState, ACTOR_TIMEOUT},
+    chain::types::de_id,
+    escrows,
+};
+
+/// Largest admin request body.
+pub const ADMIN_BODY_LIMIT: usize = 64 * 1024;
+
+/// Middleware of the admin scope (see the module docs).
+pub async fn require_admin(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, Error> {
+    let admin = req
+        .app_data::<web::Data<AppState>>()
+        .and_then(|s| s.auth.admin.clone());
+    let verdict = match admin {
+        None => Err(ApiError::NotFound(format!(
+            "no route for {} {}",
+            req.method(),
+            req.path()
+        ))),
+        Some(key) => match bearer(req.request()) {
+            Some(token) if key_matches(token, [key.expose()]) => Ok(()),
+            _ => Err(ApiError::Unauthorized("Invalid admin API key.")),
+        },
+    };
+    match verdict {
+        Ok(()) => next
+            .call(req)
+            .await
+            .map(ServiceResponse::map_into_boxed_body),
+        Err(e) => Ok(req.into_response(e.error_response())),
+    }
+}
+
+/// Body of `POST /v1/admin/escrows`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddEscrowBody {
+    #[serde(deserialize_with = "de_id")]
+    escrow_id: String,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// `POST /v1/admin/escrows`.
+pub async fn add_escrow(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let raw = read_body(&req, payload, ADMIN_BODY_LIMIT).await?;
+    let body: AddEscrowBody = serde_json::from_slice(&raw).map_err(|e| ApiError::BadRequest {
+        message: format!("expected {{\"escrow_id\": \"<id>\", \"model\"?: \"<model>\"}}: {e}"),
+        param: Some("escrow_id"),
+        code: "invalid_value",
+    })?;
+    let r = escrows::register(
+        &state.chain,
+        &state.directory,
+        &state.store,
+        &state.signer,
+        &body.escrow_id,
+        body.model.as_deref(),
+    )
+    .await?;
+    info!(state.log, "escrow registered by an admin"; "stage" => "escrow_registration",
+        "escrow" => &r.info.escrow_id, "created" => r.created);
+    let status = escrows::statuses(&state.directory).await?;
+    let s = status.iter().find(|e| e.id == r.info.escrow_id);
+    let summary = escrows::summary(&state.directory, &r.info, s).await;
+    Ok(if r.created {
+        HttpResponse::Created().json(summary)
+    } else {
+        HttpResponse::Ok().json(summary)
+    })
+}
+
+/// `GET /v1/admin/escrows`.
+pub async fn list_escrows(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let statuses = escrows::statuses(&state.directory).await?;
+    let mut out = Vec::with_capacity(statuses.len());
+    for s in &statuses {
+        if let Some(info) = escrows::stored_info(&state.store, &s.id)? {
+            out.push(escrows::summary(&state.directory, &info, Some(s)).await);
+        }
+    }
+    Ok(HttpResponse::Ok().json(json!({"object": "list", "data": out})))
+}
+
+/// `GET /v1/admin/escrows/{id}`.
+pub async fn get_escrow(
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path.into_inner();
+    let statuses = escrows::statuses(&state.directory).await?;
+    let status = statuses.iter().find(|e| e.id == id);
+    let info = match (status, escrows::stored_info(&state.store, &id)?) {
+        (Some(_), Some(info)) => info,
+        _ => return Err(ApiError::NotFound(format!("escrow {id} is not registered"))),
+    };
+    Ok(HttpResponse::Ok().json(escrows::summary(&state.directory, &info, status).await))
+}
+
+/// True for `purge=true|1|yes|on` in a query string.
+fn purge_requested(query: &str) -> bool {
+    query.split('&').any(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, "true"));
+        k == "purge" && matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on")
+    })
+}
+
+/// `DELETE /v1/admin/escrows/{id}[?purge=true]`.
+pub async fn delete_escrow(
+    req: HttpRequest,
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path.into_inner();
+    let purge = purge_requested(req.query_string());
+    state
+        .directory
+        .send(RemoveEscrow {
+            escrow_id: id.clone(),
+            purge,
+        })
+        .timeout(ACTOR_TIMEOUT)
+        .await??;
+    info!(state.log, "escrow removed by an admin"; "stage" => "escrow_removed",
+        "escrow" => &id, "purge" => purge);
+    Ok(HttpResponse::Ok().json(json!({"escrow_id": id, "deleted": true, "purged": purge})))
+}

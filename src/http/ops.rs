@@ -1,0 +1,105 @@
+//! Operational routes: liveness, readiness, Prometheus metrics and the OpenAI model list.
+//!
+//! - `GET /healthz`: the process (and its root actor, the directory) is alive → 200.
+//! - `GET /readyz`: the store answers a read and at least one escrow actor is alive → 200;
+//!   otherwise 503 with the reason.
+//! - `GET /metrics`: Prometheus text exposition of the process registry.
+//! - `GET /v1/models`: the models of registered, healthy escrows (OpenAI list shape).
+
+use actix_web::{http::header, web, HttpResponse, ResponseError};
+use devshard_actors::{
+    directory::{ActorKind, GetStatus, ListModels},
+    store::ns,
+};
+use serde_json::json;
+
+use super::error::ApiError;
+use crate::{app::AppState, metrics};
+
+/// `Content-Type` of the Prometheus text format.
+pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Record read by the readiness probe (its absence is fine; a failing read is not).
+const READINESS_PROBE_KEY: &str = "settings";
+/// `owned_by` of every model (upstream value).
+const MODEL_OWNER: &str = "gonka";
+
+fn unavailable(reason: String) -> HttpResponse {
+    HttpResponse::ServiceUnavailable()
+        .insert_header((header::RETRY_AFTER, "1"))
+        .json(json!({"status": "unavailable", "reason": reason}))
+}
+
+/// `GET /healthz`.
+pub async fn healthz(state: web::Data<AppState>) -> HttpResponse {
+    if state.directory.connected() {
+        HttpResponse::Ok().json(json!({"status": "ok"}))
+    } else {
+        unavailable("the directory actor has stopped".into())
+    }
+}
+
+/// `GET /readyz`.
+pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    if let Err(e) = state.store.get(ns::SETTINGS, READINESS_PROBE_KEY) {
+        return unavailable(format!("the store is not usable: {e}"));
+    }
+    let status = match state
+        .directory
+        .send(GetStatus)
+        .timeout(crate::app::ACTOR_TIMEOUT)
+        .await
+    {
+        Ok(s) => s,
+        Err(e) => return unavailable(format!("the directory did not answer: {e}")),
+    };
+    let escrows: Vec<_> = status
+        .entities
+        .iter()
+        .filter(|e| e.kind == ActorKind::Escrow)
+        .collect();
+    let alive = escrows.iter().filter(|e| e.alive && !e.failed).count();
+    if alive == 0 {
+        return unavailable(format!(
+            "no escrow actor is alive ({} registered)",
+            escrows.len()
+        ));
+    }
+    HttpResponse::Ok().json(json!({
+        "status": "ready",
+        "escrows_registered": escrows.len(),
+        "escrows_alive": alive,
+    }))
+}
+
+/// `GET /metrics`.
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    match metrics::render(&state.registry) {
+        Ok(text) => HttpResponse::Ok()
+            .insert_header((header::CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE))
+            .body(text),
+        Err(e) => ApiError::Internal(format!("encoding metrics: {e}")).error_response(),
+    }
+}
+
+/// `GET /v1/models`.
+pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let models = state
+        .directory
+        .send(ListModels)
+        .timeout(crate::app::ACTOR_TIMEOUT)
+        .await?;
+    let cap = state.limits.chat.max_tokens_cap;
+    let data: Vec<_> = models
+        .iter()
+        .map(|id| {
+            json!({
+                "id": id,
+                "object": "model",
+                "created": state.started_at_s,
+                "owned_by": MODEL_OWNER,
+                "max_completion_tokens": cap,
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({"object": "list", "data": data})))
+}

@@ -1,0 +1,169 @@
+//! Prometheus metrics of the HTTP edge.
+//!
+//! The registry is created once per process with the namespace [`METRICS_NAMESPACE`]
+//! (`devshard`), so names match the upstream Go gateway where the concept is the same:
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `devshard_http_requests_total` | counter | `path` (route pattern), `method`, `status` |
+//! | `devshard_http_request_duration_seconds` | histogram (time to response head) | `path`, `method` |
+//! | `devshard_gateway_inflight_requests` | gauge: races in flight | — |
+//! | `devshard_gateway_race_errors_total` | counter: races failed before the first byte | `status` |
+//! | `devshard_gateway_limit_rejections_total` | counter: requests refused by a limit | `reason` |
+//!
+//! Labels are bounded: `path` is the matched route pattern (`/v1/admin/escrows/{id}`, or
+//! `unmatched`), never a raw path, escrow id or participant address. [`HttpMetrics::register`]
+//! must run once per registry (prometheus refuses a second registration).
+
+use std::time::Instant;
+
+use actix_web::{
+    body::MessageBody,
+    dev::{ServiceRequest, ServiceResponse},
+    http::Method,
+    middleware::Next,
+    web, Error,
+};
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+/// Namespace (prefix) of every metric of the process.
+pub const METRICS_NAMESPACE: &str = "devshard";
+/// `path` label of requests that matched no route.
+pub const UNMATCHED_PATH: &str = "unmatched";
+/// Request duration buckets (seconds): non-streaming inference can take minutes.
+const DURATION_BUCKETS: [f64; 15] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// `reason` label of a rejection by the concurrent-race limit (upstream name).
+pub const REJECT_MAX_CONCURRENT: &str = "max_concurrent_requests";
+
+/// A registry with the process namespace.
+pub fn new_registry() -> Result<Registry, prometheus::Error> {
+    Registry::new_custom(Some(METRICS_NAMESPACE.to_string()), None)
+}
+
+/// Metric handles of the HTTP edge (cheap to clone; `Arc` inside).
+#[derive(Clone, Debug)]
+pub struct HttpMetrics {
+    pub requests: IntCounterVec,
+    pub duration: HistogramVec,
+    pub races_in_flight: IntGauge,
+    pub race_errors: IntCounterVec,
+    pub rejections: IntCounterVec,
+}
+
+impl HttpMetrics {
+    /// Creates the metrics and registers them in `registry` (once per registry).
+    pub fn register(registry: &Registry) -> Result<HttpMetrics, prometheus::Error> {
+        let requests = IntCounterVec::new(
+            Opts::new("http_requests_total", "HTTP requests answered"),
+            &["path", "method", "status"],
+        )?;
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "http_request_duration_seconds",
+                "Time until the response head (streams: until the first byte)",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+            &["path", "method"],
+        )?;
+        let races_in_flight = IntGauge::new("gateway_inflight_requests", "Races in flight")?;
+        let race_errors = IntCounterVec::new(
+            Opts::new(
+                "gateway_race_errors_total",
+                "Races that failed before the client got a byte, by HTTP status",
+            ),
+            &["status"],
+        )?;
+        let rejections = IntCounterVec::new(
+            Opts::new(
+                "gateway_limit_rejections_total",
+                "Requests refused by a gateway limit",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(races_in_flight.clone()))?;
+        registry.register(Box::new(race_errors.clone()))?;
+        registry.register(Box::new(rejections.clone()))?;
+        Ok(HttpMetrics {
+            requests,
+            duration,
+            races_in_flight,
+            race_errors,
+            rejections,
+        })
+    }
+
+    /// Counts one answered request.
+    pub fn observe(&self, path: &str, method: &Method, status: u16, seconds: f64) {
+        let method = method_label(method);
+        self.requests
+            .with_label_values(&[path, method, &status_label(status)])
+            .inc();
+        self.duration
+            .with_label_values(&[path, method])
+            .observe(seconds);
+    }
+
+    /// Counts a race that failed before the first byte.
+    pub fn race_error(&self, status: u16) {
+        self.race_errors
+            .with_label_values(&[&status_label(status)])
+            .inc();
+    }
+}
+
+/// Bounded `method` label.
+fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+/// `status` label: the numeric status (bounded: `StatusCode` is always within 100..=999).
+fn status_label(status: u16) -> String {
+    status.to_string()
+}
+
+/// Prometheus text exposition of `registry`.
+pub fn render(registry: &Registry) -> Result<String, prometheus::Error> {
+    TextEncoder::new().encode_to_string(&registry.gather())
+}
+
+/// Middleware (`middleware::from_fn`): counts every request by route pattern and status.
+pub async fn track(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, Error> {
+    let metrics = req.app_data::<web::Data<HttpMetrics>>().cloned();
+    let method = req.method().clone();
+    let started = Instant::now();
+    let res = next.call(req).await;
+    if let Some(m) = metrics {
+        let secs = started.elapsed().as_secs_f64();
+        match &res {
+            Ok(r) => {
+                let path = r.request().match_pattern();
+                let path = path.as_deref().unwrap_or(UNMATCHED_PATH);
+                m.observe(path, &method, r.status().as_u16(), secs);
+            }
+            Err(e) => {
+                let status = e.as_response_error().status_code().as_u16();
+                m.observe(UNMATCHED_PATH, &method, status, secs);
+            }
+        }
+    }
+    res
+}

@@ -1,0 +1,18 @@
+//! Tests of the HTTP edge and process wiring: configuration, error shapes of
+//! `/v1/chat/completions`, admin auth, ops routes, the chain client and in-process start/stop.
+//! End-to-end tests against the simulator live elsewhere.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "edge/admin.rs"]
+mod admin;
+#[path = "edge/chain.rs"]
+mod chain;
+#[path = "edge/chat.rs"]
+mod chat;
+#[path = "edge/config.rs"]
+mod config;
+#[path = "edge/ops.rs"]
+mod ops;
+#[path = "edge/support.rs"]
+mod support;
