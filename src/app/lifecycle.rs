@@ -19,6 +19,7 @@ use actix_web::{dev::ServerHandle, HttpServer};
 use devshard_actors::{
     clock::{SharedClock, SystemClock},
     directory::{Directory, DirectoryDeps},
+    metrics::ActorMetrics,
     store::{SharedStore, Store},
 };
 use prometheus::Registry;
@@ -159,6 +160,8 @@ pub async fn start_with(
     };
     let http_metrics =
         HttpMetrics::register(&registry).map_err(|e| AppError::Metrics(e.to_string()))?;
+    let actor_metrics =
+        ActorMetrics::register(&registry).map_err(|e| AppError::Metrics(e.to_string()))?;
     let clock = opts.clock.unwrap_or_else(|| Arc::new(SystemClock));
     let path = config.data_dir.join(STORE_FILE);
     let store = Arc::new(open_store(&path)?);
@@ -173,6 +176,7 @@ pub async fn start_with(
         escrow_cfg: config.escrow.clone(),
         budget: config.budget,
         fault_injection: config.fault_injection,
+        metrics: actor_metrics,
     })
     .start();
     let state = AppState::new(

@@ -118,6 +118,7 @@ pub async fn gateway(opts: Opts) -> AppState {
         escrow_cfg: EscrowConfig::default(),
         budget: RestartBudget::default(),
         fault_injection: false,
+        metrics: devshard_actors::metrics::ActorMetrics::detached().unwrap(),
     })
     .start();
     for info in &opts.escrows {
