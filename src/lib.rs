@@ -12,6 +12,7 @@
 pub mod app;
 pub mod chain;
 pub mod config;
+pub mod demo;
 pub mod escrows;
 pub mod http;
 pub mod logging;

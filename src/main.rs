@@ -1,10 +1,9 @@
 //! `devshard-gateway`: the command line. Each subcommand's logic lives in the library.
 
-use std::process::ExitCode;
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-
-use devshard_gateway::sim::cli::SimArgs;
+use devshard_gateway::{demo::DemoArgs, sim::cli::SimArgs};
 
 /// Actor-model OpenAI-compatible gateway in front of Gonka devshard hosts.
 #[derive(Debug, Parser)]
@@ -16,12 +15,22 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the gateway (the production command).
+    Serve {
+        /// TOML config file (`DEVSHARD_CONFIG` works too); environment overrides it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Run the gateway against an embedded simulated devshard network.
+    Demo(DemoArgs),
     /// Run a simulated devshard network (hosts, chain API, control API) until interrupted.
     Sim(SimArgs),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Serve { config } => devshard_gateway::app::serve(config.as_deref()),
+        Command::Demo(args) => devshard_gateway::demo::run(&args),
         Command::Sim(args) => devshard_gateway::sim::cli::run(&args),
     }
 }

@@ -1,0 +1,179 @@
+//! `devshard-gateway demo`: the simulated devshard network and the gateway in one process.
+//!
+//! Starts the simulator (hosts, chain API, control API) on loopback, then the real gateway with
+//! the simulator's escrows registered (two by default, over the same hosts, so escrow choice is
+//! exercised), prints where everything is and ready-to-paste `curl` commands, and serves until
+//! interrupted. It honours the same config file and environment as `serve` (listen address,
+//! admin key, data directory, …); only what must come from the simulator — the signing key, the
+//! chain URLs and the escrow ids — is filled in when not given.
+
+use std::{io::Write, path::PathBuf, process::ExitCode};
+
+use clap::Args;
+use devshard_actors::clock::TokioClock;
+
+use crate::{
+    app::{self, StartOptions},
+    config::{
+        env::{self, process_env},
+        Config, ConfigError,
+    },
+    logging, metrics,
+    sim::{Profile, SimConfig, SimNetwork, DEFAULT_SEED},
+};
+
+/// Options of `demo`.
+#[derive(Args, Clone, Debug)]
+pub struct DemoArgs {
+    /// Gateway config file (same as `serve`); `DEVSHARD_CONFIG` works too.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Number of simulated hosts.
+    #[arg(long, default_value_t = 7)]
+    pub hosts: usize,
+    /// Latency profile of the hosts: zero, fast, default or mixed.
+    #[arg(long, default_value = "default")]
+    pub profile: Profile,
+    /// Seed of host keys, jitter and validation sampling.
+    #[arg(long, default_value = DEFAULT_SEED)]
+    pub seed: String,
+    /// Escrows to create on the simulated chain and register (repeat the flag).
+    #[arg(long = "escrow", default_values_t = ["42".to_string(), "43".to_string()])]
+    pub escrows: Vec<String>,
+    /// Tokens per simulated answer.
+    #[arg(long, default_value_t = 24)]
+    pub output_tokens: u32,
+}
+
+/// Runs the demo until Ctrl-C / SIGTERM.
+pub fn run(args: &DemoArgs) -> ExitCode {
+    let system = actix_web::rt::System::new();
+    system.block_on(demo(args.clone()))
+}
+
+async fn demo(args: DemoArgs) -> ExitCode {
+    let mut cfg = SimConfig::with_seed(&args.seed);
+    cfg.hosts = args.hosts;
+    cfg.profile = args.profile.clone();
+    cfg.escrow_ids = args.escrows.clone();
+    cfg.output_tokens = args.output_tokens;
+    let model = cfg.model.clone();
+    let clock = TokioClock::new().shared();
+    let sim = match SimNetwork::start(cfg, clock.clone()).await {
+        Ok(s) => s,
+        Err(e) => return fail(ConfigError::EXIT_CODE, &format!("demo: simulator: {e}")),
+    };
+    let mut environment = process_env();
+    let mut fill = |name: &str, value: String| {
+        environment.entry(name.to_string()).or_insert(value);
+    };
+    fill(env::ENV_PRIVATE_KEY, sim.gateway_key().secret_hex());
+    fill(env::ENV_CHAIN_REST_URL, sim.chain_url().to_string());
+    fill(env::ENV_PUBLIC_API_URL, sim.chain_url().to_string());
+    fill(env::ENV_ESCROWS, args.escrows.join(","));
+    fill(env::ENV_MODEL, model.clone());
+    let data_dir = std::env::temp_dir().join(format!("devshard-demo-{}", std::process::id()));
+    fill(env::ENV_DATA_DIR, data_dir.display().to_string());
+    let path = args.config.clone().or_else(|| {
+        environment
+            .get(crate::config::ENV_CONFIG)
+            .map(PathBuf::from)
+    });
+    let config = match Config::load(path.as_deref(), &environment) {
+        Ok(c) => c,
+        Err(e) => return fail(ConfigError::EXIT_CODE, &format!("demo: {e}")),
+    };
+    let admin = config.admin_api_key.is_some();
+    let (log, _guard) = logging::init(config.log_level);
+    let registry = match metrics::new_registry() {
+        Ok(r) => r,
+        Err(e) => return fail(70, &format!("demo: metrics: {e}")),
+    };
+    let opts = StartOptions {
+        registry: Some(registry),
+        clock: Some(clock),
+    };
+    let gateway = match app::start_with(config, log, opts).await {
+        Ok(g) => g,
+        Err(e) => return fail(70, &format!("demo: {e}")),
+    };
+    let url = gateway.url.clone();
+    let mut lines = vec![
+        ("gateway".to_string(), url.clone()),
+        (
+            "simulator_control".to_string(),
+            format!("{}/sim/hosts", sim.control_url()),
+        ),
+        ("chain_api".to_string(), sim.chain_url().to_string()),
+        ("escrows".to_string(), args.escrows.join(",")),
+        ("model".to_string(), model.clone()),
+        ("data_dir".to_string(), data_dir.display().to_string()),
+        ("metrics".to_string(), format!("{url}/metrics")),
+    ];
+    if admin {
+        lines.push((
+            "debug".to_string(),
+            format!("{url}/v1/admin/escrows (Bearer $DEVSHARD_ADMIN_API_KEY)"),
+        ));
+    }
+    let body = |stream: bool| {
+        format!(
+            r#"{{"model":"{model}","stream":{stream},"messages":[{{"role":"user","content":"Say hello"}}]}}"#
+        )
+    };
+    lines.push((
+        "curl_stream".to_string(),
+        format!(
+            "curl -N {url}/v1/chat/completions -H 'Content-Type: application/json' -d '{}'",
+            body(true)
+        ),
+    ));
+    lines.push((
+        "curl".to_string(),
+        format!(
+            "curl {url}/v1/chat/completions -H 'Content-Type: application/json' -d '{}'",
+            body(false)
+        ),
+    ));
+    lines.push((
+        "inject_fault".to_string(),
+        format!(
+            "curl -X PUT {}/sim/hosts/1/faults -d '{{\"refuse_connections\":true}}'",
+            sim.control_url()
+        ),
+    ));
+    let mut out = std::io::stderr().lock();
+    for (name, value) in lines {
+        let _ = writeln!(out, "{name}: {value}");
+    }
+    let _ = out.flush();
+    drop(out);
+    let result = gateway.serve_until(shutdown_signal()).await;
+    sim.shutdown();
+    let _ = std::fs::remove_dir_all(&data_dir);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(70, &format!("demo: {e}")),
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    let _ = writeln!(std::io::stderr(), "{message}");
+    ExitCode::from(code)
+}
