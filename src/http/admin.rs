@@ -154,3 +154,33 @@ pub async fn delete_escrow(
         "escrow" => &id, "purge" => purge);
     Ok(HttpResponse::Ok().json(json!({"escrow_id": id, "deleted": true, "purged": purge})))
 }
+
+/// How long a sync of every host may take before the admin call gives up waiting.
+const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `POST /v1/admin/escrows/{id}/sync`: sequence pending txs and catch every host up to the
+/// escrow's nonce (upstream `SyncHosts`); answers the nonce, root and each host's sync nonce.
+pub async fn sync_escrow(
+    path: web::Path<String>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    use devshard_actors::{directory::GetEscrow, escrow::messages::{GetSnapshot, SyncHosts}};
+    let id = path.into_inner();
+    let addr = state
+        .directory
+        .send(GetEscrow { escrow_id: id.clone() })
+        .timeout(ACTOR_TIMEOUT)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("escrow {id} is not running")))?;
+    let syncs = addr.send(SyncHosts).timeout(SYNC_TIMEOUT).await?;
+    let snap = addr.send(GetSnapshot).timeout(ACTOR_TIMEOUT).await?;
+    let hosts: serde_json::Map<String, serde_json::Value> =
+        syncs.into_iter().map(|(a, n)| (a.to_string(), json!(n))).collect();
+    info!(state.log, "hosts synced by an admin"; "stage" => "sync_hosts", "escrow" => &id);
+    Ok(HttpResponse::Ok().json(json!({
+        "escrow_id": id,
+        "nonce": snap.nonce,
+        "state_root": snap.state_root,
+        "host_sync": hosts,
+    })))
+}

@@ -77,6 +77,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .route(web::delete().to(admin::delete_escrow))
                     .default_service(web::to(method_not_allowed)),
             )
+            .service(
+                web::resource("/escrows/{id}/sync")
+                    .route(web::post().to(admin::sync_escrow))
+                    .default_service(web::to(method_not_allowed)),
+            )
             .default_service(web::to(not_found)),
     );
 }
