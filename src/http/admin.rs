@@ -164,18 +164,25 @@ pub async fn sync_escrow(
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    use devshard_actors::{directory::GetEscrow, escrow::messages::{GetSnapshot, SyncHosts}};
+    use devshard_actors::{
+        directory::GetEscrow,
+        escrow::messages::{GetSnapshot, SyncHosts},
+    };
     let id = path.into_inner();
     let addr = state
         .directory
-        .send(GetEscrow { escrow_id: id.clone() })
+        .send(GetEscrow {
+            escrow_id: id.clone(),
+        })
         .timeout(ACTOR_TIMEOUT)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("escrow {id} is not running")))?;
     let syncs = addr.send(SyncHosts).timeout(SYNC_TIMEOUT).await?;
     let snap = addr.send(GetSnapshot).timeout(ACTOR_TIMEOUT).await?;
-    let hosts: serde_json::Map<String, serde_json::Value> =
-        syncs.into_iter().map(|(a, n)| (a.to_string(), json!(n))).collect();
+    let hosts: serde_json::Map<String, serde_json::Value> = syncs
+        .into_iter()
+        .map(|(a, n)| (a.to_string(), json!(n)))
+        .collect();
     info!(state.log, "hosts synced by an admin"; "stage" => "sync_hosts", "escrow" => &id);
     Ok(HttpResponse::Ok().json(json!({
         "escrow_id": id,

@@ -1,0 +1,8 @@
+//! Process-level tests: the real `devshard-gateway serve` binary against the simulated network
+//! (SIGKILL and restart).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "process/child.rs"]
+mod child;
+#[path = "process/crash.rs"]
+mod crash;
