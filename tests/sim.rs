@@ -16,5 +16,7 @@ mod control;
 mod faults;
 #[path = "sim/protocol.rs"]
 mod protocol;
+#[path = "sim/rejections.rs"]
+mod rejections;
 #[path = "sim/timeouts.rs"]
 mod timeouts;
