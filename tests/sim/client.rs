@@ -36,7 +36,9 @@ pub fn config(hosts: usize) -> SimConfig {
 
 /// Starts a network on a paused-clock-friendly `TokioClock` anchored at [`T0_MS`].
 pub async fn start(cfg: SimConfig) -> SimNetwork {
-    SimNetwork::start(cfg, TokioClock::anchored_at(T0_MS).shared()).await.unwrap()
+    SimNetwork::start(cfg, TokioClock::anchored_at(T0_MS).shared())
+        .await
+        .unwrap()
 }
 
 /// An HTTP client without request timeouts (virtual time may jump far).
@@ -71,8 +73,13 @@ impl Session {
                 validator: a.clone(),
             })
             .collect();
-        let sm =
-            StateMachine::new(escrow_id, escrow.session_config.clone(), group, escrow.amount).unwrap();
+        let sm = StateMachine::new(
+            escrow_id,
+            escrow.session_config.clone(),
+            group,
+            escrow.amount,
+        )
+        .unwrap();
         let slot_host = escrow
             .slots
             .iter()
@@ -83,7 +90,9 @@ impl Session {
             key: net.gateway_key().clone(),
             sm,
             diffs: Vec::new(),
-            urls: (0..net.hosts().len()).map(|i| net.session_url(i, escrow_id).unwrap()).collect(),
+            urls: (0..net.hosts().len())
+                .map(|i| net.session_url(i, escrow_id).unwrap())
+                .collect(),
             slot_host,
             model: net.config().model.clone(),
             clock: TokioClock::anchored_at(T0_MS),
@@ -150,12 +159,22 @@ impl Session {
 
     /// Every stored diff with nonce > `after`, in wire form.
     pub fn diffs_after(&self, after: u64) -> Vec<DiffJson> {
-        self.diffs.iter().filter(|d| d.nonce > after).map(DiffJson::from_diff).collect()
+        self.diffs
+            .iter()
+            .filter(|d| d.nonce > after)
+            .map(DiffJson::from_diff)
+            .collect()
     }
 
     /// The JSON body of a chat request.
     pub fn body(diffs: Vec<DiffJson>, nonce: u64, payload: Option<PayloadJson>) -> Vec<u8> {
-        serde_json::to_vec(&InferenceRequest { diffs, nonce, payload, stream: None }).unwrap()
+        serde_json::to_vec(&InferenceRequest {
+            diffs,
+            nonce,
+            payload,
+            stream: None,
+        })
+        .unwrap()
     }
 
     /// POSTs a signed body (gateway key, current time) to `{session url of host}/{action}`.
@@ -165,7 +184,8 @@ impl Session {
         action: &str,
         body: Vec<u8>,
     ) -> Result<ClientResponse, SendRequestError> {
-        self.post_signed(host, action, body, &self.key.clone(), self.now()).await
+        self.post_signed(host, action, body, &self.key.clone(), self.now())
+            .await
     }
 
     pub async fn post_signed(
@@ -188,9 +208,17 @@ impl Session {
 
     /// GET `{session url of host}/{path}` as JSON.
     pub async fn get(&self, host: usize, path: &str) -> (u16, serde_json::Value) {
-        let mut resp = self.client.get(format!("{}/{path}", self.urls[host])).send().await.unwrap();
+        let mut resp = self
+            .client
+            .get(format!("{}/{path}", self.urls[host]))
+            .send()
+            .await
+            .unwrap();
         let body = resp.body().await.unwrap();
-        (resp.status().as_u16(), serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
+        (
+            resp.status().as_u16(),
+            serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+        )
     }
 
     /// Sends the next inference to its executor with catch-up from `synced` and reads it all.
@@ -227,6 +255,7 @@ pub enum End {
 #[derive(Debug)]
 pub struct Streamed {
     pub status: u16,
+    pub headers: awc::http::header::HeaderMap,
     pub content_type: String,
     pub events: Vec<HostEvent>,
     pub end: End,
@@ -266,7 +295,11 @@ impl Streamed {
     pub fn text(&self) -> String {
         self.chunks()
             .iter()
-            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+            .filter_map(|c| {
+                c["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
             .collect()
     }
 
@@ -274,8 +307,15 @@ impl Streamed {
         serde_json::from_slice(&self.raw).unwrap_or(serde_json::Value::Null)
     }
 
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
     pub fn message(&self) -> String {
-        self.body_json()["message"].as_str().unwrap_or_default().to_owned()
+        self.body_json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 }
 
@@ -284,11 +324,9 @@ pub async fn read_stream(resp: ClientResponse) -> Streamed {
     read_stream_with(resp, Duration::from_secs(3600)).await
 }
 
-pub async fn read_stream_with(
-    mut resp: ClientResponse,
-    idle: Duration,
-) -> Streamed {
+pub async fn read_stream_with(mut resp: ClientResponse, idle: Duration) -> Streamed {
     let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
     let content_type = resp
         .headers()
         .get("content-type")
@@ -312,7 +350,14 @@ pub async fn read_stream_with(
         }
     };
     events.extend(parser.flush());
-    Streamed { status, content_type, events, end, raw }
+    Streamed {
+        status,
+        headers,
+        content_type,
+        events,
+        end,
+        raw,
+    }
 }
 
 /// Times of each event's arrival, relative to `since` (virtual time).

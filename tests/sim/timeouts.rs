@@ -32,18 +32,30 @@ async fn ask(
     let mut resp = s.post(host, "verify-timeout", body).await.unwrap();
     let status = resp.status().as_u16();
     let bytes = resp.body().await.unwrap();
-    let parsed = serde_json::from_slice::<VerifyTimeoutResponse>(&bytes).ok().filter(|_| status == 200);
+    let parsed = serde_json::from_slice::<VerifyTimeoutResponse>(&bytes)
+        .ok()
+        .filter(|_| status == 200);
     (status, String::from_utf8_lossy(&bytes).into_owned(), parsed)
 }
 
 /// Builds the timeout tx from accepting votes of every host but the executor.
-async fn collect_votes(s: &Session, executor: usize, id: u64, reason: &str, payload: Option<PayloadJson>) -> Vec<TimeoutVote> {
+async fn collect_votes(
+    s: &Session,
+    executor: usize,
+    id: u64,
+    reason: &str,
+    payload: Option<PayloadJson>,
+) -> Vec<TimeoutVote> {
     let mut votes = Vec::new();
     for host in (0..s.urls.len()).filter(|h| *h != executor) {
         let (_, _, r) = ask(s, host, id, reason, payload.clone()).await;
         let r = r.unwrap();
         if r.accept {
-            votes.push(TimeoutVote { voter_slot: r.voter_slot, accept: true, signature: r.signature.unwrap() });
+            votes.push(TimeoutVote {
+                voter_slot: r.voter_slot,
+                accept: true,
+                signature: r.signature.unwrap(),
+            });
         }
     }
     votes
@@ -56,7 +68,14 @@ async fn execution_timeout_votes_are_real_and_time_the_inference_out() {
     let mut s = Session::new(&net, "42");
     let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
     let executor = s.executor(diff.nonce);
-    net.set_faults(executor, Faults { drop_after_receipt: true, ..Faults::default() }).unwrap();
+    net.set_faults(
+        executor,
+        Faults {
+            drop_after_receipt: true,
+            ..Faults::default()
+        },
+    )
+    .unwrap();
     let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
     let out = read_stream(s.post(executor, "chat/completions", body).await.unwrap()).await;
     let receipt = out.receipt().unwrap().clone();
@@ -76,7 +95,12 @@ async fn execution_timeout_votes_are_real_and_time_the_inference_out() {
     assert!(r.accept);
     assert_eq!(r.voter_slot, voter as u32);
     let content = timeout_vote_content("42", 1, TimeoutReason::Execution);
-    verify(&content, r.signature.as_ref().unwrap(), &net.hosts()[voter].address).unwrap();
+    verify(
+        &content,
+        r.signature.as_ref().unwrap(),
+        &net.hosts()[voter].address,
+    )
+    .unwrap();
 
     let votes = collect_votes(&s, executor, 1, "execution", None).await;
     assert_eq!(votes.len(), 3);
@@ -91,7 +115,10 @@ async fn execution_timeout_votes_are_real_and_time_the_inference_out() {
     let body = Session::body(s.diffs_after(0), d.nonce, None);
     let out = read_stream(s.post(voter, "chat/completions", body).await.unwrap()).await;
     assert_eq!(out.status, 200);
-    assert_eq!(out.receipt().unwrap().state_hash.as_deref(), Some(s.sm.state_root().as_slice()));
+    assert_eq!(
+        out.receipt().unwrap().state_hash.as_deref(),
+        Some(s.sm.state_root().as_slice())
+    );
 }
 
 #[actix_rt::test]
@@ -102,7 +129,14 @@ async fn execution_votes_are_refused_while_the_executor_holds_a_finish() {
     let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
     let executor = s.executor(diff.nonce);
     // The finish stays in the executor's mempool; the gateway never sees it.
-    net.set_faults(executor, Faults { omit_meta: true, ..Faults::default() }).unwrap();
+    net.set_faults(
+        executor,
+        Faults {
+            omit_meta: true,
+            ..Faults::default()
+        },
+    )
+    .unwrap();
     let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
     let out = read_stream(s.post(executor, "chat/completions", body).await.unwrap()).await;
     s.compose(vec![Session::confirm_from(out.receipt().unwrap(), 1)]);
@@ -111,7 +145,14 @@ async fn execution_votes_are_refused_while_the_executor_holds_a_finish() {
     let (_, _, r) = ask(&s, voter, 1, "execution", None).await;
     assert!(!r.unwrap().accept, "the executor's mempool has the finish");
     // An unreachable executor counts as support.
-    net.set_faults(executor, Faults { refuse_connections: true, ..Faults::default() }).unwrap();
+    net.set_faults(
+        executor,
+        Faults {
+            refuse_connections: true,
+            ..Faults::default()
+        },
+    )
+    .unwrap();
     let (_, _, r) = ask(&s, voter, 1, "execution", None).await;
     assert!(r.unwrap().accept);
 }
@@ -130,14 +171,22 @@ async fn refused_timeout_needs_the_deadline_and_a_matching_payload() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     let (_, _, r) = ask(&s, voter, 1, "refused", None).await;
     assert!(!r.unwrap().accept, "no payload");
-    let wrong = PayloadJson { model: "other".into(), ..payload.clone() };
+    let wrong = PayloadJson {
+        model: "other".into(),
+        ..payload.clone()
+    };
     let (_, _, r) = ask(&s, voter, 1, "refused", Some(wrong)).await;
     assert!(!r.unwrap().accept, "payload does not match");
     let (_, _, r) = ask(&s, voter, 1, "refused", Some(payload.clone())).await;
     let r = r.unwrap();
     assert!(r.accept);
     let content = timeout_vote_content("42", 1, TimeoutReason::Refused);
-    verify(&content, r.signature.as_ref().unwrap(), &net.hosts()[voter].address).unwrap();
+    verify(
+        &content,
+        r.signature.as_ref().unwrap(),
+        &net.hosts()[voter].address,
+    )
+    .unwrap();
     let votes = collect_votes(&s, executor, 1, "refused", Some(payload)).await;
     let timeout = DevshardTx::new(Tx::TimeoutInference(MsgTimeoutInference {
         inference_id: 1,
@@ -155,9 +204,18 @@ async fn verify_timeout_errors() {
     let mut s = Session::new(&net, "42");
     s.compose_inference(vec![], PROMPT, 16);
     let (status, body, _) = ask(&s, 2, 1, "execution", None).await;
-    assert_eq!((status, body.as_str()), (500, r#"{"message":"inference 1: expected started, got pending"}"#));
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            500,
+            r#"{"message":"inference 1: expected started, got pending"}"#
+        )
+    );
     let (status, body, _) = ask(&s, 2, 99, "refused", None).await;
-    assert_eq!((status, body.as_str()), (500, r#"{"message":"inference not found: inference 99"}"#));
+    assert_eq!(
+        (status, body.as_str()),
+        (500, r#"{"message":"inference not found: inference 99"}"#)
+    );
     let (status, _, _) = ask(&s, 2, 1, "bored", None).await;
     assert_eq!(status, 400);
     assert_eq!(net.counters(2).unwrap().verify_timeout, 3);
