@@ -34,11 +34,25 @@ pub fn config(hosts: usize) -> SimConfig {
     cfg
 }
 
-/// Starts a network on a paused-clock-friendly `TokioClock` anchored at [`T0_MS`].
-pub async fn start(cfg: SimConfig) -> SimNetwork {
-    SimNetwork::start(cfg, TokioClock::anchored_at(T0_MS).shared())
-        .await
-        .unwrap()
+/// A running network and the clock it shares with the test's client.
+pub struct TestNet {
+    pub net: SimNetwork,
+    pub clock: TokioClock,
+}
+
+impl std::ops::Deref for TestNet {
+    type Target = SimNetwork;
+
+    fn deref(&self) -> &SimNetwork {
+        &self.net
+    }
+}
+
+/// Starts a network on a `TokioClock` anchored at [`T0_MS`] (follows the paused clock).
+pub async fn start(cfg: SimConfig) -> TestNet {
+    let clock = TokioClock::anchored_at(T0_MS);
+    let net = SimNetwork::start(cfg, clock.clone().shared()).await.unwrap();
+    TestNet { net, clock }
 }
 
 /// An HTTP client without request timeouts (virtual time may jump far).
@@ -62,7 +76,7 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(net: &SimNetwork, escrow_id: &str) -> Session {
+    pub fn new(net: &TestNet, escrow_id: &str) -> Session {
         let escrow = net.escrow(escrow_id).unwrap();
         let group = escrow
             .slots
@@ -95,7 +109,7 @@ impl Session {
                 .collect(),
             slot_host,
             model: net.config().model.clone(),
-            clock: TokioClock::anchored_at(T0_MS),
+            clock: net.clock.clone(),
             client: http(),
         }
     }

@@ -10,24 +10,25 @@ use devshard_actors::protocol::{
     state::state_sig_content,
     wire::DiffJson,
 };
-use devshard_gateway::sim::{Faults, SimNetwork};
+use devshard_gateway::sim::Faults;
 use tokio::time::Instant;
 
 use crate::client::{
+    TestNet,
     config, event_times, read_stream, read_stream_with, start, End, Session, Streamed,
 };
 
 const PROMPT: &[u8] =
     br#"{"stream":true,"max_tokens":16,"messages":[{"role":"user","content":"knob"}]}"#;
 
-async fn setup() -> (SimNetwork, Session) {
+async fn setup() -> (TestNet, Session) {
     let net = start(config(4)).await;
     let s = Session::new(&net, "42");
     (net, s)
 }
 
 /// Sets `faults` on the executor of the next nonce and returns that host.
-fn arm(net: &SimNetwork, s: &Session, faults: Faults) -> usize {
+fn arm(net: &TestNet, s: &Session, faults: Faults) -> usize {
     let host = s.executor(s.next_nonce());
     net.set_faults(host, faults).unwrap();
     host

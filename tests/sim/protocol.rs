@@ -130,7 +130,6 @@ async fn signed_inference_round_trip_verifies_with_protocol_code() {
     let view = net.host_view(executor, "42").unwrap();
     assert_eq!(view.latest_nonce, 2);
     assert_eq!(view.state_root, s.sm.state_root());
-    let _ = (recover_address, validation_unsigned_bytes);
 }
 
 /// Plays a gateway over many nonces: catch-up from each host's sync nonce, pending txs from
@@ -142,7 +141,7 @@ async fn hosts_agree_over_many_nonces_with_catch_up_and_validations() {
     cfg.validation_rate = 1.0;
     let net = start(cfg).await;
     let mut s = Session::new(&net, "42");
-    let mut synced = vec![0u64; 4];
+    let mut synced = [0u64; 4];
     let mut pending: Vec<proto::DevshardTx> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for i in 0..12 {
@@ -174,12 +173,11 @@ async fn hosts_agree_over_many_nonces_with_catch_up_and_validations() {
     }
     // Flush pending txs and bring every host up to date.
     for _ in 0..2 {
-        let d = s.compose(std::mem::take(&mut pending));
-        let _ = d;
+        s.compose(std::mem::take(&mut pending));
     }
-    for host in 0..4 {
+    for (host, synced) in synced.into_iter().enumerate() {
         let last = s.sm.latest_nonce();
-        let body = Session::body(s.diffs_after(synced[host]), last, None);
+        let body = Session::body(s.diffs_after(synced), last, None);
         let out =
             crate::client::read_stream(s.post(host, "chat/completions", body).await.unwrap()).await;
         assert_eq!(out.status, 200);
@@ -279,8 +277,7 @@ async fn multi_slot_hosts_sign_for_every_slot_and_gets_serve_the_log() {
     assert_eq!(s.executor(2), 2);
     assert_eq!(s.executor(3), 0, "slot 3 belongs to host 0");
     for _ in 0..4 {
-        let d = s.compose(vec![]);
-        let _ = d;
+        s.compose(vec![]);
     }
     let body = Session::body(s.diffs_after(0), 4, None);
     let out = crate::client::read_stream(s.post(0, "chat/completions", body).await.unwrap()).await;

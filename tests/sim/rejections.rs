@@ -11,7 +11,7 @@ use crate::client::{config, read_stream, start, Session, Streamed};
 const PROMPT: &[u8] = br#"{"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
 /// A network where host 1 already holds nonce 1.
-async fn primed() -> (devshard_gateway::sim::SimNetwork, Session) {
+async fn primed() -> (crate::client::TestNet, Session) {
     let net = start(config(4)).await;
     let mut s = Session::new(&net, "42");
     let (nonce, out) = s.infer(vec![], PROMPT).await;
