@@ -8,11 +8,12 @@
 
 use std::{
     collections::{BTreeMap, VecDeque},
+    net::SocketAddr,
     sync::Mutex,
 };
 
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
-use http::{Method, StatusCode};
+use http::{Method, Request, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -300,6 +301,17 @@ impl Chain {
             ),
         }
     }
+}
+
+/// Client identity for the request log: the first `X-Forwarded-For` entry, else the peer IP.
+pub(crate) fn client_id<B>(req: &Request<B>, peer: SocketAddr) -> String {
+    req.headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| peer.ip().to_string())
 }
 
 fn not_found() -> Resp {

@@ -43,6 +43,7 @@ pub use self::{
         PHASE_POC_VALIDATE, PHASE_POC_VALIDATE_WIND_DOWN,
     },
     faults::{parse_fault_script, Counters, Faults},
-    network::{HostView, SimError, SimHostInfo, SimNetwork},
+    host::session::HostView,
+    network::{SimError, SimHostInfo, SimNetwork},
     profile::{LatencyProfile, Profile},
 };

@@ -227,3 +227,33 @@ async fn chat_faults_do_not_touch_the_chain() {
     assert_eq!(e["found"], true, "the chain still has it");
     let _ = read_stream;
 }
+
+/// The simulator also runs under a plain `#[tokio::test]` with paused time (raw HTTP here).
+#[tokio::test(start_paused = true)]
+async fn runs_under_plain_tokio_with_paused_time() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut cfg = config(1);
+    cfg.epochs = short_epochs();
+    let net = start(cfg).await;
+    tokio::time::sleep(Duration::from_secs(80)).await;
+    let addr = net.chain_url().trim_start_matches("http://").to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"GET /v1/epochs/latest HTTP/1.1\r\nHost: sim\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    tcp.read_to_string(&mut raw).await.unwrap();
+    assert!(raw.contains("\"phase\":\"PoCGenerate\""), "{raw}");
+    net.set_faults(
+        0,
+        Faults {
+            down_for_ms: Some(1_000),
+            ..Faults::default()
+        },
+    )
+    .unwrap();
+    let host = net.hosts()[0].url.trim_start_matches("http://").to_owned();
+    assert!(tokio::net::TcpStream::connect(&host).await.is_err());
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert!(tokio::net::TcpStream::connect(&host).await.is_ok());
+}

@@ -126,7 +126,6 @@ async fn refuse_connections_over_http_really_closes_the_port() {
     let (_, hosts) = call("GET", format!("{base}/hosts"), None).await;
     assert_eq!(hosts[0]["up"], false);
     call("DELETE", format!("{base}/hosts/0/faults"), None).await;
-    tokio::task::yield_now().await;
     let resp = http()
         .get(format!("{}/v1/versions", net.hosts()[0].url))
         .send()

@@ -360,3 +360,69 @@ async fn the_plain_openai_endpoint_streams_and_answers() {
     assert_eq!(resp.status().as_u16(), 400);
     assert_eq!(net.counters(0).unwrap().openai, 3);
 }
+
+/// Hedged races send overlapping catch-up to several hosts at once; a host may be ahead of a
+/// request's target nonce. Every request still gets its receipt and its answer.
+#[actix_rt::test]
+async fn concurrent_requests_with_overlapping_catch_up_all_succeed() {
+    tokio::time::pause();
+    let mut cfg = config(4);
+    cfg.profile = devshard_gateway::sim::Profile::Default;
+    let net = start(cfg).await;
+    let mut s = Session::new(&net, "42");
+    let mut bodies = Vec::new();
+    for i in 0..16 {
+        let prompt =
+            format!(r#"{{"stream":true,"messages":[{{"role":"user","content":"c{i}"}}]}}"#);
+        let (diff, payload) = s.compose_inference(vec![], prompt.as_bytes(), 16);
+        bodies.push((diff.nonce, Some(payload)));
+    }
+    let requests = bodies.into_iter().map(|(nonce, payload)| {
+        let host = s.executor(nonce);
+        let body = Session::body(s.diffs_after(0), nonce, payload);
+        let s = &s;
+        async move {
+            let out =
+                crate::client::read_stream(s.post(host, "chat/completions", body).await.unwrap())
+                    .await;
+            (nonce, out)
+        }
+    });
+    for (nonce, out) in futures::future::join_all(requests).await {
+        assert_eq!(out.status, 200, "nonce {nonce}");
+        let r = out.receipt().unwrap();
+        assert!(r.nonce >= nonce && r.receipt.is_some());
+        assert!(out.has_done() && out.meta().is_some());
+    }
+    for h in 0..4 {
+        assert_eq!(
+            net.host_view(h, "42").unwrap().state_root,
+            s.sm.state_root()
+        );
+    }
+}
+
+#[actix_rt::test]
+async fn a_duplicate_while_running_gets_a_receipt_but_no_second_run() {
+    tokio::time::pause();
+    let net = start(config(2)).await;
+    net.set_latency(
+        1,
+        devshard_gateway::sim::LatencyProfile {
+            tokens_per_s: 10.0,
+            jitter: 0.0,
+            ..devshard_gateway::sim::LatencyProfile::zero()
+        },
+    )
+    .unwrap();
+    let mut s = Session::new(&net, "42");
+    let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
+    let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
+    let first = s.post(1, "chat/completions", body.clone()).await.unwrap();
+    let second =
+        crate::client::read_stream(s.post(1, "chat/completions", body).await.unwrap()).await;
+    assert!(second.receipt().unwrap().receipt.is_some());
+    assert!(second.chunks().is_empty() && !second.has_done() && second.meta().is_some());
+    let first = crate::client::read_stream(first).await;
+    assert_eq!(first.chunks().len(), 7);
+}

@@ -25,6 +25,7 @@ use std::{
 
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
+use serde_json::json;
 
 use devshard_actors::{clock::SharedClock, protocol::crypto::SigningKey};
 
@@ -248,6 +249,18 @@ impl HostState {
     }
 }
 
+/// A miner's `GET /v1/versions`.
+pub(crate) fn versions_response(core: &NetCore, index: usize) -> Resp {
+    let nodes: Vec<_> = core
+        .chain
+        .participants()
+        .get(index)
+        .map(|p| json!({"node_id": p.node_id, "poc_validation_inference": p.preserved}))
+        .into_iter()
+        .collect();
+    server::json(StatusCode::OK, &json!({ "mlnodes": nodes }))
+}
+
 /// `sha256(seed ‖ purpose ‖ index ‖ extra)`.
 pub(crate) fn derive_seed(seed: &str, purpose: &str, index: usize, extra: &str) -> [u8; 32] {
     let pre = format!("{seed}\u{0}{purpose}\u{0}{index}\u{0}{extra}");
@@ -271,10 +284,10 @@ pub(crate) async fn route(
     }
     if path == "/v1/versions" && method == Method::GET {
         AtomicCounters::bump(&host.counters.versions);
-        let client = super::network::client_id(&req, peer);
+        let client = super::chain::client_id(&req, peer);
         core.chain
             .log_request(&format!("host-{index}"), &path, &client);
-        return super::network::versions_response(&core, index);
+        return versions_response(&core, index);
     }
     let prefix = format!("{}/sessions/", core.cfg.route_prefix.trim_end_matches('/'));
     let Some((escrow_id, action)) = path.strip_prefix(&prefix).and_then(|r| r.split_once('/'))

@@ -24,6 +24,8 @@ use super::super::{chain::EscrowInfo, profile::Jitter};
 
 /// Upstream chain nonce limit; active-phase diffs beyond `MAX_NONCE − (N+1)` are rejected.
 pub(crate) const MAX_NONCE: u64 = 20_000;
+/// Runs older than this many nonces are forgotten (bounds the replay cache of long benchmarks).
+const EXECUTION_MEMORY_NONCES: u64 = 1_000;
 
 /// An executor's run of one inference (retries of the same nonce reuse it).
 #[derive(Clone, Debug)]
@@ -32,6 +34,23 @@ pub(crate) struct Execution {
     pub confirmed_at: i64,
     /// The streamed data payloads once the run finished (replayed to a retry).
     pub cached: Option<Vec<String>>,
+}
+
+/// One host's view of one escrow (for test assertions).
+#[derive(Clone, Debug)]
+pub struct HostView {
+    pub latest_nonce: u64,
+    /// The root the host reports (perturbed once forked).
+    pub state_root: [u8; 32],
+    /// The root of its state machine.
+    pub real_root: [u8; 32],
+    pub forked_at: Option<u64>,
+    pub mempool_len: usize,
+    pub mempool: Vec<DevshardTx>,
+    /// Nonces at which the host stored its own state signature.
+    pub signed_nonces: Vec<u64>,
+    /// A copy of the host's state machine.
+    pub state: StateMachine,
 }
 
 /// One diff as the host stored it.
@@ -156,6 +175,8 @@ impl HostSession {
     }
 
     fn after_apply(&mut self, diff: &Diff, validation_rate: f64, key: &SigningKey) {
+        let horizon = diff.nonce.saturating_sub(EXECUTION_MEMORY_NONCES);
+        self.executions.retain(|id, _| *id > horizon);
         let applied: HashSet<TxKey> = diff.txs.iter().filter_map(tx_key).collect();
         let sm = &self.sm;
         self.mempool.retain(|tx| {
@@ -193,6 +214,20 @@ impl HostSession {
         };
         self.mempool
             .push(DevshardTx::new(Tx::Validation(sign_validation(msg, key))));
+    }
+
+    /// A snapshot for test assertions.
+    pub(crate) fn view(&self) -> HostView {
+        HostView {
+            latest_nonce: self.sm.latest_nonce(),
+            state_root: self.reported_root(),
+            real_root: self.sm.state_root(),
+            forked_at: self.forked_at,
+            mempool_len: self.mempool.len(),
+            mempool: self.mempool.clone(),
+            signed_nonces: self.signatures.keys().copied().collect(),
+            state: self.sm.clone(),
+        }
     }
 
     /// Adds a tx unless an entry with the same key is already there.
