@@ -1,2 +1,3 @@
 //! devshard-gateway: the process around the devshard actors.
 pub mod sim;
+pub mod store;

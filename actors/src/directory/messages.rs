@@ -1,0 +1,116 @@
+//! Messages of the `Directory`.
+
+use actix::{Addr, Message};
+use serde::Serialize;
+
+use super::DirectoryError;
+use crate::{
+    escrow::{EscrowActor, EscrowInfo},
+    participant::ParticipantActor,
+    protocol::crypto::Address,
+};
+
+/// Registers (and persists) an escrow and starts its actor. Idempotent for the same info.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), DirectoryError>")]
+pub struct AddEscrow {
+    pub info: EscrowInfo,
+}
+
+/// Stops an escrow's actor and forgets it (`purge` also deletes its diff log).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), DirectoryError>")]
+pub struct RemoveEscrow {
+    pub escrow_id: String,
+    pub purge: bool,
+}
+
+/// Picks the escrow with the most spare capacity for a model (ties rotate).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<PickedEscrow, DirectoryError>")]
+pub struct PickEscrow {
+    pub model: String,
+}
+
+/// The escrow chosen for a request.
+#[derive(Debug, Clone)]
+pub struct PickedEscrow {
+    pub escrow_id: String,
+    pub addr: Addr<EscrowActor>,
+}
+
+/// One escrow's actor, if live.
+#[derive(Debug, Message)]
+#[rtype(result = "Option<Addr<EscrowActor>>")]
+pub struct GetEscrow {
+    pub escrow_id: String,
+}
+
+/// One participant's actor (spawned on demand).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<Addr<ParticipantActor>, DirectoryError>")]
+pub struct GetParticipantActor {
+    pub address: Address,
+}
+
+/// Kinds of entity actors the directory supervises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActorKind {
+    Escrow,
+    Participant,
+    Race,
+}
+
+/// Sent from an entity actor's `stopped()`: it stopped (restart, retirement or panic).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Died {
+    pub kind: ActorKind,
+    pub id: String,
+}
+
+/// A race started (debug listing and escrow load).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RaceStarted {
+    pub race_id: u64,
+    pub escrow_id: String,
+    pub request_id: String,
+}
+
+/// A race ended.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RaceEnded {
+    pub race_id: u64,
+    pub escrow_id: String,
+}
+
+/// Models served by registered, healthy escrows.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<String>")]
+pub struct ListModels;
+
+/// Status of every entity the directory knows (debug endpoint, readiness).
+#[derive(Debug, Message)]
+#[rtype(result = "DirectoryStatus")]
+pub struct GetStatus;
+
+/// One supervised entity.
+#[derive(Debug, Clone, Serialize)]
+pub struct EntityStatus {
+    pub kind: ActorKind,
+    pub id: String,
+    pub alive: bool,
+    pub failed: bool,
+    pub restarts: u32,
+    pub in_flight: usize,
+}
+
+/// What `GetStatus` returns.
+#[derive(Debug, Clone, Serialize)]
+pub struct DirectoryStatus {
+    pub entities: Vec<EntityStatus>,
+    pub races: Vec<(u64, String, String)>,
+}

@@ -1,0 +1,262 @@
+//! `Directory`: one per process. Owns the address of every entity actor (escrows, participants)
+//! and the list of races in flight; spawns actors on demand; is the supervisor that notices a dead
+//! actor (its `Died` notice from `stopped()`) and respawns it from its last committed state in the
+//! store; enforces a restart budget per entity (past it the entity is marked failed and requests
+//! that need it get 503 instead of a crash loop).
+//!
+//! - **Survives**: it is the root; if it dies the process is unhealthy (`/healthz` fails).
+//! - **Timers**: none.
+//! - **Who holds its `Addr`**: the HTTP edge (`web::Data`), races, escrows (as an outcome router).
+
+mod messages;
+mod pick;
+mod spawn;
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::Arc,
+};
+
+use actix::prelude::*;
+use slog::{error, info, Logger};
+
+use crate::{
+    clock::SharedClock,
+    escrow::{EscrowActor, EscrowConfig, EscrowInfo},
+    outcome::ParticipantOutcome,
+    participant::ParticipantActor,
+    protocol::crypto::{Address, SigningKey},
+    store::{ns, SharedStore, StoreError},
+};
+pub use messages::*;
+
+/// Errors of directory operations.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DirectoryError {
+    #[error("no escrow serves model {0}")]
+    UnknownModel(String),
+    #[error("escrow {0} is not registered")]
+    UnknownEscrow(String),
+    #[error("escrow {0} has failed too often and is disabled")]
+    EscrowFailed(String),
+    #[error("every escrow for model {0} is busy or unavailable")]
+    NoCapacity(String),
+    #[error("escrow {0} cannot start: {1}")]
+    Start(String, String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Restart budget: at most `max_restarts` within `window_ms` per entity.
+#[derive(Debug, Clone, Copy)]
+pub struct RestartBudget {
+    pub max_restarts: usize,
+    pub window_ms: i64,
+}
+
+impl Default for RestartBudget {
+    fn default() -> Self {
+        RestartBudget {
+            max_restarts: 5,
+            window_ms: 60_000,
+        }
+    }
+}
+
+/// Everything the directory hands to the actors it spawns.
+#[derive(Debug, Clone)]
+pub struct DirectoryDeps {
+    pub key: Arc<SigningKey>,
+    pub store: SharedStore,
+    pub clock: SharedClock,
+    pub log: Logger,
+    pub escrow_cfg: EscrowConfig,
+    pub budget: RestartBudget,
+    /// Enables the `InjectPanic` hooks (tests and chaos drills only).
+    pub fault_injection: bool,
+}
+
+/// One supervised entity.
+pub(crate) struct Slot<A: Actor> {
+    pub addr: Option<Addr<A>>,
+    pub restarts: VecDeque<i64>,
+    pub failed: bool,
+}
+
+impl<A: Actor> Default for Slot<A> {
+    fn default() -> Self {
+        Slot {
+            addr: None,
+            restarts: VecDeque::new(),
+            failed: false,
+        }
+    }
+}
+
+/// A registered escrow.
+pub(crate) struct EscrowSlot {
+    pub info: Arc<EscrowInfo>,
+    pub slot: Slot<EscrowActor>,
+    pub in_flight: usize,
+}
+
+/// The directory actor (see the module docs).
+pub struct Directory {
+    pub(crate) deps: DirectoryDeps,
+    pub(crate) escrows: BTreeMap<String, EscrowSlot>,
+    pub(crate) participants: BTreeMap<Address, Slot<ParticipantActor>>,
+    pub(crate) races: BTreeMap<u64, (String, String)>,
+    pub(crate) rotation: usize,
+}
+
+impl Directory {
+    pub fn new(deps: DirectoryDeps) -> Directory {
+        Directory {
+            deps,
+            escrows: BTreeMap::new(),
+            participants: BTreeMap::new(),
+            races: BTreeMap::new(),
+            rotation: 0,
+        }
+    }
+}
+
+impl Actor for Directory {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(4096);
+        let records = match self.deps.store.list(ns::ESCROWS) {
+            Ok(r) => r,
+            Err(e) => {
+                error!(self.deps.log, "escrow registrations not loaded"; "error" => %e);
+                return;
+            }
+        };
+        for (id, value) in records {
+            match serde_json::from_value::<EscrowInfo>(value) {
+                Ok(info) => {
+                    let info = Arc::new(info);
+                    self.escrows.insert(
+                        id.clone(),
+                        EscrowSlot {
+                            info,
+                            slot: Slot::default(),
+                            in_flight: 0,
+                        },
+                    );
+                    if let Err(e) = self.spawn_escrow(&id, ctx) {
+                        error!(self.deps.log, "escrow not started"; "escrow" => &id, "error" => %e);
+                    }
+                }
+                Err(e) => error!(self.deps.log, "escrow registration unreadable";
+                    "escrow" => &id, "error" => %e),
+            }
+        }
+        info!(self.deps.log, "directory started"; "stage" => "directory_started",
+            "escrows" => self.escrows.len());
+    }
+}
+
+impl Handler<ParticipantOutcome> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: ParticipantOutcome, ctx: &mut Self::Context) {
+        if let Ok(addr) = self.participant(&msg.participant, ctx) {
+            if addr.try_send(msg).is_err() {
+                error!(self.deps.log, "participant mailbox full; outcome dropped";
+                    "stage" => "outcome_dropped");
+            }
+        }
+    }
+}
+
+impl Handler<GetParticipantActor> for Directory {
+    type Result = Result<Addr<ParticipantActor>, DirectoryError>;
+
+    fn handle(&mut self, msg: GetParticipantActor, ctx: &mut Self::Context) -> Self::Result {
+        self.participant(&msg.address, ctx)
+    }
+}
+
+impl Handler<GetEscrow> for Directory {
+    type Result = Option<Addr<EscrowActor>>;
+
+    fn handle(&mut self, msg: GetEscrow, _: &mut Self::Context) -> Self::Result {
+        self.escrows.get(&msg.escrow_id)?.slot.addr.clone()
+    }
+}
+
+impl Handler<RaceStarted> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: RaceStarted, _: &mut Self::Context) {
+        if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
+            e.in_flight += 1;
+        }
+        self.races
+            .insert(msg.race_id, (msg.escrow_id, msg.request_id));
+    }
+}
+
+impl Handler<RaceEnded> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: RaceEnded, _: &mut Self::Context) {
+        if self.races.remove(&msg.race_id).is_some() {
+            if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
+                e.in_flight = e.in_flight.saturating_sub(1);
+            }
+        }
+    }
+}
+
+impl Handler<ListModels> for Directory {
+    type Result = Vec<String>;
+
+    fn handle(&mut self, _: ListModels, _: &mut Self::Context) -> Self::Result {
+        let mut models: Vec<String> = self
+            .escrows
+            .values()
+            .filter(|e| !e.slot.failed)
+            .map(|e| e.info.model.clone())
+            .collect();
+        models.sort();
+        models.dedup();
+        models
+    }
+}
+
+impl Handler<GetStatus> for Directory {
+    type Result = MessageResult<GetStatus>;
+
+    fn handle(&mut self, _: GetStatus, _: &mut Self::Context) -> Self::Result {
+        let mut entities = Vec::new();
+        for (id, e) in &self.escrows {
+            entities.push(EntityStatus {
+                kind: ActorKind::Escrow,
+                id: id.clone(),
+                alive: e.slot.addr.as_ref().is_some_and(|a| a.connected()),
+                failed: e.slot.failed,
+                restarts: u32::try_from(e.slot.restarts.len()).unwrap_or(u32::MAX),
+                in_flight: e.in_flight,
+            });
+        }
+        for (addr, p) in &self.participants {
+            entities.push(EntityStatus {
+                kind: ActorKind::Participant,
+                id: addr.to_string(),
+                alive: p.addr.as_ref().is_some_and(|a| a.connected()),
+                failed: p.failed,
+                restarts: u32::try_from(p.restarts.len()).unwrap_or(u32::MAX),
+                in_flight: 0,
+            });
+        }
+        let races = self
+            .races
+            .iter()
+            .map(|(id, (e, r))| (*id, e.clone(), r.clone()))
+            .collect();
+        MessageResult(DirectoryStatus { entities, races })
+    }
+}

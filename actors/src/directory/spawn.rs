@@ -1,0 +1,238 @@
+//! Spawning, respawning and retiring entity actors, with the restart budget.
+
+use std::{sync::Arc, time::Duration};
+
+use actix::prelude::*;
+use slog::{error, info, warn};
+
+use super::{
+    ActorKind, AddEscrow, Died, Directory, DirectoryError, EscrowSlot, RemoveEscrow, Slot,
+};
+use crate::{
+    escrow::{messages::Retire, EscrowActor, EscrowInfo, Session},
+    participant::ParticipantActor,
+    protocol::crypto::Address,
+    store::ns,
+};
+
+/// Delay before a respawn, so a crash loop cannot spin the arbiter.
+const RESPAWN_DELAY: Duration = Duration::from_millis(20);
+
+impl Directory {
+    /// Starts (or restarts) an escrow's actor from the store.
+    pub(crate) fn spawn_escrow(
+        &mut self,
+        escrow_id: &str,
+        ctx: &mut Context<Self>,
+    ) -> Result<(), DirectoryError> {
+        let Some(entry) = self.escrows.get(escrow_id) else {
+            return Err(DirectoryError::UnknownEscrow(escrow_id.to_string()));
+        };
+        let info = entry.info.clone();
+        let actor = self.build_escrow(info, ctx)?;
+        let addr = actor.start();
+        if let Some(e) = self.escrows.get_mut(escrow_id) {
+            e.slot.addr = Some(addr);
+        }
+        Ok(())
+    }
+
+    fn build_escrow(
+        &self,
+        info: Arc<EscrowInfo>,
+        ctx: &mut Context<Self>,
+    ) -> Result<EscrowActor, DirectoryError> {
+        let id = info.escrow_id.clone();
+        let start_err = |e: String| DirectoryError::Start(id.clone(), e);
+        let log = self.deps.store.load_diffs(&id)?;
+        let mut session = Session::restore(info, log).map_err(|e| start_err(e.to_string()))?;
+        if let Some(record) = self.deps.store.get(ns::SESSIONS, &id)? {
+            if let Some(map) = record.get("host_sync").and_then(|m| m.as_object()) {
+                for (addr, nonce) in map {
+                    if let (Ok(a), Some(n)) = (Address::parse(addr), nonce.as_u64()) {
+                        session.set_host_sync(a, n);
+                    }
+                }
+            }
+        }
+        let now_ms = self.deps.clock.now_ms();
+        let orphans = session.unsettled_entries(now_ms);
+        Ok(EscrowActor::new(
+            session,
+            self.deps.key.clone(),
+            self.deps.store.clone(),
+            self.deps.clock.clone(),
+            &self.deps.log,
+            self.deps.escrow_cfg.clone(),
+            ctx.address().recipient(),
+            self.deps.fault_injection,
+        )
+        .with_orphans(orphans)
+        .with_death_notice(ctx.address().recipient()))
+    }
+
+    /// The participant's actor, spawned (from its stored record) on first use.
+    pub(crate) fn participant(
+        &mut self,
+        address: &Address,
+        ctx: &mut Context<Self>,
+    ) -> Result<Addr<ParticipantActor>, DirectoryError> {
+        let slot = self.participants.entry(address.clone()).or_default();
+        if slot.failed {
+            return Err(DirectoryError::Start(
+                address.to_string(),
+                "failed too often".into(),
+            ));
+        }
+        if let Some(addr) = slot.addr.as_ref().filter(|a| a.connected()) {
+            return Ok(addr.clone());
+        }
+        let actor = ParticipantActor::load(
+            address.clone(),
+            self.deps.store.clone(),
+            self.deps.clock.clone(),
+            &self.deps.log,
+            self.deps.fault_injection,
+        )
+        .with_death_notice(ctx.address().recipient());
+        let addr = actor.start();
+        slot.addr = Some(addr.clone());
+        Ok(addr)
+    }
+
+    /// Counts a restart; `false` when the entity is past its budget.
+    fn charge_restart<A: Actor>(
+        slot: &mut Slot<A>,
+        now_ms: i64,
+        budget: super::RestartBudget,
+    ) -> bool {
+        slot.restarts.push_back(now_ms);
+        while slot
+            .restarts
+            .front()
+            .is_some_and(|t| now_ms.saturating_sub(*t) > budget.window_ms)
+        {
+            slot.restarts.pop_front();
+        }
+        slot.restarts.len() <= budget.max_restarts
+    }
+}
+
+impl Handler<Died> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: Died, ctx: &mut Self::Context) {
+        let now = self.deps.clock.now_ms();
+        let budget = self.deps.budget;
+        match msg.kind {
+            ActorKind::Escrow => {
+                let Some(e) = self.escrows.get_mut(&msg.id) else {
+                    return;
+                };
+                if e.slot.addr.as_ref().is_some_and(|a| a.connected()) {
+                    return;
+                }
+                e.slot.addr = None;
+                if !Self::charge_restart(&mut e.slot, now, budget) {
+                    e.slot.failed = true;
+                    error!(self.deps.log, "escrow failed too often; disabled";
+                        "stage" => "actor_failed", "kind" => "escrow", "escrow" => &msg.id);
+                    return;
+                }
+                warn!(self.deps.log, "escrow actor died; respawning from the store";
+                    "stage" => "actor_respawn", "kind" => "escrow", "escrow" => &msg.id);
+                let id = msg.id.clone();
+                ctx.run_later(RESPAWN_DELAY, move |act, ctx| {
+                    if let Err(e) = act.spawn_escrow(&id, ctx) {
+                        error!(act.deps.log, "escrow respawn failed"; "escrow" => &id, "error" => %e);
+                    }
+                });
+            }
+            ActorKind::Participant => {
+                let Ok(address) = Address::parse(&msg.id) else {
+                    return;
+                };
+                let Some(p) = self.participants.get_mut(&address) else {
+                    return;
+                };
+                if p.addr.as_ref().is_some_and(|a| a.connected()) {
+                    return;
+                }
+                p.addr = None;
+                if !Self::charge_restart(p, now, budget) {
+                    p.failed = true;
+                    error!(self.deps.log, "participant failed too often; disabled";
+                        "stage" => "actor_failed", "kind" => "participant", "participant" => &msg.id);
+                    return;
+                }
+                warn!(self.deps.log, "participant actor died; respawning from the store";
+                    "stage" => "actor_respawn", "kind" => "participant", "participant" => &msg.id);
+                ctx.run_later(RESPAWN_DELAY, move |act, ctx| {
+                    let _ = act.participant(&address, ctx);
+                });
+            }
+            ActorKind::Race => {}
+        }
+    }
+}
+
+impl Handler<AddEscrow> for Directory {
+    type Result = ResponseActFuture<Self, Result<(), DirectoryError>>;
+
+    fn handle(&mut self, msg: AddEscrow, _: &mut Self::Context) -> Self::Result {
+        let id = msg.info.escrow_id.clone();
+        if let Some(existing) = self.escrows.get(&id) {
+            let same = *existing.info == msg.info;
+            return Box::pin(fut::ready(if same {
+                Ok(())
+            } else {
+                Err(DirectoryError::Start(
+                    id,
+                    "already registered with different chain data".into(),
+                ))
+            }));
+        }
+        let value = match serde_json::to_value(&msg.info) {
+            Ok(v) => v,
+            Err(e) => return Box::pin(fut::ready(Err(DirectoryError::Start(id, e.to_string())))),
+        };
+        let ack = self.deps.store.put(ns::ESCROWS, &id, value);
+        let info = Arc::new(msg.info);
+        Box::pin(ack.into_actor(self).map(move |res, act, ctx| {
+            res?;
+            act.escrows.insert(id.clone(), EscrowSlot { info, slot: Slot::default(), in_flight: 0 });
+            act.spawn_escrow(&id, ctx)?;
+            info!(act.deps.log, "escrow registered"; "stage" => "escrow_registered", "escrow" => &id);
+            Ok(())
+        }))
+    }
+}
+
+impl Handler<RemoveEscrow> for Directory {
+    type Result = ResponseActFuture<Self, Result<(), DirectoryError>>;
+
+    fn handle(&mut self, msg: RemoveEscrow, _: &mut Self::Context) -> Self::Result {
+        let Some(entry) = self.escrows.remove(&msg.escrow_id) else {
+            return Box::pin(fut::ready(Err(DirectoryError::UnknownEscrow(
+                msg.escrow_id,
+            ))));
+        };
+        if let Some(addr) = entry.slot.addr {
+            addr.do_send(Retire);
+        }
+        let store = self.deps.store.clone();
+        let id = msg.escrow_id.clone();
+        let purge = msg.purge;
+        Box::pin(
+            async move {
+                store.delete(ns::ESCROWS, &id).await?;
+                if purge {
+                    store.delete(ns::SESSIONS, &id).await?;
+                    store.delete_diffs(&id).await?;
+                }
+                Ok(())
+            }
+            .into_actor(self),
+        )
+    }
+}

@@ -1,0 +1,277 @@
+//! `EscrowActor`: one per escrow. Owns the protocol session (nonce counter, local state machine,
+//! in-memory diff window, host sync nonces, pending txs, signatures), the nonce picker, the
+//! bookkeeping of every attempt (sent, receipt, finished, pending timeout) and timeout handling.
+//!
+//! - **Who holds its `Addr`**: the `Directory` (and races, for the duration of one request).
+//! - **Survives a restart**: nothing in memory is trusted after the actor stopped (a recoverable
+//!   fault such as a failed fsync stops it; a panic kills it): the `Directory` respawns it from
+//!   the store: the diff log replays into a fresh session, sync nonces come from their record, and
+//!   every nonce that was handed out without a finish or timeout in the log is re-registered so it
+//!   is still settled (finish reconciliation, then timeout votes).
+//! - **Timers**: picker hold (a nonce nobody may take waits `picker_hold_ms` before it is
+//!   withheld), per-attempt finish reconciliation ticks and timeout deadlines, and a sync-nonce
+//!   persistence tick.
+//! - **Durable before visible**: a grant is answered only after the store acknowledged its diff.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
+
+use actix::prelude::*;
+use slog::{info, o, warn, Logger};
+use tokio::sync::oneshot;
+
+use super::{
+    config::EscrowConfig,
+    error::EscrowError,
+    messages::{EscrowSnapshot, GetSnapshot, InferenceParams, InjectPanic, NonceGrant, Retire},
+    nonces::NonceEntry,
+    session::Session,
+};
+use crate::{
+    clock::SharedClock,
+    directory::{ActorKind, Died},
+    outcome::OutcomeSink,
+    protocol::crypto::{Address, SigningKey},
+    store::{ns, SharedStore},
+};
+
+/// How often dirty host sync nonces are persisted.
+const SYNC_PERSIST_INTERVAL: Duration = Duration::from_secs(1);
+/// Mailbox capacity: races park on `send().await` when the escrow is busy.
+const MAILBOX_CAPACITY: usize = 1024;
+
+/// A race waiting for a nonce.
+pub(super) struct Waiter {
+    pub race_id: u64,
+    pub params: Arc<InferenceParams>,
+    pub exclude: Vec<Address>,
+    pub reply: oneshot::Sender<Result<NonceGrant, EscrowError>>,
+}
+
+/// The escrow actor (see the module docs).
+pub struct EscrowActor {
+    pub(super) session: Session,
+    pub(super) key: Arc<SigningKey>,
+    pub(super) store: SharedStore,
+    pub(super) clock: SharedClock,
+    pub(super) log: Logger,
+    pub(super) cfg: EscrowConfig,
+    pub(super) outcomes: OutcomeSink,
+    /// Every nonce we handed out that is not settled yet.
+    pub(super) attempts: BTreeMap<u64, NonceEntry>,
+    /// Races waiting for a nonce, in arrival order.
+    pub(super) waiting: VecDeque<Waiter>,
+    /// Participants we must not send inference to in this escrow (ejected, under repair).
+    pub(super) withheld: BTreeSet<Address>,
+    /// Highest nonce whose diff the store acknowledged.
+    pub(super) durable_nonce: u64,
+    /// Sync nonces changed since they were last persisted.
+    pub(super) sync_dirty: bool,
+    /// The picker-hold timer, while armed.
+    pub(super) hold_timer: Option<SpawnHandle>,
+    /// Timers per nonce (finish reconciliation or timeout deadline).
+    pub(super) nonce_timers: BTreeMap<u64, SpawnHandle>,
+    /// Timeout votes run one nonce at a time (one RPC per verifier at a time).
+    pub(super) timeout_queue: VecDeque<u64>,
+    pub(super) timeout_running: bool,
+    pub(super) fault_injection: bool,
+    /// Told when this actor stops, so the directory can respawn it.
+    pub(super) on_stop: Option<Recipient<Died>>,
+    /// Set by `Retire`: the stop is final and nobody should respawn the actor.
+    pub(super) retired: bool,
+}
+
+impl EscrowActor {
+    /// A new actor over a session (fresh or restored).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        session: Session,
+        key: Arc<SigningKey>,
+        store: SharedStore,
+        clock: SharedClock,
+        log: &Logger,
+        cfg: EscrowConfig,
+        outcomes: OutcomeSink,
+        fault_injection: bool,
+    ) -> EscrowActor {
+        let escrow_id = session.info().escrow_id.clone();
+        let durable_nonce = session.nonce();
+        EscrowActor {
+            session,
+            key,
+            store,
+            clock,
+            log: log.new(o!("escrow" => escrow_id)),
+            cfg,
+            outcomes,
+            attempts: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            withheld: BTreeSet::new(),
+            durable_nonce,
+            sync_dirty: false,
+            hold_timer: None,
+            nonce_timers: BTreeMap::new(),
+            timeout_queue: VecDeque::new(),
+            timeout_running: false,
+            fault_injection,
+            on_stop: None,
+            retired: false,
+        }
+    }
+
+    /// Tells `recipient` when the actor stops (panics included).
+    pub fn with_death_notice(mut self, recipient: Recipient<Died>) -> Self {
+        self.on_stop = Some(recipient);
+        self
+    }
+
+    pub(super) fn escrow_id(&self) -> &str {
+        &self.session.info().escrow_id
+    }
+
+    pub(super) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Registers nonces restored from the log that still need settling.
+    pub fn with_orphans(mut self, orphans: Vec<NonceEntry>) -> Self {
+        for entry in orphans {
+            self.attempts.insert(entry.nonce, entry);
+        }
+        self
+    }
+
+    fn persist_syncs(&mut self) {
+        if !self.sync_dirty {
+            return;
+        }
+        self.sync_dirty = false;
+        let syncs: BTreeMap<String, u64> = self
+            .session
+            .host_syncs()
+            .iter()
+            .map(|(a, n)| (a.to_string(), *n))
+            .collect();
+        let record = serde_json::json!({ "host_sync": syncs });
+        let ack = self.store.put(ns::SESSIONS, self.escrow_id(), record);
+        let log = self.log.clone();
+        actix::spawn(async move {
+            if let Err(e) = ack.await {
+                warn!(log, "sync nonces not persisted"; "stage" => "store_error", "error" => %e);
+            }
+        });
+    }
+}
+
+impl Actor for EscrowActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
+        ctx.run_interval(SYNC_PERSIST_INTERVAL, |act, _| act.persist_syncs());
+        let nonces: Vec<u64> = self.attempts.keys().copied().collect();
+        for nonce in nonces {
+            self.arm_nonce_timer(nonce, ctx);
+        }
+        info!(self.log, "escrow actor started"; "stage" => "escrow_started",
+            "nonce" => self.session.nonce(), "unsettled" => self.attempts.len());
+    }
+
+    fn stopping(&mut self, _: &mut Self::Context) -> Running {
+        for w in self.waiting.drain(..) {
+            let _ = w.reply.send(Err(EscrowError::ShuttingDown(
+                self.session.info().escrow_id.clone(),
+            )));
+        }
+        self.persist_syncs();
+        Running::Stop
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        if self.retired {
+            return;
+        }
+        if let Some(r) = &self.on_stop {
+            r.do_send(Died {
+                kind: ActorKind::Escrow,
+                id: self.escrow_id().to_string(),
+            });
+        }
+    }
+}
+
+impl Handler<Retire> for EscrowActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Retire, ctx: &mut Self::Context) {
+        self.retired = true;
+        ctx.stop();
+    }
+}
+
+impl Handler<GetSnapshot> for EscrowActor {
+    type Result = MessageResult<GetSnapshot>;
+
+    fn handle(&mut self, _: GetSnapshot, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.snapshot())
+    }
+}
+
+impl Handler<InjectPanic> for EscrowActor {
+    type Result = ();
+
+    #[allow(clippy::panic)]
+    fn handle(&mut self, _: InjectPanic, _: &mut Self::Context) {
+        if self.fault_injection {
+            panic!(
+                "fault injection: escrow {} panics on request",
+                self.escrow_id()
+            );
+        }
+    }
+}
+
+impl EscrowActor {
+    fn snapshot(&self) -> EscrowSnapshot {
+        let sm = self.session.state();
+        EscrowSnapshot {
+            escrow_id: self.escrow_id().to_string(),
+            model: self.session.info().model.clone(),
+            nonce: self.session.nonce(),
+            phase: format!("{:?}", sm.phase()).to_lowercase(),
+            state_root: hex::encode(sm.state_root()),
+            balance: sm.balance(),
+            durable_nonce: self.durable_nonce,
+            host_sync: self
+                .session
+                .host_syncs()
+                .iter()
+                .map(|(a, n)| (a.to_string(), *n))
+                .collect(),
+            pending_txs: self.session.pending().len(),
+            waiting_races: self.waiting.len(),
+            attempts_in_flight: self.attempts.values().filter(|e| e.is_in_flight()).count(),
+            pending_finishes: self
+                .attempts
+                .values()
+                .filter(|e| e.is_pending_finish())
+                .map(|e| e.nonce)
+                .collect(),
+            pending_timeouts: self
+                .attempts
+                .values()
+                .filter(|e| e.is_awaiting_timeout())
+                .map(|e| e.nonce)
+                .collect(),
+            signatures: self
+                .session
+                .signatures()
+                .iter()
+                .map(|(a, s)| (a.to_string(), s.nonce))
+                .collect(),
+        }
+    }
+}

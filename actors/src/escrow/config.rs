@@ -1,0 +1,38 @@
+//! Tunables of an escrow actor (defaults follow PROTOCOL.md §5–§6 and HEALTH.md).
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::client::HostTimeouts;
+
+/// Escrow actor settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EscrowConfig {
+    /// How long a nonce nobody may take waits for a taker before it is withheld.
+    pub picker_hold_ms: u64,
+    /// Diffs per catch-up request.
+    pub catch_up_chunk: usize,
+    /// Races that may wait for a nonce at once (beyond: 503 + Retry-After).
+    pub max_waiting: usize,
+    /// Added to protocol deadlines before a timeout vote (`TimeoutBuffer`).
+    pub timeout_buffer_ms: i64,
+    /// First and largest interval of finish reconciliation polls (HEALTH.md §5).
+    pub finish_poll_initial_ms: u64,
+    pub finish_poll_max_ms: u64,
+    #[serde(skip)]
+    pub host_timeouts: HostTimeouts,
+}
+
+impl Default for EscrowConfig {
+    fn default() -> Self {
+        EscrowConfig {
+            picker_hold_ms: 200,
+            catch_up_chunk: 200,
+            max_waiting: 512,
+            timeout_buffer_ms: 5_000,
+            finish_poll_initial_ms: 1_000,
+            finish_poll_max_ms: 60_000,
+            host_timeouts: HostTimeouts::default(),
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! Errors an escrow returns to races and the HTTP edge.
+
+use serde::Serialize;
+
+use super::session::SessionError;
+use crate::store::StoreError;
+
+/// Why the escrow could not serve a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
+pub enum EscrowError {
+    #[error("escrow {0} is finalizing or settled")]
+    NotActive(String),
+    #[error("escrow {0} is at its chain nonce limit")]
+    NonceLimit(String),
+    #[error("no routable host in escrow {0}")]
+    NoRoutableHost(String),
+    #[error("every host of escrow {0} was tried")]
+    AllHostsTried(String),
+    #[error("escrow {0} is saturated; retry later")]
+    Saturated(String),
+    #[error("could not make the diff durable: {0}")]
+    Store(String),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("escrow {0} is shutting down")]
+    ShuttingDown(String),
+}
+
+impl From<StoreError> for EscrowError {
+    fn from(e: StoreError) -> Self {
+        EscrowError::Store(e.to_string())
+    }
+}
+
+impl From<SessionError> for EscrowError {
+    fn from(e: SessionError) -> Self {
+        EscrowError::Protocol(e.to_string())
+    }
+}

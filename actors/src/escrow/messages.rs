@@ -1,0 +1,126 @@
+//! Messages of the `EscrowActor`, one struct each.
+
+use std::sync::Arc;
+
+use actix::Message;
+use bytes::Bytes;
+use serde::Serialize;
+
+use super::attempt::{AttemptReport, AttemptVerdict};
+use super::error::EscrowError;
+use super::session::SessionError;
+use crate::protocol::{crypto::Address, wire::ReceiptBody};
+
+/// One client request as the escrow sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferenceParams {
+    /// `X-Request-Id` (logs and accounting).
+    pub request_id: String,
+    pub model: String,
+    /// The normalised OpenAI request body: becomes the payload's `prompt`.
+    pub body: Bytes,
+    /// `sha256(canonical_json(body))`.
+    pub prompt_hash: [u8; 32],
+    pub max_tokens: u64,
+    pub stream: bool,
+}
+
+/// A race asks for the next nonce it may send. Answered once the nonce's diff is durable.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<NonceGrant, EscrowError>")]
+pub struct RequestNonce {
+    pub race_id: u64,
+    pub params: Arc<InferenceParams>,
+    /// Participants this race already tried (a new attempt must go elsewhere).
+    pub exclude: Vec<Address>,
+}
+
+/// A request body signed for this escrow (`X-Devshard-Signature` / `X-Devshard-Timestamp`).
+#[derive(Debug, Clone)]
+pub struct SignedBody {
+    pub body: Bytes,
+    pub signature_hex: String,
+    pub timestamp: String,
+}
+
+/// Everything a race needs to send one attempt.
+#[derive(Debug, Clone)]
+pub struct NonceGrant {
+    pub nonce: u64,
+    pub host: Address,
+    /// Full `…/chat/completions` URL of the host.
+    pub url: String,
+    /// Catch-up chunks (no payload) to POST first, in order, when the host is far behind.
+    pub prelude: Vec<SignedBody>,
+    /// `InferenceRequest`: the last catch-up diffs ending with this nonce's diff, plus payload.
+    pub request: SignedBody,
+}
+
+/// A receipt event arrived on an attempt (processed at once: sync nonce, signatures, confirm).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), SessionError>")]
+pub struct AttemptReceipt {
+    /// The attempt's nonce.
+    pub nonce: u64,
+    /// True for the answer to a catch-up chunk (no inference of ours in it).
+    pub catch_up: bool,
+    pub host: Address,
+    pub receipt: ReceiptBody,
+}
+
+/// An attempt is over (from the race's point of view). The escrow settles it and tells the race
+/// whether another attempt makes sense.
+#[derive(Debug, Message)]
+#[rtype(result = "AttemptVerdict")]
+pub struct AttemptEnded {
+    pub nonce: u64,
+    pub host: Address,
+    pub report: AttemptReport,
+}
+
+/// A race that asked for a nonce is gone (client left before the grant was used).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RaceGone {
+    pub race_id: u64,
+}
+
+/// Summary of the escrow for the debug endpoint and the directory's escrow choice.
+#[derive(Debug, Message)]
+#[rtype(result = "EscrowSnapshot")]
+pub struct GetSnapshot;
+
+/// Debug view of an escrow actor.
+#[derive(Debug, Clone, Serialize)]
+pub struct EscrowSnapshot {
+    pub escrow_id: String,
+    pub model: String,
+    pub nonce: u64,
+    pub phase: String,
+    pub state_root: String,
+    pub balance: u64,
+    pub durable_nonce: u64,
+    pub host_sync: Vec<(String, u64)>,
+    pub pending_txs: usize,
+    pub waiting_races: usize,
+    pub attempts_in_flight: usize,
+    pub pending_finishes: Vec<u64>,
+    pub pending_timeouts: Vec<u64>,
+    pub signatures: Vec<(String, u64)>,
+}
+
+/// Test and operator hook: make the actor panic (only when fault injection is enabled).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct InjectPanic;
+
+/// Stops the actor for good (escrow removed); it is not respawned.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Retire;
+
+/// Catch every host up to the escrow's nonce (after sequencing pending txs); answers each host's
+/// sync nonce afterwards.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<(Address, u64)>")]
+pub struct SyncHosts;

@@ -1,0 +1,136 @@
+//! The queue of transactions waiting for the next composed diff (PROTOCOL.md §5.2, §5.5).
+//!
+//! Transactions come from receipts (`MsgConfirmStart`), hosts' mempools (finishes, validations,
+//! votes) and our own timeout handling. They are ordered by priority — ConfirmStart 0 < Finish 1 <
+//! Validation 2 < ValidationVote 3 < others 4 — with a stable order inside a priority, and each
+//! host-proposed tx is queued at most once (dedup keys `confirm:<id>`, `finish:<id>`,
+//! `validation:<id>:<slot>`, `vote:<id>:<slot>`). Unlike upstream, a key is forgotten again when
+//! its tx was *skipped* by best-effort apply for a reason that can change (e.g. a finish seen
+//! before its confirm), so it can be re-queued when a host shows it again.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use crate::protocol::proto::{DevshardTx, Tx};
+
+/// Priority of a tx in a composed diff (lower first).
+pub fn priority(tx: &DevshardTx) -> u8 {
+    match &tx.tx {
+        Some(Tx::ConfirmStart(_)) => 0,
+        Some(Tx::FinishInference(_)) => 1,
+        Some(Tx::Validation(_)) => 2,
+        Some(Tx::ValidationVote(_)) => 3,
+        _ => 4,
+    }
+}
+
+/// Dedup key of a host-proposed tx; user-proposed txs have none.
+pub fn dedup_key(tx: &DevshardTx) -> Option<String> {
+    match &tx.tx {
+        Some(Tx::ConfirmStart(m)) => Some(format!("confirm:{}", m.inference_id)),
+        Some(Tx::FinishInference(m)) => Some(format!("finish:{}", m.inference_id)),
+        Some(Tx::Validation(m)) => Some(format!(
+            "validation:{}:{}",
+            m.inference_id, m.validator_slot
+        )),
+        Some(Tx::ValidationVote(m)) => Some(format!("vote:{}:{}", m.inference_id, m.voter_slot)),
+        Some(Tx::RevealSeed(m)) => Some(format!("reveal_seed:{}", m.slot_id)),
+        _ => None,
+    }
+}
+
+/// Pending txs plus the set of keys ever queued.
+#[derive(Debug, Default, Clone)]
+pub struct PendingTxs {
+    queue: VecDeque<DevshardTx>,
+    seen: BTreeSet<String>,
+}
+
+impl PendingTxs {
+    /// Queues `tx` unless its key was seen before. Returns whether it was queued.
+    pub fn push(&mut self, tx: DevshardTx) -> bool {
+        if let Some(key) = dedup_key(&tx) {
+            if !self.seen.insert(key) {
+                return false;
+            }
+        }
+        self.queue.push_back(tx);
+        true
+    }
+
+    /// Records a tx's key as seen without queueing it (it is already sequenced).
+    pub fn mark_seen(&mut self, tx: &DevshardTx) {
+        if let Some(key) = dedup_key(tx) {
+            self.seen.insert(key);
+        }
+    }
+
+    /// Forgets a key so the same tx may be queued again.
+    pub fn forget(&mut self, tx: &DevshardTx) {
+        if let Some(key) = dedup_key(tx) {
+            self.seen.remove(&key);
+        }
+    }
+
+    /// Whether a key was ever queued (e.g. `finish:<id>`).
+    pub fn has_seen(&self, key: &str) -> bool {
+        self.seen.contains(key)
+    }
+
+    /// Takes every pending tx in priority order (stable within a priority).
+    pub fn take_ordered(&mut self) -> Vec<DevshardTx> {
+        let mut txs: Vec<DevshardTx> = self.queue.drain(..).collect();
+        txs.sort_by_key(priority);
+        txs
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Pending txs in queue order (debug output).
+    pub fn iter(&self) -> impl Iterator<Item = &DevshardTx> {
+        self.queue.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::proto::{MsgConfirmStart, MsgFinalizeRound, MsgFinishInference};
+
+    fn confirm(id: u64) -> DevshardTx {
+        DevshardTx::new(Tx::ConfirmStart(MsgConfirmStart {
+            inference_id: id,
+            ..Default::default()
+        }))
+    }
+    fn finish(id: u64) -> DevshardTx {
+        DevshardTx::new(Tx::FinishInference(MsgFinishInference {
+            inference_id: id,
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn orders_by_priority_and_dedups() {
+        let mut p = PendingTxs::default();
+        assert!(p.push(finish(1)));
+        assert!(p.push(DevshardTx::new(Tx::FinalizeRound(MsgFinalizeRound {}))));
+        assert!(p.push(confirm(2)));
+        assert!(p.push(confirm(1)));
+        assert!(!p.push(confirm(1)));
+        let order: Vec<u8> = p.take_ordered().iter().map(priority).collect();
+        assert_eq!(order, vec![0, 0, 1, 4]);
+        assert!(p.is_empty());
+        assert!(
+            !p.push(finish(1)),
+            "a key stays seen after the tx left the queue"
+        );
+        p.forget(&finish(1));
+        assert!(p.push(finish(1)));
+    }
+}

@@ -1,0 +1,461 @@
+//! The escrow's protocol session as plain data: the single sequencer of PROTOCOL.md §5 and §8.4
+//! (`user.Session` upstream), with no actor, timer or I/O in it.
+//!
+//! - `compose*` builds the next diff (`nonce + 1`): pending txs in priority order plus extras,
+//!   best-effort applied to the local state machine, signed over the applied subset.
+//! - `catch_up` is `diffsForHost`: every diff the host has not acknowledged.
+//! - `process_receipt` / `process_mempool` are `processResponse`: state-hash check
+//!   (`ErrStateHashMismatch`), state-signature verification (`ErrInvalidStateSig`), sync-nonce
+//!   advance, receipt → verified `MsgConfirmStart`, mempool txs queued with dedup, finished nonces.
+//!
+//! Improvements over upstream: receipts and finish markers are verified when they arrive (a lying
+//! host is detected at once, not silently dropped at the next compose), and a tx skipped by
+//! best-effort apply may be queued again when a host shows it again.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use super::{
+    attempt::AttemptTimings,
+    info::EscrowInfo,
+    nonces::{NonceEntry, NonceState},
+    pending::PendingTxs,
+};
+use crate::protocol::{
+    crypto::{self, Address, SigningKey},
+    diff::Diff,
+    proto::{self, DevshardTx, MsgConfirmStart, MsgStartInference, Tx},
+    state::{self, InferenceStatus, StateError, StateMachine},
+    wire::ReceiptBody,
+};
+
+/// Errors of the session layer (protocol facts about hosts and our own state).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SessionError {
+    #[error("host state hash does not match local state (nonce {nonce})")]
+    StateHashMismatch { nonce: u64 },
+    #[error("host reports nonce {host_nonce} beyond ours ({ours})")]
+    HostAhead { host_nonce: u64, ours: u64 },
+    #[error("invalid state signature: {0}")]
+    InvalidStateSig(String),
+    #[error("invalid executor receipt for nonce {nonce}: {reason}")]
+    InvalidReceipt { nonce: u64, reason: String },
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("stored diff {nonce} does not replay: {reason}")]
+    Corrupt { nonce: u64, reason: String },
+    #[error("escrow has no host for nonce {0}")]
+    NoHost(u64),
+}
+
+/// Parameters of one inference (the `MsgStartInference` fields we choose).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartParams {
+    pub prompt_hash: [u8; 32],
+    pub model: String,
+    pub input_length: u64,
+    pub max_tokens: u64,
+    pub started_at: i64,
+}
+
+/// The latest verified state signature of one host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostSignature {
+    pub nonce: u64,
+    pub state_root: Vec<u8>,
+    pub signature: Vec<u8>,
+}
+
+/// The protocol session of one escrow.
+#[derive(Debug, Clone)]
+pub struct Session {
+    info: Arc<EscrowInfo>,
+    sm: StateMachine,
+    diffs: BTreeMap<u64, Arc<Diff>>,
+    host_sync: BTreeMap<Address, u64>,
+    signatures: BTreeMap<Address, HostSignature>,
+    pending: PendingTxs,
+    finished: BTreeSet<u64>,
+}
+
+impl Session {
+    /// A fresh session at nonce 0.
+    pub fn new(info: Arc<EscrowInfo>) -> Result<Session, SessionError> {
+        let sm = StateMachine::new(
+            info.escrow_id.clone(),
+            info.config.clone(),
+            info.group.clone(),
+            info.amount,
+        )?;
+        Ok(Session {
+            info,
+            sm,
+            diffs: BTreeMap::new(),
+            host_sync: BTreeMap::new(),
+            signatures: BTreeMap::new(),
+            pending: PendingTxs::default(),
+            finished: BTreeSet::new(),
+        })
+    }
+
+    /// Rebuilds a session from its durable diff log: every diff must replay to its own root.
+    pub fn restore(info: Arc<EscrowInfo>, log: Vec<Diff>) -> Result<Session, SessionError> {
+        let mut s = Session::new(info)?;
+        for diff in log {
+            let nonce = diff.nonce;
+            let applied =
+                s.sm.apply_best_effort(nonce, diff.txs.clone())
+                    .map_err(|e| SessionError::Corrupt {
+                        nonce,
+                        reason: e.to_string(),
+                    })?;
+            if applied.applied.len() != diff.txs.len()
+                || applied.root.as_slice() != diff.post_state_root
+            {
+                return Err(SessionError::Corrupt {
+                    nonce,
+                    reason: "root differs on replay".into(),
+                });
+            }
+            for tx in &diff.txs {
+                s.pending.mark_seen(tx);
+                if let Some(Tx::FinishInference(f)) = &tx.tx {
+                    s.finished.insert(f.inference_id);
+                }
+            }
+            s.diffs.insert(nonce, Arc::new(diff));
+        }
+        Ok(s)
+    }
+
+    pub fn info(&self) -> &Arc<EscrowInfo> {
+        &self.info
+    }
+
+    pub fn state(&self) -> &StateMachine {
+        &self.sm
+    }
+
+    /// Last sequenced nonce.
+    pub fn nonce(&self) -> u64 {
+        self.sm.latest_nonce()
+    }
+
+    pub fn pending(&self) -> &PendingTxs {
+        &self.pending
+    }
+
+    pub fn diff(&self, nonce: u64) -> Option<&Arc<Diff>> {
+        self.diffs.get(&nonce)
+    }
+
+    /// Composes the next diff with pending txs plus `extra`, signs it and keeps it in memory.
+    /// The caller must make it durable before any host sees it.
+    pub fn compose(
+        &mut self,
+        extra: Vec<DevshardTx>,
+        key: &SigningKey,
+    ) -> Result<Arc<Diff>, SessionError> {
+        let nonce = self.nonce().saturating_add(1);
+        let pending = self.pending.take_ordered();
+        let mut candidates = pending.clone();
+        candidates.extend(extra);
+        let best = match self.sm.apply_best_effort(nonce, candidates) {
+            Ok(b) => b,
+            Err(e) => {
+                for tx in pending {
+                    self.pending.forget(&tx);
+                    self.pending.push(tx);
+                }
+                return Err(e.into());
+            }
+        };
+        for (tx, _) in &best.skipped {
+            self.pending.forget(tx);
+        }
+        let diff = Arc::new(Diff::sign(
+            nonce,
+            best.applied,
+            &self.info.escrow_id,
+            best.root,
+            key,
+        ));
+        self.diffs.insert(nonce, diff.clone());
+        Ok(diff)
+    }
+
+    /// Composes the next diff carrying a `MsgStartInference` for that nonce.
+    pub fn compose_start(
+        &mut self,
+        params: &StartParams,
+        key: &SigningKey,
+    ) -> Result<Arc<Diff>, SessionError> {
+        let start = MsgStartInference {
+            inference_id: self.nonce().saturating_add(1),
+            prompt_hash: params.prompt_hash.to_vec(),
+            model: params.model.clone(),
+            input_length: params.input_length,
+            max_tokens: params.max_tokens,
+            started_at: params.started_at,
+        };
+        self.compose(vec![DevshardTx::new(Tx::StartInference(start))], key)
+    }
+
+    /// Highest nonce the host acknowledged.
+    pub fn host_sync(&self, host: &Address) -> u64 {
+        self.host_sync.get(host).copied().unwrap_or(0)
+    }
+
+    /// Every host's sync nonce (persisted so restarts keep catch-up contiguous).
+    pub fn host_syncs(&self) -> &BTreeMap<Address, u64> {
+        &self.host_sync
+    }
+
+    /// Restores sync nonces (after a restart) — never beyond our own nonce.
+    pub fn set_host_sync(&mut self, host: Address, nonce: u64) {
+        self.host_sync.insert(host, nonce.min(self.nonce()));
+    }
+
+    /// Forgets what a host acknowledged (it lost its session): the next send replays from 1.
+    pub fn reset_host_sync(&mut self, host: &Address) {
+        self.host_sync.insert(host.clone(), 0);
+    }
+
+    /// `diffsForHost`: diffs the host has not acknowledged, oldest first, at most `limit`.
+    pub fn catch_up(&self, host: &Address, limit: usize) -> Vec<Arc<Diff>> {
+        let from = self.host_sync(host).saturating_add(1);
+        self.diffs
+            .range(from..)
+            .take(limit)
+            .map(|(_, d)| d.clone())
+            .collect()
+    }
+
+    /// Diffs in `[from, to]` (catch-up chunks, timeout-vote context).
+    pub fn diffs_between(&self, from: u64, to: u64) -> Vec<Arc<Diff>> {
+        if from > to {
+            return Vec::new();
+        }
+        self.diffs
+            .range(from..=to)
+            .map(|(_, d)| d.clone())
+            .collect()
+    }
+
+    /// The root we expect a host to report at `nonce`.
+    pub fn expected_root(&self, nonce: u64) -> Option<Vec<u8>> {
+        if nonce == self.nonce() {
+            return Some(self.sm.state_root().to_vec());
+        }
+        self.diffs.get(&nonce).map(|d| d.post_state_root.clone())
+    }
+
+    /// `processResponse` for a receipt event (or a finalize/catch-up response) of `host`.
+    /// `inference_nonce` is the nonce whose inference this response answers, if any.
+    pub fn process_receipt(
+        &mut self,
+        host: &Address,
+        inference_nonce: Option<u64>,
+        body: &ReceiptBody,
+    ) -> Result<(), SessionError> {
+        let ours = self.nonce();
+        if body.nonce > ours {
+            return Err(SessionError::HostAhead {
+                host_nonce: body.nonce,
+                ours,
+            });
+        }
+        if let Some(hash) = body.state_hash.as_ref().filter(|h| !h.is_empty()) {
+            let expected = self.expected_root(body.nonce);
+            if expected.as_deref() != Some(hash.as_slice()) {
+                return Err(SessionError::StateHashMismatch { nonce: body.nonce });
+            }
+            if let Some(sig) = body.state_sig.as_ref().filter(|s| !s.is_empty()) {
+                let content = state::state_sig_content(hash, &self.info.escrow_id, body.nonce);
+                crypto::verify(&content, sig, host)
+                    .map_err(|e| SessionError::InvalidStateSig(e.to_string()))?;
+                let newer = self
+                    .signatures
+                    .get(host)
+                    .is_none_or(|s| s.nonce <= body.nonce);
+                if newer {
+                    self.signatures.insert(
+                        host.clone(),
+                        HostSignature {
+                            nonce: body.nonce,
+                            state_root: hash.clone(),
+                            signature: sig.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        let sync = self.host_sync.entry(host.clone()).or_insert(0);
+        *sync = (*sync).max(body.nonce);
+        if let (Some(nonce), Some(receipt)) = (inference_nonce, body.receipt.as_ref()) {
+            let confirmed_at = body.confirmed_at.unwrap_or(0);
+            self.verify_receipt(host, nonce, receipt, confirmed_at)?;
+            self.pending
+                .push(DevshardTx::new(Tx::ConfirmStart(MsgConfirmStart {
+                    inference_id: nonce,
+                    executor_sig: receipt.clone(),
+                    confirmed_at,
+                })));
+        }
+        Ok(())
+    }
+
+    fn verify_receipt(
+        &self,
+        host: &Address,
+        nonce: u64,
+        receipt: &[u8],
+        confirmed_at: i64,
+    ) -> Result<(), SessionError> {
+        let invalid = |reason: String| SessionError::InvalidReceipt { nonce, reason };
+        let start = self
+            .start_of(nonce)
+            .ok_or_else(|| invalid("no MsgStartInference for this nonce".into()))?;
+        let content = state::receipt_content(&start, &self.info.escrow_id, confirmed_at);
+        crypto::verify(&proto::encode(&content), receipt, host).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// The `MsgStartInference` we sequenced at `nonce`, if any.
+    pub fn start_of(&self, nonce: u64) -> Option<MsgStartInference> {
+        self.diffs
+            .get(&nonce)?
+            .txs
+            .iter()
+            .find_map(|tx| match &tx.tx {
+                Some(Tx::StartInference(s)) => Some(s.clone()),
+                _ => None,
+            })
+    }
+
+    /// Queues a host's mempool; returns the nonces whose verified finish marker it contained.
+    pub fn process_mempool(&mut self, txs: Vec<DevshardTx>) -> Vec<u64> {
+        let mut newly_finished = Vec::new();
+        for tx in txs {
+            if let Some(Tx::FinishInference(f)) = &tx.tx {
+                if self.finish_is_genuine(f) && self.finished.insert(f.inference_id) {
+                    newly_finished.push(f.inference_id);
+                }
+            }
+            self.pending.push(tx);
+        }
+        newly_finished
+    }
+
+    fn finish_is_genuine(&self, f: &proto::MsgFinishInference) -> bool {
+        let Some(slot) = self.info.slot_for_nonce(f.inference_id) else {
+            return false;
+        };
+        f.escrow_id == self.info.escrow_id
+            && slot.slot_id == f.executor_slot
+            && crypto::verify(
+                &state::finish_unsigned_bytes(f),
+                &f.proposer_sig,
+                &slot.validator,
+            )
+            .is_ok()
+    }
+
+    /// Queues a tx of our own (e.g. `MsgTimeoutInference`, `MsgFinalizeRound`).
+    pub fn queue(&mut self, tx: DevshardTx) {
+        self.pending.push(tx);
+    }
+
+    /// `IsNonceFinished`: a verified finish marker for this nonce was seen.
+    pub fn is_finished(&self, nonce: u64) -> bool {
+        self.finished.contains(&nonce)
+    }
+
+    /// Latest verified state signature of each host.
+    pub fn signatures(&self) -> &BTreeMap<Address, HostSignature> {
+        &self.signatures
+    }
+
+    /// Records a state signature fetched with `GET /signatures` after verifying it against our
+    /// root at `nonce` (upstream stores fetched signatures unverified).
+    pub fn accept_fetched_signature(
+        &mut self,
+        host: &Address,
+        nonce: u64,
+        signature: &[u8],
+    ) -> Result<(), SessionError> {
+        let root = self.expected_root(nonce).ok_or(SessionError::HostAhead {
+            host_nonce: nonce,
+            ours: self.nonce(),
+        })?;
+        let content = state::state_sig_content(&root, &self.info.escrow_id, nonce);
+        crypto::verify(&content, signature, host)
+            .map_err(|e| SessionError::InvalidStateSig(e.to_string()))?;
+        self.signatures.insert(
+            host.clone(),
+            HostSignature {
+                nonce,
+                state_root: root,
+                signature: signature.to_vec(),
+            },
+        );
+        Ok(())
+    }
+}
+
+impl Session {
+    /// Nonces whose inference is neither finished nor timed out in our own state (after a
+    /// restart: attempts whose race died with the process). They are settled like a pending
+    /// finish: reconciliation polls, then a timeout vote at the protocol deadline.
+    pub fn unsettled_entries(&self, now_ms: i64) -> Vec<NonceEntry> {
+        let mut out = Vec::new();
+        for (nonce, diff) in &self.diffs {
+            let Some(start) = self.start_of(*nonce) else {
+                continue;
+            };
+            if self.finished.contains(nonce) {
+                continue;
+            }
+            let open = self.sm.record(*nonce).is_some_and(|r| {
+                matches!(
+                    r.status,
+                    InferenceStatus::Pending | InferenceStatus::Started
+                )
+            });
+            if !open {
+                continue;
+            }
+            let confirmed_at = self
+                .sm
+                .record(*nonce)
+                .map(|r| r.confirmed_at)
+                .filter(|c| *c > 0);
+            let Some(host) = self
+                .info
+                .slot_for_nonce(*nonce)
+                .map(|s| s.validator.clone())
+            else {
+                continue;
+            };
+            let _ = diff;
+            out.push(NonceEntry {
+                nonce: *nonce,
+                host,
+                race_id: None,
+                request_id: String::new(),
+                started_at: start.started_at,
+                confirmed_at,
+                payload: None,
+                timings: AttemptTimings::default(),
+                state: NonceState::PendingFinish {
+                    ended_ms: now_ms,
+                    next_poll_ms: 1_000,
+                },
+                crowned: false,
+                emitted: true,
+            });
+        }
+        out
+    }
+}

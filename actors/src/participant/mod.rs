@@ -1,0 +1,7 @@
+//! Participants: process-wide health of each host address.
+
+mod actor;
+pub mod messages;
+pub mod record;
+
+pub use actor::ParticipantActor;

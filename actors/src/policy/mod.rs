@@ -1,0 +1,3 @@
+//! Pure decision functions: plain functions over plain state, unit-tested without a runtime.
+
+pub mod attribution;

@@ -1,0 +1,333 @@
+//! One attempt as an async task on the race's arbiter: catch-up prelude, the signed inference
+//! POST, SSE parsing, crowning, forwarding, and the final report to the escrow and the race.
+//!
+//! Pre-crown bytes are buffered; the first content asks the race for the crown. A crowned
+//! streaming attempt writes straight to the client channel (bounded: a slow client slows the host
+//! stream, never memory). After `[DONE]` the stream is still read for `devshard_meta` (the finish
+//! marker), up to `meta_drain`.
+
+use actix::Addr;
+use bytes::Bytes;
+use tokio::{
+    sync::{mpsc, watch},
+    time::timeout,
+};
+
+use super::{
+    actor::RaceActor,
+    assemble::Assembler,
+    messages::{AttemptFinished, Crown, Delivered, FirstContent},
+};
+use crate::{
+    clock::SharedClock,
+    escrow::{
+        attempt::{AttemptEnd, AttemptReport, AttemptTimings, AttemptVerdict},
+        messages::{AttemptEnded, AttemptReceipt, NonceGrant},
+        EscrowActor,
+    },
+    host::{client, HostError},
+    protocol::{
+        proto::DevshardTx,
+        sse::{self, HostEvent, MalformedKind},
+    },
+};
+
+use super::api::RaceLimits;
+
+/// What an attempt task needs.
+pub(super) struct AttemptTask {
+    pub idx: usize,
+    pub grant: NonceGrant,
+    pub race: Addr<RaceActor>,
+    pub escrow: Addr<EscrowActor>,
+    pub clock: SharedClock,
+    pub limits: RaceLimits,
+    pub input_bytes: u64,
+    pub cancel: watch::Receiver<bool>,
+}
+
+/// Mutable progress of the attempt.
+struct Progress {
+    timings: AttemptTimings,
+    buffer: Vec<Bytes>,
+    sink: Option<mpsc::Sender<Bytes>>,
+    collect: Option<Assembler>,
+    crowned: bool,
+    done: bool,
+    mempool: Option<Vec<DevshardTx>>,
+    client_gone: bool,
+}
+
+impl AttemptTask {
+    pub(super) async fn run(mut self) {
+        let mut p = Progress {
+            timings: AttemptTimings {
+                send_ms: self.clock.now_ms(),
+                input_bytes: self.input_bytes,
+                ..Default::default()
+            },
+            buffer: Vec::new(),
+            sink: None,
+            collect: None,
+            crowned: false,
+            done: false,
+            mempool: None,
+            client_gone: false,
+        };
+        let end = self.drive(&mut p).await;
+        let end = match (&end, p.client_gone) {
+            (AttemptEnd::Completed, true) => AttemptEnd::Completed,
+            (_, true) => AttemptEnd::ClientGone,
+            _ => end,
+        };
+        if let (Some(sink), false) = (&p.sink, matches!(end, AttemptEnd::Completed)) {
+            let _ = sink.send(error_event(&end)).await;
+        }
+        drop(p.sink.take());
+        p.timings.end_ms = self.clock.now_ms();
+        let report = AttemptReport {
+            timings: p.timings,
+            end: end.clone(),
+            mempool: p.mempool.take(),
+            crowned: p.crowned,
+        };
+        let ended = AttemptEnded {
+            nonce: self.grant.nonce,
+            host: self.grant.host.clone(),
+            report,
+        };
+        let verdict = self
+            .escrow
+            .send(ended)
+            .await
+            .unwrap_or_else(|_| AttemptVerdict::default());
+        self.race.do_send(AttemptFinished {
+            idx: self.idx,
+            host: self.grant.host.clone(),
+            end,
+            verdict,
+            crowned: p.crowned,
+        });
+    }
+
+    async fn drive(&mut self, p: &mut Progress) -> AttemptEnd {
+        for chunk in self.grant.prelude.clone() {
+            if let Err(e) = self.catch_up(&chunk).await {
+                return e;
+            }
+        }
+        let req = &self.grant.request;
+        let opened = timeout(
+            self.limits.receipt_timeout,
+            client::open_inference(
+                &self.grant.url,
+                req.body.clone(),
+                &req.signature_hex,
+                &req.timestamp,
+                self.limits.receipt_timeout,
+            ),
+        )
+        .await;
+        let mut stream = match opened {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return AttemptEnd::Host(e),
+            Err(_) => return AttemptEnd::Host(HostError::Timeout(self.limits.receipt_timeout)),
+        };
+        let hard_deadline = tokio::time::Instant::now() + self.limits.attempt_timeout;
+        loop {
+            let wait = if p.done {
+                self.limits.meta_drain
+            } else if p.timings.receipt_ms.is_none() {
+                self.limits.receipt_timeout
+            } else {
+                self.limits.stall_timeout
+            };
+            let next = tokio::select! {
+                r = timeout(wait, stream.next_events()) => r,
+                _ = self.cancel.changed() => return AttemptEnd::Cancelled,
+                _ = tokio::time::sleep_until(hard_deadline) => return AttemptEnd::Stalled,
+            };
+            let events = match next {
+                Err(_) if p.done => break,
+                Err(_) if p.timings.receipt_ms.is_none() => {
+                    return AttemptEnd::Host(HostError::Timeout(wait))
+                }
+                Err(_) => return AttemptEnd::Stalled,
+                Ok(Err(e)) if p.done => {
+                    let _ = e;
+                    break;
+                }
+                Ok(Err(e)) => return AttemptEnd::Host(e),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(events))) => events,
+            };
+            for event in events {
+                if let Some(end) = self.on_event(event, p).await {
+                    return end;
+                }
+            }
+        }
+        if !p.done {
+            return AttemptEnd::Host(HostError::Truncated);
+        }
+        if p.timings.content_chunks == 0 {
+            return AttemptEnd::EmptyStream;
+        }
+        AttemptEnd::Completed
+    }
+
+    /// Sends one catch-up chunk (no payload) and reports its receipt to the escrow.
+    async fn catch_up(&self, body: &crate::escrow::messages::SignedBody) -> Result<(), AttemptEnd> {
+        let mut s = client::open_inference(
+            &self.grant.url,
+            body.body.clone(),
+            &body.signature_hex,
+            &body.timestamp,
+            self.limits.receipt_timeout,
+        )
+        .await
+        .map_err(AttemptEnd::Host)?;
+        while let Some(events) = s.next_events().await.map_err(AttemptEnd::Host)? {
+            for e in events {
+                if let HostEvent::Receipt(receipt) = e {
+                    let msg = AttemptReceipt {
+                        nonce: self.grant.nonce,
+                        catch_up: true,
+                        host: self.grant.host.clone(),
+                        receipt,
+                    };
+                    if let Ok(Err(err)) = self.escrow.send(msg).await {
+                        return Err(AttemptEnd::ReceiptRejected(err));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_event(&mut self, event: HostEvent, p: &mut Progress) -> Option<AttemptEnd> {
+        let now = self.clock.now_ms();
+        match event {
+            HostEvent::Receipt(receipt) => {
+                p.timings.receipt_ms.get_or_insert(now);
+                let msg = AttemptReceipt {
+                    nonce: self.grant.nonce,
+                    catch_up: false,
+                    host: self.grant.host.clone(),
+                    receipt,
+                };
+                match self.escrow.send(msg).await {
+                    Ok(Err(e)) => return Some(AttemptEnd::ReceiptRejected(e)),
+                    Err(_) => return Some(AttemptEnd::Cancelled),
+                    Ok(Ok(())) => {}
+                }
+            }
+            HostEvent::Chunk(json) => {
+                p.timings.first_token_ms.get_or_insert(now);
+                let has_content = sse::chunk_has_content(&json);
+                if has_content {
+                    p.timings.content_chunks = p.timings.content_chunks.saturating_add(1);
+                }
+                if p.crowned {
+                    self.forward(json, p).await;
+                } else {
+                    p.buffer.push(json);
+                    if has_content {
+                        p.timings.first_content_ms = Some(now);
+                        if let Some(end) = self.crown(p).await {
+                            return Some(end);
+                        }
+                    }
+                }
+            }
+            HostEvent::Error(json) => {
+                let (status, message) = error_details(&json);
+                return Some(AttemptEnd::ErrorEvent { status, message });
+            }
+            HostEvent::Done => {
+                p.done = true;
+                if p.crowned {
+                    self.deliver(p).await;
+                }
+            }
+            HostEvent::Meta(txs) => p.mempool = Some(txs),
+            HostEvent::Malformed(m) if m.kind == MalformedKind::TooLarge => {
+                return Some(AttemptEnd::Host(HostError::Decode(m.reason)));
+            }
+            HostEvent::Malformed(_) => {}
+        }
+        None
+    }
+
+    async fn crown(&mut self, p: &mut Progress) -> Option<AttemptEnd> {
+        match self.race.send(FirstContent { idx: self.idx }).await {
+            Ok(Crown::StreamTo(tx)) => {
+                p.crowned = true;
+                p.sink = Some(tx);
+            }
+            Ok(Crown::Collect) => {
+                p.crowned = true;
+                p.collect = Some(Assembler::default());
+            }
+            Ok(Crown::Lose) | Err(_) => return Some(AttemptEnd::Cancelled),
+        }
+        for json in std::mem::take(&mut p.buffer) {
+            self.forward(json, p).await;
+        }
+        None
+    }
+
+    async fn forward(&self, json: Bytes, p: &mut Progress) {
+        if let Some(a) = p.collect.as_mut() {
+            a.push(&json);
+            return;
+        }
+        if let Some(sink) = &p.sink {
+            if sink.send(sse::data_event(&json)).await.is_err() {
+                p.client_gone = true;
+                p.sink = None;
+            }
+        }
+    }
+
+    async fn deliver(&self, p: &mut Progress) {
+        if let Some(sink) = p.sink.take() {
+            let _ = sink.send(Bytes::from_static(sse::DONE_EVENT)).await;
+        }
+        if let Some(a) = p.collect.take() {
+            self.race.do_send(Delivered {
+                idx: self.idx,
+                body: a.finish(),
+            });
+        }
+    }
+}
+
+/// The SSE error event sent to a streaming client when the winner broke mid-stream.
+fn error_event(end: &AttemptEnd) -> Bytes {
+    let message = match end {
+        AttemptEnd::Host(e) => format!("the serving host failed mid-stream: {e}"),
+        AttemptEnd::Stalled => "the serving host stalled mid-stream".to_string(),
+        AttemptEnd::ErrorEvent { message, .. } => message.clone(),
+        other => format!("the answer was interrupted: {other:?}"),
+    };
+    let body =
+        serde_json::json!({"error": {"message": message, "type": "upstream_error", "code": 502}});
+    sse::data_event(body.to_string().as_bytes())
+}
+
+/// Status and message of an OpenAI-style error event (`{"error": {"message", "code"}}`).
+fn error_details(json: &[u8]) -> (Option<u16>, String) {
+    let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
+    let err = v.get("error").unwrap_or(&v);
+    let message = err
+        .get("message")
+        .and_then(|m| m.as_str())
+        .unwrap_or("the host reported an error")
+        .to_string();
+    let code = err.get("code").and_then(|c| {
+        c.as_u64()
+            .or_else(|| c.as_str().and_then(|s| s.parse().ok()))
+    });
+    (code.and_then(|c| u16::try_from(c).ok()), message)
+}

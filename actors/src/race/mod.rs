@@ -1,0 +1,10 @@
+//! Races: one actor per client request, one task per attempt.
+
+mod actor;
+pub mod api;
+pub mod assemble;
+mod attempt;
+pub mod messages;
+
+pub use actor::RaceActor;
+pub use api::{RaceError, RaceLimits, RaceReply, RaceSpec, RaceStart};

@@ -1,0 +1,8 @@
+//! End-to-end tests of the gateway's actors against the simulated devshard network (real HTTP on
+//! loopback, real signatures, every host with its own state machine).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "gateway/flow.rs"]
+mod flow;
+#[path = "gateway/harness.rs"]
+mod harness;

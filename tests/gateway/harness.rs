@@ -1,0 +1,273 @@
+//! Actor-level harness: the simulated network and the gateway's actors (directory, escrows,
+//! participants, races) in one runtime, without the HTTP edge. Used where the tokio clock is
+//! paused (the in-memory store keeps every ack immediate, so virtual time never jumps while a
+//! real thread works).
+#![allow(dead_code)] // shared by every test module; not each uses every helper
+
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc,
+};
+
+use actix::prelude::*;
+use bytes::Bytes;
+use devshard_actors::{
+    clock::{SharedClock, TokioClock},
+    directory::{AddEscrow, Directory, DirectoryDeps, GetEscrow, PickEscrow, RestartBudget},
+    escrow::{
+        messages::{EscrowSnapshot, GetSnapshot, InferenceParams},
+        EscrowConfig, EscrowInfo, HostEndpoint,
+    },
+    protocol::{canonical::prompt_hash, crypto::Address, state::Slot},
+    race::{RaceActor, RaceError, RaceLimits, RaceSpec, RaceStart},
+    store::{MemoryStore, SharedStore},
+};
+use devshard_gateway::sim::{SimConfig, SimNetwork};
+
+static RACE_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// The gateway's actors over a simulated network.
+pub struct Harness {
+    pub sim: SimNetwork,
+    pub directory: Addr<Directory>,
+    pub store: SharedStore,
+    pub clock: SharedClock,
+    pub limits: RaceLimits,
+    pub log: slog::Logger,
+}
+
+/// What a test's request ended as.
+#[derive(Debug)]
+pub enum Answer {
+    /// Streamed SSE bytes, complete.
+    Stream(Vec<u8>),
+    /// A non-streaming body.
+    Whole(Bytes),
+    /// Failed before any byte.
+    Failed(RaceError),
+}
+
+impl Answer {
+    /// The concatenated `delta.content` of a streamed answer (or the message of a whole one).
+    pub fn content(&self) -> String {
+        match self {
+            Answer::Stream(bytes) => stream_content(bytes),
+            Answer::Whole(b) => {
+                let v: serde_json::Value = serde_json::from_slice(b).unwrap_or_default();
+                v["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            }
+            Answer::Failed(_) => String::new(),
+        }
+    }
+
+    pub fn is_success(&self) -> bool {
+        !matches!(self, Answer::Failed(_))
+    }
+}
+
+/// Content of an SSE stream of chat chunks.
+pub fn stream_content(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = String::new();
+    for line in text.lines() {
+        let Some(json) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(json) {
+            if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+                out.push_str(c);
+            }
+        }
+    }
+    out
+}
+
+/// Our view of a simulated escrow, built from the simulator's chain facts.
+pub fn escrow_info(sim: &SimNetwork, escrow_id: &str) -> EscrowInfo {
+    let chain = sim
+        .escrow(escrow_id)
+        .expect("escrow on the simulated chain");
+    let group: Vec<Slot> = chain
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(i, a)| Slot {
+            slot_id: i as u32,
+            validator: a.clone(),
+        })
+        .collect();
+    let mut hosts: Vec<HostEndpoint> = Vec::new();
+    for (i, addr) in chain.slots.iter().enumerate() {
+        if let Some(h) = hosts.iter_mut().find(|h| &h.address == addr) {
+            h.slots.push(i as u32);
+            continue;
+        }
+        let url = sim
+            .hosts()
+            .iter()
+            .find(|h| &h.address == addr)
+            .expect("host")
+            .url
+            .clone();
+        hosts.push(HostEndpoint {
+            address: addr.clone(),
+            base_url: url,
+            slots: vec![i as u32],
+            weight: 1,
+        });
+    }
+    EscrowInfo {
+        escrow_id: escrow_id.to_string(),
+        creator: chain.creator.clone(),
+        model: sim.config().model.clone(),
+        amount: chain.amount,
+        config: chain.session_config.clone(),
+        group,
+        hosts,
+        max_nonce: 20_000,
+        route_prefix: sim.config().route_prefix.clone(),
+    }
+}
+
+/// A JSON test logger that discards output unless `TEST_LOG=1`.
+pub fn logger() -> slog::Logger {
+    use slog::Drain;
+    if std::env::var("TEST_LOG").is_ok() {
+        let drain = slog_json::Json::default(std::io::stderr()).fuse();
+        let drain = std::sync::Mutex::new(drain).fuse();
+        slog::Logger::root(drain, slog::o!())
+    } else {
+        slog::Logger::root(slog::Discard, slog::o!())
+    }
+}
+
+impl Harness {
+    /// Starts the simulator and the actors, and registers every simulated escrow.
+    pub async fn start(cfg: SimConfig) -> Harness {
+        Self::start_with(cfg, Arc::new(MemoryStore::new()), EscrowConfig::default()).await
+    }
+
+    pub async fn start_with(
+        cfg: SimConfig,
+        store: SharedStore,
+        escrow_cfg: EscrowConfig,
+    ) -> Harness {
+        let clock = TokioClock::new().shared();
+        let key = Arc::new(cfg.gateway_key.clone());
+        let escrows = cfg.escrow_ids.clone();
+        let sim = SimNetwork::start(cfg, clock.clone())
+            .await
+            .expect("simulator starts");
+        let log = logger();
+        let deps = DirectoryDeps {
+            key,
+            store: store.clone(),
+            clock: clock.clone(),
+            log: log.clone(),
+            escrow_cfg,
+            budget: RestartBudget::default(),
+            fault_injection: true,
+        };
+        let directory = Directory::new(deps).start();
+        for id in escrows {
+            let info = escrow_info(&sim, &id);
+            directory
+                .send(AddEscrow { info })
+                .await
+                .expect("directory")
+                .expect("escrow added");
+        }
+        Harness {
+            sim,
+            directory,
+            store,
+            clock,
+            limits: RaceLimits::default(),
+            log,
+        }
+    }
+
+    /// Sends one chat request through a race and collects the whole answer.
+    pub async fn chat(&self, body: serde_json::Value) -> Answer {
+        let model = self.sim.config().model.clone();
+        let mut body = body;
+        body["model"] = serde_json::json!(model);
+        let stream = body["stream"].as_bool().unwrap_or(false);
+        let max_tokens = body["max_tokens"].as_u64().unwrap_or(64);
+        body["max_tokens"] = serde_json::json!(max_tokens);
+        let raw = serde_json::to_vec(&body).expect("json");
+        let params = InferenceParams {
+            request_id: format!("test-{}", RACE_IDS.load(Ordering::Relaxed)),
+            model: model.clone(),
+            prompt_hash: prompt_hash(&raw).expect("prompt hash"),
+            body: Bytes::from(raw),
+            max_tokens,
+            stream,
+        };
+        let picked = self
+            .directory
+            .send(PickEscrow { model })
+            .await
+            .expect("directory")
+            .expect("escrow");
+        let spec = RaceSpec {
+            race_id: RACE_IDS.fetch_add(1, Ordering::Relaxed),
+            escrow_id: picked.escrow_id,
+            escrow: picked.addr,
+            directory: self.directory.clone(),
+            params: Arc::new(params),
+            limits: self.limits,
+            clock: self.clock.clone(),
+            log: self.log.clone(),
+        };
+        match RaceActor::start_race(spec).await {
+            Ok(Ok(RaceStart::Stream(mut rx))) => {
+                let mut out = Vec::new();
+                while let Some(b) = rx.recv().await {
+                    out.extend_from_slice(&b);
+                }
+                Answer::Stream(out)
+            }
+            Ok(Ok(RaceStart::Whole(b))) => Answer::Whole(b),
+            Ok(Err(e)) => Answer::Failed(e),
+            Err(_) => panic!("race dropped its reply"),
+        }
+    }
+
+    /// A simple chat request body.
+    pub fn body(text: &str, stream: bool) -> serde_json::Value {
+        serde_json::json!({"messages": [{"role": "user", "content": text}], "stream": stream, "max_tokens": 32})
+    }
+
+    /// The escrow actor's snapshot.
+    pub async fn snapshot(&self, escrow_id: &str) -> EscrowSnapshot {
+        let addr = self
+            .directory
+            .send(GetEscrow {
+                escrow_id: escrow_id.to_string(),
+            })
+            .await
+            .expect("directory")
+            .expect("escrow alive");
+        addr.send(GetSnapshot).await.expect("snapshot")
+    }
+
+    /// The escrow's actor.
+    pub async fn escrow_addr(&self, escrow_id: &str) -> Addr<devshard_actors::escrow::EscrowActor> {
+        self.directory
+            .send(GetEscrow {
+                escrow_id: escrow_id.to_string(),
+            })
+            .await
+            .expect("directory")
+            .expect("escrow alive")
+    }
+
+    /// Address of simulated host `i`.
+    pub fn host(&self, i: usize) -> Address {
+        self.sim.hosts()[i].address.clone()
+    }
+}

@@ -1,0 +1,293 @@
+//! Tests of the SQLite store on real files.
+
+// The test helpers in the modules below are not `#[test]` fns, so clippy's in-test allowances
+// do not reach them.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
+
+#[path = "store/crash.rs"]
+mod crash;
+#[path = "store/group.rs"]
+mod group;
+#[path = "store/support.rs"]
+mod support;
+
+use devshard_actors::{
+    protocol::crypto::SigningKey,
+    store::{ns, Store, StoreError},
+};
+use devshard_gateway::store::SqliteStore;
+use serde_json::json;
+
+use support::{diff, signed_diff, TempDir};
+
+#[tokio::test]
+async fn diffs_round_trip_byte_for_byte() {
+    let dir = TempDir::new("roundtrip");
+    let store = SqliteStore::open(dir.db()).unwrap();
+    let key = SigningKey::derive("store-test", 0);
+    let log_a: Vec<_> = (1..=20).map(|n| signed_diff("42", n, &key)).collect();
+    let log_b: Vec<_> = [1, 2, 5, 9]
+        .iter()
+        .map(|&n| signed_diff("43", n, &key))
+        .collect();
+    for d in &log_a {
+        store.append_diff("42", d).await.unwrap();
+    }
+    for d in &log_b {
+        store.append_diff("43", d).await.unwrap();
+    }
+    // An empty diff (no txs, no root) survives as well.
+    let empty = devshard_actors::protocol::diff::Diff {
+        nonce: 1,
+        txs: vec![],
+        user_sig: vec![],
+        post_state_root: vec![],
+    };
+    store.append_diff("44", &empty).await.unwrap();
+
+    let loaded = store.load_diffs("42").unwrap();
+    assert_eq!(loaded, log_a);
+    for (got, want) in loaded.iter().zip(&log_a) {
+        assert_eq!(got.wire_txs(), want.wire_txs());
+        assert_eq!(got.signed_content("42"), want.signed_content("42"));
+        assert_eq!(got.user_sig, want.user_sig);
+        assert_eq!(got.post_state_root, want.post_state_root);
+        got.verify_user_sig("42", key.address()).unwrap();
+    }
+    assert_eq!(store.load_diffs("43").unwrap(), log_b);
+    assert_eq!(store.load_diffs("44").unwrap(), [empty]);
+    assert_eq!(store.load_diffs_from("42", 15).unwrap(), log_a[14..]);
+    assert_eq!(store.load_diffs_from("42", 0).unwrap(), log_a);
+    assert_eq!(store.load_diffs_from("43", 3).unwrap(), log_b[2..]);
+    assert_eq!(store.load_diffs_from("43", 9).unwrap(), log_b[3..]);
+    assert!(store.load_diffs_from("43", 10).unwrap().is_empty());
+    assert!(store.load_diffs_from("43", u64::MAX).unwrap().is_empty());
+    assert!(store.load_diffs("unknown").unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn out_of_order_and_unstorable_appends_are_rejected() {
+    let dir = TempDir::new("reject");
+    let store = SqliteStore::open(dir.db()).unwrap();
+    store.append_diff("e", &diff(5)).await.unwrap();
+    let err = store.append_diff("e", &diff(5)).await.unwrap_err();
+    assert_eq!(
+        err,
+        StoreError::OutOfOrder {
+            escrow: "e".into(),
+            last: 5,
+            got: 5
+        }
+    );
+    assert!(store.append_diff("e", &diff(0)).await.is_err());
+    assert!(matches!(
+        store.append_diff("e", &diff(u64::MAX)).await,
+        Err(StoreError::Io(_))
+    ));
+    store.append_diff("e", &diff(6)).await.unwrap();
+    assert_eq!(store.load_diffs("e").unwrap(), [diff(5), diff(6)]);
+}
+
+#[tokio::test]
+async fn delete_diffs_empties_the_log_and_restarts_nonces() {
+    let dir = TempDir::new("delete");
+    let store = SqliteStore::open(dir.db()).unwrap();
+    for n in 1..=3 {
+        store.append_diff("e", &diff(n)).await.unwrap();
+    }
+    store.append_diff("keep", &diff(1)).await.unwrap();
+    store.delete_diffs("e").await.unwrap();
+    assert!(store.load_diffs("e").unwrap().is_empty());
+    assert_eq!(store.load_diffs("keep").unwrap(), [diff(1)]);
+    store.append_diff("e", &diff(1)).await.unwrap();
+    assert_eq!(store.load_diffs("e").unwrap(), [diff(1)]);
+    store.delete_diffs("never-existed").await.unwrap();
+}
+
+#[tokio::test]
+async fn records_put_get_list_delete() {
+    let dir = TempDir::new("records");
+    let store = SqliteStore::open(dir.db()).unwrap();
+    assert_eq!(store.get(ns::ESCROWS, "1").unwrap(), None);
+    store
+        .put(ns::ESCROWS, "2", json!({"creator": "gonka1b", "n": 2}))
+        .await
+        .unwrap();
+    store
+        .put(ns::ESCROWS, "1", json!({"creator": "gonka1a", "n": 1}))
+        .await
+        .unwrap();
+    store
+        .put(ns::ESCROWS, "10", json!(["x", null, 1.5, {"deep": [true]}]))
+        .await
+        .unwrap();
+    store
+        .put(ns::SESSIONS, "1", json!({"host_nonce": 7}))
+        .await
+        .unwrap();
+    store
+        .put(ns::SETTINGS, "settings", json!("ünïcode ✓"))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.get(ns::ESCROWS, "1").unwrap(),
+        Some(json!({"creator": "gonka1a", "n": 1}))
+    );
+    assert_eq!(
+        store.get(ns::SESSIONS, "1").unwrap(),
+        Some(json!({"host_nonce": 7}))
+    );
+    assert_eq!(
+        store.get(ns::SETTINGS, "settings").unwrap(),
+        Some(json!("ünïcode ✓"))
+    );
+    let keys: Vec<String> = store
+        .list(ns::ESCROWS)
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, ["1", "10", "2"], "ordered by key");
+
+    // Overwrite.
+    store
+        .put(ns::ESCROWS, "1", json!({"creator": "gonka1a", "n": 100}))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(ns::ESCROWS, "1").unwrap(),
+        Some(json!({"creator": "gonka1a", "n": 100}))
+    );
+    assert_eq!(store.list(ns::ESCROWS).unwrap().len(), 3);
+
+    // Delete only touches its namespace; deleting a missing record is a no-op.
+    store.delete(ns::ESCROWS, "1").await.unwrap();
+    store.delete(ns::ESCROWS, "1").await.unwrap();
+    assert_eq!(store.get(ns::ESCROWS, "1").unwrap(), None);
+    assert_eq!(
+        store.get(ns::SESSIONS, "1").unwrap(),
+        Some(json!({"host_nonce": 7}))
+    );
+    assert_eq!(
+        store.list(ns::ESCROWS).unwrap(),
+        [
+            ("10".to_string(), json!(["x", null, 1.5, {"deep": [true]}])),
+            ("2".into(), json!({"creator": "gonka1b", "n": 2}))
+        ]
+    );
+    assert!(store.list(ns::PARTICIPANTS).unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn acked_writes_survive_reopen() {
+    let dir = TempDir::new("reopen");
+    {
+        let store = SqliteStore::open(dir.db()).unwrap();
+        for n in 1..=50 {
+            store.append_diff("42", &diff(n)).await.unwrap();
+        }
+        store
+            .put(ns::ESCROWS, "42", json!({"open": true}))
+            .await
+            .unwrap();
+        store.put(ns::ESCROWS, "gone", json!(1)).await.unwrap();
+        store.delete(ns::ESCROWS, "gone").await.unwrap();
+        // Dropped without flush or close: acked writes are already durable.
+    }
+    let store = SqliteStore::open(dir.db()).unwrap();
+    assert_eq!(
+        store.load_diffs("42").unwrap(),
+        (1..=50).map(diff).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        store.list(ns::ESCROWS).unwrap(),
+        [("42".to_string(), json!({"open": true}))]
+    );
+    // The last nonce is picked up from the file.
+    assert!(matches!(
+        store.append_diff("42", &diff(50)).await,
+        Err(StoreError::OutOfOrder {
+            last: 50,
+            got: 50,
+            ..
+        })
+    ));
+    store.append_diff("42", &diff(51)).await.unwrap();
+    assert!(
+        dir.path().join("data").is_dir(),
+        "parent directories are created"
+    );
+}
+
+#[tokio::test]
+async fn flush_and_close() {
+    let dir = TempDir::new("close");
+    let store = SqliteStore::open(dir.db()).unwrap();
+    let pending: Vec<_> = (1..=100)
+        .map(|n| store.append_diff("e", &diff(n)))
+        .collect();
+    store.flush().await.unwrap();
+    // Everything issued before the flush has committed by the time it resolves.
+    assert_eq!(store.load_diffs("e").unwrap().len(), 100);
+    for ack in pending {
+        ack.await.unwrap();
+    }
+    let last = store.put("ns", "k", json!(1));
+    store.close().unwrap();
+    last.await.unwrap();
+    store.close().unwrap();
+    assert_eq!(
+        store.append_diff("e", &diff(101)).await,
+        Err(StoreError::Closed)
+    );
+    assert_eq!(
+        store.put("ns", "k", json!(2)).await,
+        Err(StoreError::Closed)
+    );
+    assert_eq!(store.flush().await, Err(StoreError::Closed));
+    assert_eq!(
+        store.get("ns", "k").unwrap(),
+        Some(json!(1)),
+        "reads work after close"
+    );
+}
+
+#[tokio::test]
+async fn group_commit_groups_concurrent_appends() {
+    group::concurrent_appends_share_commits().await;
+}
+
+#[tokio::test]
+async fn group_commit_drains_the_queue_in_large_groups() {
+    group::queued_ops_commit_in_few_groups().await;
+}
+
+#[tokio::test]
+async fn out_of_order_append_does_not_poison_its_group() {
+    group::out_of_order_append_fails_alone().await;
+}
+
+#[test]
+fn writes_from_many_threads() {
+    futures::executor::block_on(group::writes_from_many_threads_keep_per_escrow_order());
+}
+
+#[test]
+fn kill_minus_9_keeps_every_acked_diff() {
+    crash::kill_minus_9_keeps_every_acked_diff();
+}
+
+/// Not a test: the child process of `kill_minus_9_keeps_every_acked_diff` (re-runs this binary).
+#[test]
+#[ignore = "helper process of kill_minus_9_keeps_every_acked_diff"]
+fn child_writer_entry() {
+    if let Some(db) = std::env::var_os(crash::CHILD_DB_ENV) {
+        crash::child_main(std::path::Path::new(&db));
+    }
+}
