@@ -141,7 +141,9 @@ pub struct EpochSchedule {
     pub start_offset_blocks: Option<u64>,
     /// Optional confirmation PoC inside each epoch's inference phase.
     pub confirmation_poc: Option<ConfirmationPocSchedule>,
-    /// Hosts answer 503 `requests_disabled` to inference work during raw PoC phases.
+    /// Hosts answer 503 `requests_disabled` to inference work (a payload, or a Start,
+    /// Timeout, Validation or ValidationVote tx) during raw PoC phases, except "preserved"
+    /// hosts (even indices; `timeslot_allocation[1]` and `poc_validation_inference` say so).
     pub hosts_disable_during_poc: bool,
 }
 
