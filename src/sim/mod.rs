@@ -8,7 +8,8 @@
 //! - `host/`        — one simulated host: router, sessions (own state machine each), the
 //!   `chat/completions` receipt path and SSE stream, `verify-timeout`, the GETs.
 //! - `openai.rs`    — the plain OpenAI endpoint every host also serves.
-//! - `chain.rs`, `epoch.rs` — the chain public API, REST queries and request log.
+//! - `chain.rs`, `epoch.rs` — the chain public API and REST queries; `traffic.rs` — its
+//!   request log, fixed-answer faults and an nginx-style rate limiter.
 //! - `control.rs`   — the `/sim/…` control API.
 //! - `faults.rs`    — fault knobs and counters; `profile.rs` — latency profiles.
 //! - `generator.rs` — the deterministic fake model; `server.rs` — hyper plumbing.
@@ -31,9 +32,10 @@ mod network;
 mod openai;
 mod profile;
 mod server;
+mod traffic;
 
 pub use self::{
-    chain::{ChainRequest, ChainRequests, EscrowInfo, ParticipantInfo, RECENT_REQUESTS},
+    chain::{EscrowInfo, ParticipantInfo},
     config::{
         ConfirmationPocSchedule, EpochSchedule, SimConfig, DEFAULT_MODEL, DEFAULT_ROUTE_PREFIX,
         DEFAULT_SEED, GATEWAY_KEY_INDEX,
@@ -46,4 +48,5 @@ pub use self::{
     host::session::HostView,
     network::{SimError, SimHostInfo, SimNetwork},
     profile::{LatencyProfile, Profile},
+    traffic::{ChainFaults, ChainRequest, ChainRequests, RECENT_REQUESTS},
 };

@@ -12,7 +12,7 @@ use devshard_actors::{
 };
 
 use super::{
-    chain::{pubkey_b64, Chain, ChainRequests, EscrowInfo, ParticipantInfo},
+    chain::{pubkey_b64, Chain, EscrowInfo, ParticipantInfo},
     config::SimConfig,
     control,
     epoch::{self, EpochView},
@@ -20,6 +20,7 @@ use super::{
     host::{self, session::HostView, HostState},
     profile::LatencyProfile,
     server::{bind_reuse, Handler, Listener, Resp},
+    traffic::{ChainFaults, ChainRequests},
 };
 
 /// Errors of starting or steering the simulator.
@@ -273,6 +274,15 @@ impl SimNetwork {
         self.core.chain.requests()
     }
 
+    /// Replaces the chain API's faults (see [`ChainFaults`]).
+    pub fn set_chain_faults(&self, faults: ChainFaults) {
+        self.core.chain.set_faults(faults);
+    }
+
+    pub fn clear_chain_faults(&self) {
+        self.core.chain.set_faults(ChainFaults::default());
+    }
+
     pub fn reset_chain_requests(&self) {
         self.core.chain.reset_requests();
     }
@@ -310,7 +320,8 @@ async fn chain_route(core: Arc<NetCore>, req: Request<Incoming>, peer: SocketAdd
     if path == "/sim" || path.starts_with("/sim/") {
         return control::handle(&core, req).await;
     }
-    let client = super::chain::client_id(&req, peer);
-    core.chain.log_request("chain", &path, &client);
-    core.chain.handle(req.method(), &path)
+    let client = super::traffic::client_id(&req, peer);
+    let method = req.method();
+    core.chain
+        .serve("chain", &path, &client, || core.chain.handle(method, &path))
 }

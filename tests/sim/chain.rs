@@ -257,3 +257,83 @@ async fn runs_under_plain_tokio_with_paused_time() {
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert!(tokio::net::TcpStream::connect(&host).await.is_ok());
 }
+
+#[actix_rt::test]
+async fn chain_faults_answer_fixed_statuses_and_rate_limit_like_nginx() {
+    tokio::time::pause();
+    let net = start(config(2)).await;
+    let client = http();
+    let latest = format!("{}/v1/epochs/latest", net.chain_url());
+    let faults_url = format!("{}/sim/chain/faults", net.control_url());
+    let mut resp = client
+        .put(&faults_url)
+        .send_json(&serde_json::json!({"http_status": 503, "retry_after_s": 60, "times": 2}))
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.json::<Value>().await.unwrap()["times"], 2);
+    for _ in 0..2 {
+        let resp = client.get(&latest).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 503);
+        assert_eq!(resp.headers().get("retry-after").unwrap(), "60");
+    }
+    assert_eq!(
+        client.get(&latest).send().await.unwrap().status().as_u16(),
+        200
+    );
+    let statuses: Vec<u16> = net
+        .chain_requests()
+        .recent
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [503, 503, 200]);
+
+    // nginx limit_req: 10 r/min, burst 1, per client and per miner.
+    net.set_chain_faults(devshard_gateway::sim::ChainFaults {
+        rate_per_min: Some(10.0),
+        burst: Some(1),
+        include_versions: true,
+        ..Default::default()
+    });
+    let versions = format!("{}/v1/versions", net.hosts()[0].url);
+    for url in [&latest, &versions] {
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(client.get(url).send().await.unwrap().status().as_u16());
+        }
+        assert_eq!(got, [200, 200, 503], "{url}");
+    }
+    let other = client
+        .get(&latest)
+        .insert_header(("X-Forwarded-For", "10.1.1.1"))
+        .send()
+        .await;
+    assert_eq!(
+        other.unwrap().status().as_u16(),
+        200,
+        "another client has its own bucket"
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        client.get(&latest).send().await.unwrap().status().as_u16(),
+        200
+    );
+    assert_eq!(
+        client.get(&latest).send().await.unwrap().status().as_u16(),
+        503
+    );
+
+    let resp = client
+        .put(&faults_url)
+        .send_json(&serde_json::json!({"rate": 1}))
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let resp = client.delete(&faults_url).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(
+        client.get(&latest).send().await.unwrap().status().as_u16(),
+        200
+    );
+}

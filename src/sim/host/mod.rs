@@ -284,10 +284,12 @@ pub(crate) async fn route(
     }
     if path == "/v1/versions" && method == Method::GET {
         AtomicCounters::bump(&host.counters.versions);
-        let client = super::chain::client_id(&req, peer);
-        core.chain
-            .log_request(&format!("host-{index}"), &path, &client);
-        return versions_response(&core, index);
+        let client = super::traffic::client_id(&req, peer);
+        return core
+            .chain
+            .serve(&format!("host-{index}"), &path, &client, || {
+                versions_response(&core, index)
+            });
     }
     let prefix = format!("{}/sessions/", core.cfg.route_prefix.trim_end_matches('/'));
     let Some((escrow_id, action)) = path.strip_prefix(&prefix).and_then(|r| r.split_once('/'))
