@@ -63,6 +63,9 @@ async fn epochs_follow_the_clock_through_poc_and_hosts_close_during_it() {
     );
     let (_, out) = s.infer(vec![], br#"{"stream":true}"#).await;
     assert_eq!(out.status, 200, "nonce 2 runs on preserved host 0");
+    let vt = br#"{"inference_id":2,"reason":"execution"}"#.to_vec();
+    let resp = s.post(1, "verify-timeout", vt).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 503, "verify-timeout is refused too");
     for (secs, phase) in [
         (11, "PoCGenerateWindDown"),
         (2, "PoCValidate"),

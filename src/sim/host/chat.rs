@@ -161,6 +161,23 @@ pub(crate) fn check_payload(p: &PayloadJson, start: &MsgStartInference) -> Resul
     Err(format!("payload mismatch: {field}"))
 }
 
+/// Availability is off: a raw PoC phase, the schedule disables hosts and this one is not
+/// preserved.
+pub(crate) fn availability_disabled(core: &NetCore, host: &HostState) -> bool {
+    core.cfg.epochs.hosts_disable_during_poc
+        && core.chain.epoch_view().is_poc()
+        && !core
+            .chain
+            .participants()
+            .get(host.index)
+            .is_some_and(|p| p.preserved)
+}
+
+/// The 503 `requests_disabled` answer.
+pub(crate) fn requests_disabled() -> Reject {
+    fault_reject(503, &Faults::default())
+}
+
 /// True when a diff carries work a disabled host refuses (Start, Timeout, Validation, Vote).
 fn carries_work(diffs: &[Diff]) -> bool {
     diffs.iter().flat_map(|d| &d.txs).any(|tx| {
@@ -194,16 +211,8 @@ async fn prepare(
         )
     })?;
     let diffs = decode_diffs(&request.diffs)?;
-    if core.cfg.epochs.hosts_disable_during_poc
-        && core.chain.epoch_view().is_poc()
-        && !core
-            .chain
-            .participants()
-            .get(host.index)
-            .is_some_and(|p| p.preserved)
-        && (request.payload.is_some() || carries_work(&diffs))
-    {
-        return Err(fault_reject(503, &Faults::default()));
+    if availability_disabled(core, host) && (request.payload.is_some() || carries_work(&diffs)) {
+        return Err(requests_disabled());
     }
     let now = host.now_unix();
     let mut inner = host.lock();
