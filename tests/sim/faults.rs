@@ -626,21 +626,21 @@ async fn forget_session_needs_a_replay_from_nonce_one() {
 async fn clock_skew_shifts_the_host_clock() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    arm(
-        &net,
-        &s,
-        Faults {
-            clock_skew_s: Some(45),
-            ..Faults::default()
-        },
-    );
+    let skewed = Faults {
+        clock_skew_s: Some(45),
+        times: Some(1),
+        ..Faults::default()
+    };
+    let host = arm(&net, &s, skewed);
     let (_, out) = s.infer(vec![], PROMPT).await;
     assert_eq!(
         (out.status, out.message().as_str()),
         (401, "timestamp drift 45s exceeds maximum 30s")
     );
-    s.diffs.clear();
-    s = Session::new(&net, "42");
+    // The set was for one request only; the same nonce now passes.
+    let mut s = Session::new(&net, "42");
+    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    assert_eq!((nonce, s.executor(nonce), out.status), (1, host, 200));
     arm(
         &net,
         &s,

@@ -85,9 +85,9 @@ fn fault_reject(status: u16, faults: &Faults) -> Reject {
 /// Escrow lookup, body, auth and the owner check shared by the POST routes.
 pub(crate) async fn authenticate_owner(
     core: &NetCore,
-    host: &HostState,
     escrow_id: &str,
     req: Request<Incoming>,
+    now: i64,
 ) -> Result<(EscrowInfo, Bytes), Reject> {
     let header = |name: &str| {
         req.headers()
@@ -102,7 +102,6 @@ pub(crate) async fn authenticate_owner(
         .escrow(escrow_id)
         .cloned()
         .ok_or_else(|| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, "escrow not found"))?;
-    let now = host.now_unix();
     let signer = auth::verify_request(
         escrow_id,
         &body,
@@ -203,7 +202,8 @@ async fn prepare(
     if let Some(status) = faults.http_status {
         return Err(fault_reject(status, faults));
     }
-    let (escrow, body) = authenticate_owner(core, host, escrow_id, req).await?;
+    let now = host.now_ms_with(faults).div_euclid(1000);
+    let (escrow, body) = authenticate_owner(core, escrow_id, req, now).await?;
     let request: InferenceRequest = serde_json::from_slice(&body).map_err(|e| {
         Reject::new(
             StatusCode::BAD_REQUEST,
@@ -214,7 +214,6 @@ async fn prepare(
     if availability_disabled(core, host) && (request.payload.is_some() || carries_work(&diffs)) {
         return Err(requests_disabled());
     }
-    let now = host.now_unix();
     let mut inner = host.lock();
     if !inner.sessions.contains_key(escrow_id) {
         let inc = HostState::next_incarnation(&mut inner);

@@ -112,17 +112,16 @@ impl HostState {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The host's clock in unix milliseconds (network clock plus `clock_skew_s`).
+    /// The host's clock in unix milliseconds: the network clock plus the active `clock_skew_s`.
     pub(crate) fn now_ms(&self) -> i64 {
-        let skew_s = self
-            .lock()
-            .script
-            .front()
-            .and_then(|f| f.clock_skew_s)
-            .unwrap_or(0);
-        self.clock
-            .now_ms()
-            .saturating_add(skew_s.saturating_mul(1000))
+        let faults = self.faults();
+        self.now_ms_with(&faults)
+    }
+
+    /// The host's clock under a given fault set (a chat request uses the set it consumed).
+    pub(crate) fn now_ms_with(&self, faults: &Faults) -> i64 {
+        let skew_ms = faults.clock_skew_s.unwrap_or(0).saturating_mul(1000);
+        self.clock.now_ms().saturating_add(skew_ms)
     }
 
     pub(crate) fn now_unix(&self) -> i64 {

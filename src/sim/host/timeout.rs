@@ -70,7 +70,8 @@ async fn decide(
     escrow_id: &str,
     req: Request<Incoming>,
 ) -> Result<VerifyTimeoutResponse, Reject> {
-    let (escrow, body) = authenticate_owner(core, host, escrow_id, req).await?;
+    let now = host.now_unix();
+    let (escrow, body) = authenticate_owner(core, escrow_id, req, now).await?;
     if availability_disabled(core, host) {
         return Err(requests_disabled());
     }
@@ -81,7 +82,6 @@ async fn decide(
         .ok_or_else(|| bad(format!("invalid timeout reason {:?}", request.reason)))?;
     let diffs = decode_diffs(request.diffs.as_deref().unwrap_or_default())?;
     let fork_from = host.faults().fork_from_nonce;
-    let now = host.now_unix();
     let local = {
         let mut inner = host.lock();
         if !inner.sessions.contains_key(escrow_id) {
