@@ -719,3 +719,27 @@ async fn times_and_scripts_apply_to_the_next_requests_only() {
     let (_, c) = s.infer(vec![], PROMPT).await;
     assert_eq!(content_chunks(&c), 5);
 }
+
+/// A client that gives up before the receipt cancels the run: a retry of the nonce runs it.
+#[actix_rt::test]
+async fn a_client_gone_before_the_receipt_leaves_no_running_inference() {
+    tokio::time::pause();
+    let (net, mut s) = setup().await;
+    let stall = Faults {
+        stall_before_receipt_ms: Some(10_000),
+        times: Some(1),
+        ..Faults::default()
+    };
+    let host = arm(&net, &s, stall);
+    let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
+    let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
+    let gave_up = tokio::time::timeout(
+        Duration::from_secs(1),
+        s.post(host, "chat/completions", body.clone()),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let out = read_stream(s.post(host, "chat/completions", body).await.unwrap()).await;
+    assert_eq!(content_chunks(&out), 5, "{:?}", out.events);
+}
