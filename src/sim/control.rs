@@ -156,7 +156,7 @@ async fn host_route(
                 json!({
                     "latest_nonce": s.sm.latest_nonce(),
                     "state_root": hex::encode(s.reported_root()),
-                    "real_root": hex::encode(s.sm.state_root()),
+                    "real_root": hex::encode(s.view().real_root),
                     "forked_at": s.forked_at,
                     "mempool_len": s.mempool.len(),
                     "signed_nonces": s.signatures.keys().collect::<Vec<_>>(),

@@ -15,6 +15,23 @@
 //! - `generator.rs` — the deterministic fake model; `server.rs` — hyper plumbing.
 //! - `cli.rs`       — the `sim` subcommand.
 //!
+//! # Use from a test
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), devshard_gateway::sim::SimError> {
+//! use devshard_actors::clock::TokioClock;
+//! use devshard_gateway::sim::{Faults, Profile, SimConfig, SimNetwork};
+//!
+//! let mut cfg = SimConfig::with_seed("my-test");
+//! cfg.hosts = 4;
+//! cfg.profile = Profile::Zero;
+//! let net = SimNetwork::start(cfg, TokioClock::new().shared()).await?;
+//! // The gateway signs with `net.gateway_key()`, polls `net.chain_url()` and finds the hosts
+//! // through the chain (or `net.hosts()[i].url`). Host 1 omits its next meta event:
+//! net.set_faults(1, Faults { omit_meta: true, times: Some(1), ..Faults::default() })?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Time
 //! Every server task runs on the current tokio runtime and every delay is a `tokio::time`
 //! sleep; every timestamp comes from the injected `SharedClock`. A test that pauses tokio's

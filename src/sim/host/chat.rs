@@ -240,14 +240,15 @@ async fn prepare(
         .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
     let exec = receipt(session, host, &request, &diffs, now)
         .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
-    let mut root = session.reported_root();
+    let reported = session.reported_root();
+    let mut root = reported;
     if faults.wrong_state_hash {
         root = devshard_actors::protocol::crypto::sha256(&[root.as_slice(), b"wrong"].concat());
     }
     let nonce = session.sm.latest_nonce();
     let state_sig = sign_state(&root, escrow_id, nonce, &host.key).to_vec();
     if !faults.withhold_state_sig {
-        let stored = sign_state(&session.reported_root(), escrow_id, nonce, &host.key).to_vec();
+        let stored = sign_state(&reported, escrow_id, nonce, &host.key).to_vec();
         session.signatures.insert(nonce, stored);
     }
     let receipt_body = ReceiptBody {

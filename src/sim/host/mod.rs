@@ -216,6 +216,9 @@ impl HostState {
 
     /// Sleeps `base` plus jitter (on tokio's clock).
     pub(crate) async fn delay(&self, base: Duration) {
+        if base.is_zero() {
+            return;
+        }
         let d = self.jittered(base);
         if !d.is_zero() {
             tokio::time::sleep(d).await;

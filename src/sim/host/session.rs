@@ -67,6 +67,8 @@ pub(crate) struct HostSession {
     /// Distinguishes this session from one re-created after `forget_session`.
     pub incarnation: u64,
     pub sm: StateMachine,
+    /// `sm.state_root()`, cached (the root costs a pass over every live record).
+    root: [u8; 32],
     pub creator: Address,
     /// This host's slots, ascending.
     pub my_slots: Vec<u32>,
@@ -106,6 +108,7 @@ impl HostSession {
         let my_slots = sm.slots_of(me);
         Ok(HostSession {
             incarnation,
+            root: sm.state_root(),
             sm,
             creator: escrow.creator.clone(),
             my_slots,
@@ -121,7 +124,7 @@ impl HostSession {
 
     /// The root this host reports (perturbed once forked).
     pub(crate) fn reported_root(&self) -> [u8; 32] {
-        let root = self.sm.state_root();
+        let root = self.root;
         if self.forked_at.is_some() {
             let mut pre = root.to_vec();
             pre.extend_from_slice(b"fork");
@@ -168,6 +171,11 @@ impl HostSession {
         self.sm
             .apply_diff(diff, &self.creator)
             .map_err(|e| e.to_string())?;
+        // A non-empty post-state root was just checked equal to the computed one.
+        self.root = match <[u8; 32]>::try_from(diff.post_state_root.as_slice()) {
+            Ok(root) => root,
+            Err(_) => self.sm.state_root(),
+        };
         if fork_from.is_some_and(|k| diff.nonce >= k) {
             self.forked_at = Some(diff.nonce);
         }
@@ -221,7 +229,7 @@ impl HostSession {
         HostView {
             latest_nonce: self.sm.latest_nonce(),
             state_root: self.reported_root(),
-            real_root: self.sm.state_root(),
+            real_root: self.root,
             forked_at: self.forked_at,
             mempool_len: self.mempool.len(),
             mempool: self.mempool.clone(),
