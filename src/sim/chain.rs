@@ -3,17 +3,14 @@
 //!
 //! Public-API integers are JSON numbers; chain REST `uint64`s are JSON strings (grpc-gateway).
 //! An unknown escrow answers `{"found": false}`; an unknown participant a grpc-gateway 404.
-//! Every request to a chain path (and every miner `GET /v1/versions`) is logged with the client
-//! address (peer IP, or the first `X-Forwarded-For` entry) and the clock's time.
+//! Every request to a chain path (and every miner `GET /v1/versions`) passes the chain faults
+//! and is logged ([`super::traffic`]).
 
-use std::{
-    collections::{BTreeMap, VecDeque},
-    sync::Mutex,
-};
+use std::{collections::BTreeMap, sync::Mutex};
 
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
 use http::{Method, StatusCode};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use devshard_actors::{
@@ -25,10 +22,9 @@ use super::{
     config::EpochSchedule,
     epoch::{self, EpochView},
     server::{self, Resp},
+    traffic::{ChainFaults, ChainGate, ChainRequest, ChainRequests},
 };
 
-/// How many recent requests the log keeps.
-pub const RECENT_REQUESTS: usize = 1_000;
 const REST_PREFIX: &str = "/productscience/inference/inference/";
 
 /// An escrow as the chain stores it.
@@ -58,28 +54,6 @@ pub struct ParticipantInfo {
     pub preserved: bool,
 }
 
-/// One logged request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChainRequest {
-    pub at_ms: i64,
-    /// `chain` or `host-<i>`.
-    pub server: String,
-    pub path: String,
-    pub client: String,
-}
-
-/// Request counts (`GET /sim/chain/requests`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChainRequests {
-    pub total: u64,
-    pub by_path: BTreeMap<String, u64>,
-    pub by_client: BTreeMap<String, u64>,
-    pub by_server: BTreeMap<String, u64>,
-    pub by_client_path: BTreeMap<String, BTreeMap<String, u64>>,
-    /// The last [`RECENT_REQUESTS`] requests, oldest first.
-    pub recent: VecDeque<ChainRequest>,
-}
-
 /// The simulated chain.
 #[derive(Debug)]
 pub(crate) struct Chain {
@@ -90,6 +64,7 @@ pub(crate) struct Chain {
     escrows: BTreeMap<String, EscrowInfo>,
     participants: Vec<ParticipantInfo>,
     log: Mutex<ChainRequests>,
+    gate: Mutex<ChainGate>,
 }
 
 impl Chain {
@@ -112,6 +87,7 @@ impl Chain {
                 .collect(),
             participants,
             log: Mutex::new(ChainRequests::default()),
+            gate: Mutex::new(ChainGate::default()),
         }
     }
 
@@ -129,28 +105,43 @@ impl Chain {
         epoch::view_at(&self.schedule, epoch::height_at(&self.schedule, elapsed))
     }
 
-    /// Records one request.
-    pub(crate) fn log_request(&self, server: &str, path: &str, client: &str) {
-        let at_ms = self.clock.now_ms();
-        let Ok(mut log) = self.log.lock() else { return };
-        log.total += 1;
-        *log.by_path.entry(path.to_owned()).or_default() += 1;
-        *log.by_client.entry(client.to_owned()).or_default() += 1;
-        *log.by_server.entry(server.to_owned()).or_default() += 1;
-        *log.by_client_path
-            .entry(client.to_owned())
-            .or_default()
-            .entry(path.to_owned())
-            .or_default() += 1;
-        if log.recent.len() == RECENT_REQUESTS {
-            log.recent.pop_front();
-        }
-        log.recent.push_back(ChainRequest {
-            at_ms,
+    /// Answers a request to `server` (`chain` or `host-<i>` for `/v1/versions`) through the
+    /// chain faults, and logs it.
+    pub(crate) fn serve(
+        &self,
+        server: &str,
+        path: &str,
+        client: &str,
+        answer: impl FnOnce() -> Resp,
+    ) -> Resp {
+        let now_ms = self.clock.now_ms();
+        let rejected = self
+            .gate
+            .lock()
+            .ok()
+            .and_then(|mut g| g.check(server, client, now_ms));
+        let resp = rejected.unwrap_or_else(answer);
+        let entry = ChainRequest {
+            at_ms: now_ms,
             server: server.to_owned(),
             path: path.to_owned(),
             client: client.to_owned(),
-        });
+            status: resp.status().as_u16(),
+        };
+        if let Ok(mut log) = self.log.lock() {
+            log.record(entry);
+        }
+        resp
+    }
+
+    pub(crate) fn faults(&self) -> ChainFaults {
+        self.gate.lock().map(|g| g.faults()).unwrap_or_default()
+    }
+
+    pub(crate) fn set_faults(&self, faults: ChainFaults) {
+        if let Ok(mut g) = self.gate.lock() {
+            g.set(faults);
+        }
     }
 
     pub(crate) fn requests(&self) -> ChainRequests {

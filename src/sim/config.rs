@@ -75,6 +75,23 @@ impl SimConfig {
         }
     }
 
+    /// Checks the config; returns the slot → host map.
+    pub fn validate(&self) -> Result<Vec<usize>, String> {
+        if self.hosts == 0 {
+            return Err("hosts must be at least 1".into());
+        }
+        if self.escrow_ids.is_empty() {
+            return Err("at least one escrow id is needed".into());
+        }
+        if !(0.0..=1.0).contains(&self.validation_rate) {
+            return Err("validation_rate must be within 0..=1".into());
+        }
+        if !self.route_prefix.starts_with('/') {
+            return Err("route_prefix must start with '/'".into());
+        }
+        self.slot_map()
+    }
+
     /// Slot → host index, validated against `hosts`.
     pub(crate) fn slot_map(&self) -> Result<Vec<usize>, String> {
         let map = self
@@ -124,7 +141,9 @@ pub struct EpochSchedule {
     pub start_offset_blocks: Option<u64>,
     /// Optional confirmation PoC inside each epoch's inference phase.
     pub confirmation_poc: Option<ConfirmationPocSchedule>,
-    /// Hosts answer 503 `requests_disabled` to inference work during raw PoC phases.
+    /// Hosts answer 503 `requests_disabled` to inference work (a payload, or a Start,
+    /// Timeout, Validation or ValidationVote tx) during raw PoC phases, except "preserved"
+    /// hosts (even indices; `timeslot_allocation[1]` and `poc_validation_inference` say so).
     pub hosts_disable_during_poc: bool,
 }
 

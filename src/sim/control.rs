@@ -11,6 +11,7 @@
 //! | `GET /sim/escrows/{id}` | the chain's escrow record (creator, slots, amount, session config) |
 //! | `GET /sim/chain/requests` | request counts per path / client / server and the last 1 000 requests |
 //! | `POST /sim/chain/requests/reset` | clears the request log |
+//! | `GET/PUT/DELETE /sim/chain/faults` | the chain API's faults ([`ChainFaults`]: fixed answer, nginx-style rate limit) |
 //!
 //! Unknown knobs or bad JSON answer 400 `{"message": …}`; an unknown host 404.
 
@@ -24,6 +25,7 @@ use super::{
     network::NetCore,
     profile::LatencyProfile,
     server::{self, Reject, Resp},
+    traffic::ChainFaults,
 };
 
 fn host_json(h: &HostState) -> Value {
@@ -88,6 +90,24 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
             Some(e) => server::json(StatusCode::OK, e),
             None => server::message(StatusCode::NOT_FOUND, "escrow not found"),
         },
+        (&Method::GET, ["chain", "faults"]) => server::json(StatusCode::OK, &core.chain.faults()),
+        (&Method::PUT, ["chain", "faults"]) => {
+            let body = match server::read_body(req).await {
+                Ok(b) => b,
+                Err(reject) => return reject.into_response(),
+            };
+            match serde_json::from_slice::<ChainFaults>(&body) {
+                Ok(f) => {
+                    core.chain.set_faults(f);
+                    server::json(StatusCode::OK, &core.chain.faults())
+                }
+                Err(e) => bad_request(e),
+            }
+        }
+        (&Method::DELETE, ["chain", "faults"]) => {
+            core.chain.set_faults(ChainFaults::default());
+            server::json(StatusCode::OK, &core.chain.faults())
+        }
         (&Method::GET, ["chain", "requests"]) => {
             server::json(StatusCode::OK, &core.chain.requests())
         }
@@ -136,7 +156,7 @@ async fn host_route(
                 json!({
                     "latest_nonce": s.sm.latest_nonce(),
                     "state_root": hex::encode(s.reported_root()),
-                    "real_root": hex::encode(s.sm.state_root()),
+                    "real_root": hex::encode(s.view().real_root),
                     "forked_at": s.forked_at,
                     "mempool_len": s.mempool.len(),
                     "signed_nonces": s.signatures.keys().collect::<Vec<_>>(),

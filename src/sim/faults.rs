@@ -15,7 +15,7 @@
 //! | `refuse_connections` | the listener is closed while the set is active (connection refused) |
 //! | `down_for_ms` | closed for that long from activation, in-flight connections dropped; state survives |
 //! | `stall_before_receipt_ms` | extra delay before headers + receipt |
-//! | `drop_after_receipt` | receipt event, then the connection is aborted (no `[DONE]`); no finish |
+//! | `drop_after_receipt` | receipt event, then the connection is aborted: the chunked body lacks its terminating chunk (awc reports that as a plain end of stream); no finish |
 //! | `first_token_delay_ms` | extra delay before the first chunk |
 //! | `stall_after_chunks` + `stall_ms` | pause after that many content chunks (forever when `stall_ms` is absent) |
 //! | `empty_stream` | receipt, role chunk, `[DONE]`, finish (0 output tokens) and meta |

@@ -8,11 +8,29 @@
 //! - `host/`        — one simulated host: router, sessions (own state machine each), the
 //!   `chat/completions` receipt path and SSE stream, `verify-timeout`, the GETs.
 //! - `openai.rs`    — the plain OpenAI endpoint every host also serves.
-//! - `chain.rs`, `epoch.rs` — the chain public API, REST queries and request log.
+//! - `chain.rs`, `epoch.rs` — the chain public API and REST queries; `traffic.rs` — its
+//!   request log, fixed-answer faults and an nginx-style rate limiter.
 //! - `control.rs`   — the `/sim/…` control API.
 //! - `faults.rs`    — fault knobs and counters; `profile.rs` — latency profiles.
 //! - `generator.rs` — the deterministic fake model; `server.rs` — hyper plumbing.
 //! - `cli.rs`       — the `sim` subcommand.
+//!
+//! # Use from a test
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), devshard_gateway::sim::SimError> {
+//! use devshard_actors::clock::TokioClock;
+//! use devshard_gateway::sim::{Faults, Profile, SimConfig, SimNetwork};
+//!
+//! let mut cfg = SimConfig::with_seed("my-test");
+//! cfg.hosts = 4;
+//! cfg.profile = Profile::Zero;
+//! let net = SimNetwork::start(cfg, TokioClock::new().shared()).await?;
+//! // The gateway signs with `net.gateway_key()`, polls `net.chain_url()` and finds the hosts
+//! // through the chain (or `net.hosts()[i].url`). Host 1 omits its next meta event:
+//! net.set_faults(1, Faults { omit_meta: true, times: Some(1), ..Faults::default() })?;
+//! # Ok(()) }
+//! ```
 //!
 //! # Time
 //! Every server task runs on the current tokio runtime and every delay is a `tokio::time`
@@ -31,9 +49,10 @@ mod network;
 mod openai;
 mod profile;
 mod server;
+mod traffic;
 
 pub use self::{
-    chain::{ChainRequest, ChainRequests, EscrowInfo, ParticipantInfo, RECENT_REQUESTS},
+    chain::{EscrowInfo, ParticipantInfo},
     config::{
         ConfirmationPocSchedule, EpochSchedule, SimConfig, DEFAULT_MODEL, DEFAULT_ROUTE_PREFIX,
         DEFAULT_SEED, GATEWAY_KEY_INDEX,
@@ -43,6 +62,8 @@ pub use self::{
         PHASE_POC_VALIDATE, PHASE_POC_VALIDATE_WIND_DOWN,
     },
     faults::{parse_fault_script, Counters, Faults},
-    network::{HostView, SimError, SimHostInfo, SimNetwork},
+    host::session::HostView,
+    network::{SimError, SimHostInfo, SimNetwork},
     profile::{LatencyProfile, Profile},
+    traffic::{ChainFaults, ChainRequest, ChainRequests, RECENT_REQUESTS},
 };

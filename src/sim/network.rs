@@ -3,28 +3,24 @@
 
 use std::{net::SocketAddr, sync::Arc};
 
-use http::{Request, StatusCode};
+use http::Request;
 use hyper::body::Incoming;
-use serde_json::json;
 
 use devshard_actors::{
     clock::SharedClock,
-    protocol::{
-        crypto::{sha256, Address, SigningKey},
-        proto::DevshardTx,
-        state::StateMachine,
-    },
+    protocol::crypto::{sha256, Address, SigningKey},
 };
 
 use super::{
-    chain::{pubkey_b64, Chain, ChainRequests, EscrowInfo, ParticipantInfo},
+    chain::{pubkey_b64, Chain, EscrowInfo, ParticipantInfo},
     config::SimConfig,
     control,
     epoch::{self, EpochView},
     faults::{Counters, Faults},
-    host::{self, HostState},
+    host::{self, session::HostView, HostState},
     profile::LatencyProfile,
-    server::{self, bind_reuse, Handler, Listener, Resp},
+    server::{bind_reuse, Handler, Listener, Resp},
+    traffic::{ChainFaults, ChainRequests},
 };
 
 /// Errors of starting or steering the simulator.
@@ -61,23 +57,6 @@ pub struct SimHostInfo {
     pub key: SigningKey,
 }
 
-/// One host's view of one escrow (for test assertions).
-#[derive(Clone, Debug)]
-pub struct HostView {
-    pub latest_nonce: u64,
-    /// The root the host reports (perturbed once forked).
-    pub state_root: [u8; 32],
-    /// The root of its state machine.
-    pub real_root: [u8; 32],
-    pub forked_at: Option<u64>,
-    pub mempool_len: usize,
-    pub mempool: Vec<DevshardTx>,
-    /// Nonces at which the host stored its own state signature.
-    pub signed_nonces: Vec<u64>,
-    /// A copy of the host's state machine.
-    pub state: StateMachine,
-}
-
 /// A running simulated network. Dropping it stops every server.
 #[derive(Debug)]
 pub struct SimNetwork {
@@ -85,24 +64,6 @@ pub struct SimNetwork {
     chain_listener: Listener,
     chain_url: String,
     hosts: Vec<SimHostInfo>,
-}
-
-fn validate(cfg: &SimConfig) -> Result<Vec<usize>, SimError> {
-    if cfg.hosts == 0 {
-        return Err(SimError::Config("hosts must be at least 1".into()));
-    }
-    if cfg.escrow_ids.is_empty() {
-        return Err(SimError::Config("at least one escrow id is needed".into()));
-    }
-    if !(0.0..=1.0).contains(&cfg.validation_rate) {
-        return Err(SimError::Config(
-            "validation_rate must be within 0..=1".into(),
-        ));
-    }
-    if !cfg.route_prefix.starts_with('/') {
-        return Err(SimError::Config("route_prefix must start with '/'".into()));
-    }
-    cfg.slot_map().map_err(SimError::Config)
 }
 
 fn bind(cfg: &SimConfig, offset: usize) -> Result<tokio::net::TcpListener, SimError> {
@@ -124,7 +85,7 @@ fn local_url(l: &tokio::net::TcpListener) -> Result<String, SimError> {
 impl SimNetwork {
     /// Binds every server and starts them on the current tokio runtime.
     pub async fn start(cfg: SimConfig, clock: SharedClock) -> Result<SimNetwork, SimError> {
-        let slot_map = validate(&cfg)?;
+        let slot_map = cfg.validate().map_err(SimError::Config)?;
         let rt = tokio::runtime::Handle::try_current().map_err(|_| SimError::NoRuntime)?;
         let chain_tcp = bind(&cfg, 0)?;
         let chain_url = local_url(&chain_tcp)?;
@@ -302,16 +263,7 @@ impl SimNetwork {
         self.core
             .hosts
             .get(index)?
-            .with_session(escrow_id, |s| HostView {
-                latest_nonce: s.sm.latest_nonce(),
-                state_root: s.reported_root(),
-                real_root: s.sm.state_root(),
-                forked_at: s.forked_at,
-                mempool_len: s.mempool.len(),
-                mempool: s.mempool.clone(),
-                signed_nonces: s.signatures.keys().copied().collect(),
-                state: s.sm.clone(),
-            })
+            .with_session(escrow_id, |s| s.view())
     }
 
     pub fn counters(&self, index: usize) -> Option<Counters> {
@@ -320,6 +272,15 @@ impl SimNetwork {
 
     pub fn chain_requests(&self) -> ChainRequests {
         self.core.chain.requests()
+    }
+
+    /// Replaces the chain API's faults (see [`ChainFaults`]).
+    pub fn set_chain_faults(&self, faults: ChainFaults) {
+        self.core.chain.set_faults(faults);
+    }
+
+    pub fn clear_chain_faults(&self) {
+        self.core.chain.set_faults(ChainFaults::default());
     }
 
     pub fn reset_chain_requests(&self) {
@@ -353,36 +314,14 @@ impl Drop for SimNetwork {
     }
 }
 
-/// Client identity for the request log: the first `X-Forwarded-For` entry, else the peer IP.
-pub(crate) fn client_id<B>(req: &Request<B>, peer: SocketAddr) -> String {
-    req.headers()
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(',').next())
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| peer.ip().to_string())
-}
-
-/// A miner's `GET /v1/versions`.
-pub(crate) fn versions_response(core: &NetCore, index: usize) -> Resp {
-    let nodes: Vec<_> = core
-        .chain
-        .participants()
-        .get(index)
-        .map(|p| json!({"node_id": p.node_id, "poc_validation_inference": p.preserved}))
-        .into_iter()
-        .collect();
-    server::json(StatusCode::OK, &json!({ "mlnodes": nodes }))
-}
-
 /// The chain server: `/sim/…` is the control API, everything else the chain (logged).
 async fn chain_route(core: Arc<NetCore>, req: Request<Incoming>, peer: SocketAddr) -> Resp {
     let path = req.uri().path().to_owned();
     if path == "/sim" || path.starts_with("/sim/") {
         return control::handle(&core, req).await;
     }
-    let client = client_id(&req, peer);
-    core.chain.log_request("chain", &path, &client);
-    core.chain.handle(req.method(), &path)
+    let client = super::traffic::client_id(&req, peer);
+    let method = req.method();
+    core.chain
+        .serve("chain", &path, &client, || core.chain.handle(method, &path))
 }

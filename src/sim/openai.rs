@@ -5,6 +5,7 @@
 //! Streaming requests get headers after one RTT, the role chunk and first token after the time
 //! to first token, then one chunk per token, the finish chunk with usage and `[DONE]`.
 //! Non-streaming requests get one `chat.completion` JSON body after the whole generation time.
+//! Of the fault knobs only `refuse_connections` and `down_for_ms` (the listener) apply here.
 
 use std::time::Duration;
 

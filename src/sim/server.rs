@@ -6,7 +6,14 @@
 //! the current incarnation (in-flight streams are cut); on rebinds the same port.
 
 use std::{
-    convert::Infallible, future::Future, io, net::SocketAddr, pin::Pin, sync::Arc, time::Duration,
+    convert::Infallible,
+    future::Future,
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{Arc, Mutex, MutexGuard},
+    task::{Context, Poll},
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -146,28 +153,58 @@ struct ListenState {
     shutdown: bool,
 }
 
+/// The listening socket, shared with the accept task so that switching it off closes the port
+/// at once (synchronously), not when the task next runs.
+type SharedSocket = Arc<Mutex<Option<TcpListener>>>;
+
+fn lock(socket: &SharedSocket) -> MutexGuard<'_, Option<TcpListener>> {
+    socket.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// One listening socket whose availability can be switched at runtime.
 #[derive(Debug)]
 pub(crate) struct Listener {
+    addr: SocketAddr,
+    socket: SharedSocket,
     ctl: watch::Sender<ListenState>,
+    /// Runtime of the accept task (rebinding registers the socket with its reactor).
+    rt: tokio::runtime::Handle,
 }
 
 impl Listener {
     /// Starts accepting on a socket from [`bind_reuse`] (on the current runtime).
     pub(crate) fn start(tcp: TcpListener, handler: Handler) -> io::Result<Listener> {
         let addr = tcp.local_addr()?;
+        let rt = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        let socket = Arc::new(Mutex::new(Some(tcp)));
         let initial = ListenState {
             up: true,
             incarnation: 0,
             shutdown: false,
         };
         let (ctl, rx) = watch::channel(initial);
-        tokio::spawn(accept_loop(Some(tcp), addr, handler, rx));
-        Ok(Listener { ctl })
+        rt.spawn(accept_loop(Arc::clone(&socket), addr, handler, rx));
+        Ok(Listener {
+            addr,
+            socket,
+            ctl,
+            rt,
+        })
     }
 
-    /// Opens (rebinds) or closes the socket; closing drops every open connection.
+    /// Opens (rebinds the same port) or closes the socket; closing also drops every open
+    /// connection. Takes effect before it returns.
     pub(crate) fn set_up(&self, up: bool) {
+        {
+            let mut socket = lock(&self.socket);
+            if !up {
+                *socket = None;
+            } else if socket.is_none() {
+                let _enter = self.rt.enter();
+                // On failure the accept task retries.
+                *socket = bind_reuse(self.addr).ok();
+            }
+        }
         self.ctl.send_if_modified(|s| {
             if s.up == up {
                 return false;
@@ -187,6 +224,7 @@ impl Listener {
 
     /// Stops accepting for good and drops every connection.
     pub(crate) fn shutdown(&self) {
+        *lock(&self.socket) = None;
         self.ctl.send_modify(|s| s.shutdown = true);
     }
 }
@@ -210,8 +248,19 @@ pub(crate) fn bind_reuse(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(BACKLOG)
 }
 
+fn poll_accept(
+    socket: &SharedSocket,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<(TcpStream, SocketAddr)>> {
+    match lock(socket).as_ref() {
+        Some(l) => l.poll_accept(cx),
+        // Closed: the state change that closed it wakes the loop.
+        None => Poll::Pending,
+    }
+}
+
 async fn accept_loop(
-    mut tcp: Option<TcpListener>,
+    socket: SharedSocket,
     addr: SocketAddr,
     handler: Handler,
     mut rx: watch::Receiver<ListenState>,
@@ -221,41 +270,29 @@ async fn accept_loop(
         if state.shutdown {
             return;
         }
-        if !state.up {
-            tcp = None;
-            if rx.changed().await.is_err() {
-                return;
-            }
-            continue;
-        }
-        let listener = match tcp.take() {
-            Some(l) => l,
-            None => match bind_reuse(addr) {
-                Ok(l) => l,
+        if state.up && lock(&socket).is_none() {
+            match bind_reuse(addr) {
+                Ok(l) => *lock(&socket) = Some(l),
                 Err(_) => {
                     tokio::time::sleep(REBIND_RETRY).await;
                     continue;
                 }
-            },
-        };
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    if let Ok((stream, peer)) = accepted {
-                        spawn_connection(stream, peer, handler.clone(), rx.clone(), state.incarnation);
-                    }
+            }
+        }
+        tokio::select! {
+            biased;
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    return;
                 }
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    if *rx.borrow() != state {
-                        break;
-                    }
+            }
+            accepted = std::future::poll_fn(|cx| poll_accept(&socket, cx)) => {
+                if let Ok((stream, peer)) = accepted {
+                    let incarnation = rx.borrow().incarnation;
+                    spawn_connection(stream, peer, handler.clone(), rx.clone(), incarnation);
                 }
             }
         }
-        // `listener` is dropped here: the port stops accepting.
     }
 }
 
@@ -275,8 +312,9 @@ fn spawn_connection(
         });
         let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
         tokio::select! {
-            _ = conn => {}
+            biased;
             _ = rx.wait_for(|s| s.shutdown || s.incarnation != incarnation) => {}
+            _ = conn => {}
         }
     });
 }

@@ -85,9 +85,9 @@ fn fault_reject(status: u16, faults: &Faults) -> Reject {
 /// Escrow lookup, body, auth and the owner check shared by the POST routes.
 pub(crate) async fn authenticate_owner(
     core: &NetCore,
-    host: &HostState,
     escrow_id: &str,
     req: Request<Incoming>,
+    now: i64,
 ) -> Result<(EscrowInfo, Bytes), Reject> {
     let header = |name: &str| {
         req.headers()
@@ -102,7 +102,6 @@ pub(crate) async fn authenticate_owner(
         .escrow(escrow_id)
         .cloned()
         .ok_or_else(|| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, "escrow not found"))?;
-    let now = host.now_unix();
     let signer = auth::verify_request(
         escrow_id,
         &body,
@@ -161,6 +160,23 @@ pub(crate) fn check_payload(p: &PayloadJson, start: &MsgStartInference) -> Resul
     Err(format!("payload mismatch: {field}"))
 }
 
+/// Availability is off: a raw PoC phase, the schedule disables hosts and this one is not
+/// preserved.
+pub(crate) fn availability_disabled(core: &NetCore, host: &HostState) -> bool {
+    core.cfg.epochs.hosts_disable_during_poc
+        && core.chain.epoch_view().is_poc()
+        && !core
+            .chain
+            .participants()
+            .get(host.index)
+            .is_some_and(|p| p.preserved)
+}
+
+/// The 503 `requests_disabled` answer.
+pub(crate) fn requests_disabled() -> Reject {
+    fault_reject(503, &Faults::default())
+}
+
 /// True when a diff carries work a disabled host refuses (Start, Timeout, Validation, Vote).
 fn carries_work(diffs: &[Diff]) -> bool {
     diffs.iter().flat_map(|d| &d.txs).any(|tx| {
@@ -186,7 +202,8 @@ async fn prepare(
     if let Some(status) = faults.http_status {
         return Err(fault_reject(status, faults));
     }
-    let (escrow, body) = authenticate_owner(core, host, escrow_id, req).await?;
+    let now = host.now_ms_with(faults).div_euclid(1000);
+    let (escrow, body) = authenticate_owner(core, escrow_id, req, now).await?;
     let request: InferenceRequest = serde_json::from_slice(&body).map_err(|e| {
         Reject::new(
             StatusCode::BAD_REQUEST,
@@ -194,18 +211,9 @@ async fn prepare(
         )
     })?;
     let diffs = decode_diffs(&request.diffs)?;
-    if core.cfg.epochs.hosts_disable_during_poc
-        && core.chain.epoch_view().is_poc()
-        && !core
-            .chain
-            .participants()
-            .get(host.index)
-            .is_some_and(|p| p.preserved)
-        && (request.payload.is_some() || carries_work(&diffs))
-    {
-        return Err(fault_reject(503, &Faults::default()));
+    if availability_disabled(core, host) && (request.payload.is_some() || carries_work(&diffs)) {
+        return Err(requests_disabled());
     }
-    let now = host.now_unix();
     let mut inner = host.lock();
     if !inner.sessions.contains_key(escrow_id) {
         let inc = HostState::next_incarnation(&mut inner);
@@ -232,14 +240,15 @@ async fn prepare(
         .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
     let exec = receipt(session, host, &request, &diffs, now)
         .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
-    let mut root = session.reported_root();
+    let reported = session.reported_root();
+    let mut root = reported;
     if faults.wrong_state_hash {
         root = devshard_actors::protocol::crypto::sha256(&[root.as_slice(), b"wrong"].concat());
     }
     let nonce = session.sm.latest_nonce();
     let state_sig = sign_state(&root, escrow_id, nonce, &host.key).to_vec();
     if !faults.withhold_state_sig {
-        let stored = sign_state(&session.reported_root(), escrow_id, nonce, &host.key).to_vec();
+        let stored = sign_state(&reported, escrow_id, nonce, &host.key).to_vec();
         session.signatures.insert(nonce, stored);
     }
     let receipt_body = ReceiptBody {

@@ -25,6 +25,7 @@ use std::{
 
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
+use serde_json::json;
 
 use devshard_actors::{clock::SharedClock, protocol::crypto::SigningKey};
 
@@ -111,17 +112,16 @@ impl HostState {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The host's clock in unix milliseconds (network clock plus `clock_skew_s`).
+    /// The host's clock in unix milliseconds: the network clock plus the active `clock_skew_s`.
     pub(crate) fn now_ms(&self) -> i64 {
-        let skew_s = self
-            .lock()
-            .script
-            .front()
-            .and_then(|f| f.clock_skew_s)
-            .unwrap_or(0);
-        self.clock
-            .now_ms()
-            .saturating_add(skew_s.saturating_mul(1000))
+        let faults = self.faults();
+        self.now_ms_with(&faults)
+    }
+
+    /// The host's clock under a given fault set (a chat request uses the set it consumed).
+    pub(crate) fn now_ms_with(&self, faults: &Faults) -> i64 {
+        let skew_ms = faults.clock_skew_s.unwrap_or(0).saturating_mul(1000);
+        self.clock.now_ms().saturating_add(skew_ms)
     }
 
     pub(crate) fn now_unix(&self) -> i64 {
@@ -216,6 +216,9 @@ impl HostState {
 
     /// Sleeps `base` plus jitter (on tokio's clock).
     pub(crate) async fn delay(&self, base: Duration) {
+        if base.is_zero() {
+            return;
+        }
         let d = self.jittered(base);
         if !d.is_zero() {
             tokio::time::sleep(d).await;
@@ -248,6 +251,18 @@ impl HostState {
     }
 }
 
+/// A miner's `GET /v1/versions`.
+pub(crate) fn versions_response(core: &NetCore, index: usize) -> Resp {
+    let nodes: Vec<_> = core
+        .chain
+        .participants()
+        .get(index)
+        .map(|p| json!({"node_id": p.node_id, "poc_validation_inference": p.preserved}))
+        .into_iter()
+        .collect();
+    server::json(StatusCode::OK, &json!({ "mlnodes": nodes }))
+}
+
 /// `sha256(seed ‖ purpose ‖ index ‖ extra)`.
 pub(crate) fn derive_seed(seed: &str, purpose: &str, index: usize, extra: &str) -> [u8; 32] {
     let pre = format!("{seed}\u{0}{purpose}\u{0}{index}\u{0}{extra}");
@@ -271,10 +286,12 @@ pub(crate) async fn route(
     }
     if path == "/v1/versions" && method == Method::GET {
         AtomicCounters::bump(&host.counters.versions);
-        let client = super::network::client_id(&req, peer);
-        core.chain
-            .log_request(&format!("host-{index}"), &path, &client);
-        return super::network::versions_response(&core, index);
+        let client = super::traffic::client_id(&req, peer);
+        return core
+            .chain
+            .serve(&format!("host-{index}"), &path, &client, || {
+                versions_response(&core, index)
+            });
     }
     let prefix = format!("{}/sessions/", core.cfg.route_prefix.trim_end_matches('/'));
     let Some((escrow_id, action)) = path.strip_prefix(&prefix).and_then(|r| r.split_once('/'))

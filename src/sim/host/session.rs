@@ -24,6 +24,8 @@ use super::super::{chain::EscrowInfo, profile::Jitter};
 
 /// Upstream chain nonce limit; active-phase diffs beyond `MAX_NONCE − (N+1)` are rejected.
 pub(crate) const MAX_NONCE: u64 = 20_000;
+/// Runs older than this many nonces are forgotten (bounds the replay cache of long benchmarks).
+const EXECUTION_MEMORY_NONCES: u64 = 1_000;
 
 /// An executor's run of one inference (retries of the same nonce reuse it).
 #[derive(Clone, Debug)]
@@ -32,6 +34,23 @@ pub(crate) struct Execution {
     pub confirmed_at: i64,
     /// The streamed data payloads once the run finished (replayed to a retry).
     pub cached: Option<Vec<String>>,
+}
+
+/// One host's view of one escrow (for test assertions).
+#[derive(Clone, Debug)]
+pub struct HostView {
+    pub latest_nonce: u64,
+    /// The root the host reports (perturbed once forked).
+    pub state_root: [u8; 32],
+    /// The root of its state machine.
+    pub real_root: [u8; 32],
+    pub forked_at: Option<u64>,
+    pub mempool_len: usize,
+    pub mempool: Vec<DevshardTx>,
+    /// Nonces at which the host stored its own state signature.
+    pub signed_nonces: Vec<u64>,
+    /// A copy of the host's state machine.
+    pub state: StateMachine,
 }
 
 /// One diff as the host stored it.
@@ -48,6 +67,8 @@ pub(crate) struct HostSession {
     /// Distinguishes this session from one re-created after `forget_session`.
     pub incarnation: u64,
     pub sm: StateMachine,
+    /// `sm.state_root()`, cached (the root costs a pass over every live record).
+    root: [u8; 32],
     pub creator: Address,
     /// This host's slots, ascending.
     pub my_slots: Vec<u32>,
@@ -87,6 +108,7 @@ impl HostSession {
         let my_slots = sm.slots_of(me);
         Ok(HostSession {
             incarnation,
+            root: sm.state_root(),
             sm,
             creator: escrow.creator.clone(),
             my_slots,
@@ -102,7 +124,7 @@ impl HostSession {
 
     /// The root this host reports (perturbed once forked).
     pub(crate) fn reported_root(&self) -> [u8; 32] {
-        let root = self.sm.state_root();
+        let root = self.root;
         if self.forked_at.is_some() {
             let mut pre = root.to_vec();
             pre.extend_from_slice(b"fork");
@@ -149,6 +171,11 @@ impl HostSession {
         self.sm
             .apply_diff(diff, &self.creator)
             .map_err(|e| e.to_string())?;
+        // A non-empty post-state root was just checked equal to the computed one.
+        self.root = match <[u8; 32]>::try_from(diff.post_state_root.as_slice()) {
+            Ok(root) => root,
+            Err(_) => self.sm.state_root(),
+        };
         if fork_from.is_some_and(|k| diff.nonce >= k) {
             self.forked_at = Some(diff.nonce);
         }
@@ -156,6 +183,8 @@ impl HostSession {
     }
 
     fn after_apply(&mut self, diff: &Diff, validation_rate: f64, key: &SigningKey) {
+        let horizon = diff.nonce.saturating_sub(EXECUTION_MEMORY_NONCES);
+        self.executions.retain(|id, _| *id > horizon);
         let applied: HashSet<TxKey> = diff.txs.iter().filter_map(tx_key).collect();
         let sm = &self.sm;
         self.mempool.retain(|tx| {
@@ -193,6 +222,20 @@ impl HostSession {
         };
         self.mempool
             .push(DevshardTx::new(Tx::Validation(sign_validation(msg, key))));
+    }
+
+    /// A snapshot for test assertions.
+    pub(crate) fn view(&self) -> HostView {
+        HostView {
+            latest_nonce: self.sm.latest_nonce(),
+            state_root: self.reported_root(),
+            real_root: self.root,
+            forked_at: self.forked_at,
+            mempool_len: self.mempool.len(),
+            mempool: self.mempool.clone(),
+            signed_nonces: self.signatures.keys().copied().collect(),
+            state: self.sm.clone(),
+        }
     }
 
     /// Adds a tx unless an entry with the same key is already there.

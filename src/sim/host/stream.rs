@@ -77,11 +77,19 @@ pub(crate) async fn respond(
     faults: Faults,
     latency: LatencyProfile,
 ) -> Resp {
+    // If the client leaves before the receipt, hyper drops this future: forget the run.
+    let guard = AbandonOnDrop {
+        host: Arc::clone(&host),
+        plan: Some(plan),
+    };
     host.delay(Duration::from_millis(latency.receipt_ms)).await;
     if let Some(ms) = faults.stall_before_receipt_ms {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     host.delay(latency.half_rtt()).await;
+    let Some(plan) = guard.disarm() else {
+        return server::message(StatusCode::INTERNAL_SERVER_ERROR, "receipt plan lost");
+    };
     let (tx, body) = server::channel_body();
     // The channel is empty, so the receipt always fits.
     let _ = tx.try_send(Ok(Frame::data(receipt_event(&plan.receipt))));
@@ -274,6 +282,26 @@ async fn send_meta(
         return send(tx, GARBLED_META).await;
     }
     send_bytes(tx, meta_event(&mempool)).await
+}
+
+/// Abandons the plan's run when dropped before [`AbandonOnDrop::disarm`].
+struct AbandonOnDrop {
+    host: Arc<HostState>,
+    plan: Option<Plan>,
+}
+
+impl AbandonOnDrop {
+    fn disarm(mut self) -> Option<Plan> {
+        self.plan.take()
+    }
+}
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if let Some(plan) = &self.plan {
+            abandon(&self.host, plan);
+        }
+    }
 }
 
 /// Forgets a run that will not finish (a retry may start it again).

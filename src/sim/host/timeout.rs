@@ -10,6 +10,7 @@
 //!   execution_timeout`, no Finish in the local mempool and none in the executor's mempool (an
 //!   executor that is down, or has no session, counts as support).
 //!
+//! During PoC a host whose availability is off answers 503 `requests_disabled`.
 //! An accepting answer carries `sign(TimeoutVoteContent{escrow_id, id, reason, accept: true})`;
 //! `voter_slot` is the host's lowest slot.
 
@@ -25,7 +26,9 @@ use devshard_actors::protocol::{
 };
 
 use super::{
-    chat::{authenticate_owner, check_payload, decode_diffs},
+    chat::{
+        authenticate_owner, availability_disabled, check_payload, decode_diffs, requests_disabled,
+    },
     session::{HostSession, KIND_CONFIRM, KIND_FINISH},
     HostState,
 };
@@ -67,7 +70,11 @@ async fn decide(
     escrow_id: &str,
     req: Request<Incoming>,
 ) -> Result<VerifyTimeoutResponse, Reject> {
-    let (escrow, body) = authenticate_owner(core, host, escrow_id, req).await?;
+    let now = host.now_unix();
+    let (escrow, body) = authenticate_owner(core, escrow_id, req, now).await?;
+    if availability_disabled(core, host) {
+        return Err(requests_disabled());
+    }
     let bad = |text: String| Reject::new(StatusCode::BAD_REQUEST, text);
     let request: VerifyTimeoutRequest =
         serde_json::from_slice(&body).map_err(|e| bad(format!("invalid request body: {e}")))?;
@@ -75,7 +82,6 @@ async fn decide(
         .ok_or_else(|| bad(format!("invalid timeout reason {:?}", request.reason)))?;
     let diffs = decode_diffs(request.diffs.as_deref().unwrap_or_default())?;
     let fork_from = host.faults().fork_from_nonce;
-    let now = host.now_unix();
     let local = {
         let mut inner = host.lock();
         if !inner.sessions.contains_key(escrow_id) {
