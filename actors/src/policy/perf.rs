@@ -6,7 +6,7 @@
 //! Decisions the spec leaves open, made here:
 //! - **Counts are decayed counts.** `min_samples_for_decision` and
 //!   `min_failures_for_unresponsive` compare with the decayed counts *rounded to the nearest whole
-//!   number* (`decayed ≥ k − 0.5`): two failures within one half-life count as two, one failure
+//!   number* (`decayed ≥ k − 0.5`, [`crate::policy::health::reaches`]): two failures within one half-life count as two, one failure
 //!   (weight ≤ 1) never counts as two. Between samples every term of [`is_unresponsive`] moves one
 //!   way (counts fall, the Beta-smoothed rate rises towards 1), so the verdict can only flip from
 //!   unresponsive to responsive as time passes, never back, and never at a boundary.
@@ -22,7 +22,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{health::decay, settings::HealthSettings};
+use super::{
+    health::{decay, reaches},
+    settings::HealthSettings,
+};
 use crate::outcome::AttemptOutcome;
 
 /// Pseudo-samples of the default latency blended into every latency estimate.
@@ -320,7 +323,11 @@ impl PerfEstimates {
 /// Unresponsive (HEALTH.md §3): enough decayed samples **and** enough decayed failures **and** a
 /// decayed, Beta-smoothed success rate below `unresponsive_threshold`.
 pub fn is_unresponsive(est: &PerfEstimates, settings: &HealthSettings, now_ms: i64) -> bool {
-    est.decayed_samples(settings, now_ms) >= settings.min_samples_for_decision - 0.5
-        && est.decayed_failures(settings, now_ms) >= settings.min_failures_for_unresponsive - 0.5
-        && est.success_rate(settings, now_ms) < settings.unresponsive_threshold
+    reaches(
+        est.decayed_samples(settings, now_ms),
+        settings.min_samples_for_decision,
+    ) && reaches(
+        est.decayed_failures(settings, now_ms),
+        settings.min_failures_for_unresponsive,
+    ) && est.success_rate(settings, now_ms) < settings.unresponsive_threshold
 }

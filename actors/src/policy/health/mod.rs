@@ -11,8 +11,12 @@
 //! Decisions the spec leaves open, made here:
 //! - Strikes are one decayed accumulator (`strikes` as of `strikes_at_ms`), not a list: the
 //!   decayed weight `strikes · 2^(−age / strike_half_life_ms)` falls monotonically with age.
-//! - Suspect clears when the decayed weight falls below [`SUSPECT_CLEAR_STRIKES`] (0.5): a single
-//!   strike keeps a host Suspect for one half-life (2 min by default) instead of a millisecond.
+//! - Decayed weights are compared with whole-number thresholds **rounded to the nearest whole
+//!   number** ([`reaches`]: `decayed ≥ threshold − 0.5`), because strikes taken at different
+//!   times never sum to exactly 3.0: three strikes about 40 s apart (default half-life) eject,
+//!   three strikes an hour apart do not, and one strike on a clean host never does.
+//! - Suspect clears when the rounded weight is 0 (decayed < [`SUSPECT_CLEAR_STRIKES`], 0.5): a
+//!   single strike keeps a host Suspect for one half-life (2 min) instead of a millisecond.
 //! - A host fault during Probation re-ejects at once (the half-open breaker of Finagle/Linkerd),
 //!   subject to the floor and relative evidence like every ejection.
 //! - Every ejection (byzantine and stalled-winner included) passes the floor and the relative
@@ -112,6 +116,12 @@ pub enum HealthEffect {
     LevelLowered { level: u32 },
 }
 
+/// Whether a decayed count reaches a whole-number threshold: the count rounded to the nearest
+/// whole number is at least `threshold` (`decayed ≥ threshold − 0.5`). Shared with perf.
+pub fn reaches(decayed: f64, threshold: f64) -> bool {
+    decayed >= threshold - 0.5
+}
+
 /// Strike weight at `now_ms` (age below zero counts as zero).
 pub fn decayed_strikes(state: &HealthState, settings: &HealthSettings, now_ms: i64) -> f64 {
     decay(
@@ -199,10 +209,10 @@ pub fn on_outcome(
                 HealthStatus::Healthy => {
                     s.state = HealthStatus::Suspect;
                     effects.push(HealthEffect::BecameSuspect);
-                    charge == Charge::EjectNow || s.strikes >= settings.eject_strikes
+                    charge == Charge::EjectNow || reaches(s.strikes, settings.eject_strikes)
                 }
                 HealthStatus::Suspect => {
-                    charge == Charge::EjectNow || s.strikes >= settings.eject_strikes
+                    charge == Charge::EjectNow || reaches(s.strikes, settings.eject_strikes)
                 }
                 HealthStatus::Probation { .. } => true,
                 HealthStatus::Ejected { .. } => charge == Charge::EjectNow,
