@@ -325,9 +325,9 @@ impl PerfEstimates {
 pub fn is_unresponsive(est: &PerfEstimates, settings: &HealthSettings, now_ms: i64) -> bool {
     reaches(
         est.decayed_samples(settings, now_ms),
-        settings.min_samples_for_decision,
+        f64::from(settings.min_samples_for_decision),
     ) && reaches(
         est.decayed_failures(settings, now_ms),
-        settings.min_failures_for_unresponsive,
+        f64::from(settings.min_failures_for_unresponsive),
     ) && est.success_rate(settings, now_ms) < settings.unresponsive_threshold
 }

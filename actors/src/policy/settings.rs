@@ -55,9 +55,9 @@ pub struct HealthSettings {
     /// §3 Beta prior: pseudo-successes added to the success rate.
     pub perf_prior_successes: f64,
     /// §3 decayed samples needed before a host can be Unresponsive.
-    pub min_samples_for_decision: f64,
+    pub min_samples_for_decision: u32,
     /// §3 decayed failures needed before a host can be Unresponsive.
-    pub min_failures_for_unresponsive: f64,
+    pub min_failures_for_unresponsive: u32,
     /// §3 decayed success rate below which a host is Unresponsive.
     pub unresponsive_threshold: f64,
     /// §4 attempts per request (primary + failure-driven + hedges).
@@ -98,8 +98,8 @@ impl Default for HealthSettings {
             suspect_hold_ms: 500,
             perf_half_life_ms: 600_000,
             perf_prior_successes: 2.0,
-            min_samples_for_decision: 5.0,
-            min_failures_for_unresponsive: 2.0,
+            min_samples_for_decision: 5,
+            min_failures_for_unresponsive: 2,
             unresponsive_threshold: 0.8,
             max_attempts: 3,
             receipt_timeout_floor_ms: 1_500,
@@ -125,6 +125,13 @@ impl Checker {
             field,
             message: format!("{field} must be {rule} (got {got})"),
         });
+    }
+
+    /// A whole number that must be at least 1.
+    fn count(&mut self, field: &'static str, v: u32) {
+        if v < 1 {
+            self.fail(field, "≥ 1", v);
+        }
     }
 
     /// A duration that must be strictly positive.
@@ -180,22 +187,15 @@ impl HealthSettings {
             0.0,
             1.0,
         );
-        if self.probation_successes < 1 {
-            c.fail("probation_successes", "≥ 1", self.probation_successes);
-        }
+        c.count("probation_successes", self.probation_successes);
         c.positive_ms("probation_max_ms", self.probation_max_ms);
         c.non_negative_ms("suspect_hold_ms", self.suspect_hold_ms);
         c.positive_ms("perf_half_life_ms", self.perf_half_life_ms);
         c.at_least("perf_prior_successes", self.perf_prior_successes, 0.0);
-        c.at_least(
-            "min_samples_for_decision",
-            self.min_samples_for_decision,
-            1.0,
-        );
-        c.at_least(
+        c.count("min_samples_for_decision", self.min_samples_for_decision);
+        c.count(
             "min_failures_for_unresponsive",
             self.min_failures_for_unresponsive,
-            1.0,
         );
         c.within(
             "unresponsive_threshold",
@@ -203,9 +203,7 @@ impl HealthSettings {
             0.0,
             1.0,
         );
-        if self.max_attempts < 1 {
-            c.fail("max_attempts", "≥ 1", self.max_attempts);
-        }
+        c.count("max_attempts", self.max_attempts);
         c.positive_ms("receipt_timeout_floor_ms", self.receipt_timeout_floor_ms);
         c.positive_ms("receipt_timeout_ms", self.receipt_timeout_ms);
         if self.receipt_timeout_ms < self.receipt_timeout_floor_ms {
@@ -275,13 +273,10 @@ impl ChainPollSettings {
             self.participants_poll_interval_ms,
         );
         c.positive_ms("versions_poll_interval_ms", self.versions_poll_interval_ms);
-        if self.public_api_requests_per_minute < 1 {
-            c.fail(
-                "public_api_requests_per_minute",
-                "≥ 1",
-                self.public_api_requests_per_minute,
-            );
-        }
+        c.count(
+            "public_api_requests_per_minute",
+            self.public_api_requests_per_minute,
+        );
         if c.0.is_empty() {
             Ok(())
         } else {
@@ -324,6 +319,7 @@ mod tests {
             hedge_budget: 1.5,
             max_ejection_ms: 10,
             unresponsive_threshold: f64::NAN,
+            min_failures_for_unresponsive: 0,
             ..HealthSettings::default()
         };
         let errors = s.validate().unwrap_err();
@@ -334,6 +330,7 @@ mod tests {
             .iter()
             .any(|t| t.starts_with("max_ejection_ms must be ≥ base_ejection_ms (30000)")));
         assert!(errors.iter().any(|e| e.field == "unresponsive_threshold"));
-        assert_eq!(errors.len(), 4);
+        assert!(text.contains(&"min_failures_for_unresponsive must be ≥ 1 (got 0)".to_string()));
+        assert_eq!(errors.len(), 5);
     }
 }

@@ -5,8 +5,8 @@ use devshard_actors::{
     outcome::OutcomeClass,
     policy::health::{
         decayed_strikes, ejection_duration_ms, forget, is_routable, next_deadline, on_outcome,
-        preference, tick, unquarantine, EjectionContext, EscrowView, HealthEffect, HealthState,
-        HealthStatus, OutcomeFacts, Preference, SuppressReason,
+        panic_order, preference, tick, unquarantine, EjectionContext, EscrowView, HealthEffect,
+        HealthState, HealthStatus, OutcomeFacts, Preference, SuppressReason,
     },
 };
 use proptest::prelude::*;
@@ -286,6 +286,29 @@ fn unquarantine_starts_probation_and_forget_clears_everything() {
         (preference(&f), next_deadline(&f, &s)),
         (Preference::Healthy, None)
     );
+}
+
+#[test]
+fn panic_mode_races_the_least_bad_first() {
+    let s = settings();
+    let clean = HealthState::default();
+    let struck = apply(&clean, &fault(), T0).0;
+    let out_long = HealthState {
+        state: HealthStatus::Ejected {
+            until_ms: T0 + 90_000,
+            level: 1,
+        },
+        ..clean.clone()
+    };
+    let out_short = HealthState {
+        state: HealthStatus::Ejected {
+            until_ms: T0 + 30_000,
+            level: 0,
+        },
+        ..clean.clone()
+    };
+    let order = panic_order(&[&struck, &out_long, &out_short, &clean], &s, T0 + 1_000);
+    assert_eq!(order, [3, 2, 1, 0]);
 }
 
 /// A state reached by a random sequence of outcomes and ticks.

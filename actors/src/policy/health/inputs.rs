@@ -1,9 +1,11 @@
 //! What the health state machine reads about an outcome and its escrows: the charge an outcome
 //! carries (HEALTH.md §1 table, §2 immediate ejections) and the escrow-level facts behind the
-//! floor and relative evidence (§1, §2), with the pure check [`ejection_allowed`].
+//! floor and relative evidence (§1, §2), with the pure check [`ejection_allowed`], and the
+//! panic-mode order of an escrow with no routable host ([`panic_order`]).
 
 use serde::Serialize;
 
+use super::{decayed_strikes, HealthState, HealthStatus};
 use crate::{
     outcome::{AttemptOutcome, OutcomeClass},
     policy::settings::HealthSettings,
@@ -124,4 +126,23 @@ pub fn ejection_allowed(
     } else {
         Err(SuppressReason::NoPeerEvidence)
     }
+}
+
+/// Panic mode (HEALTH.md §2): when an escrow has no routable participant, the least-bad are raced
+/// anyway. Indices of `states`, least bad first: fewest decayed strikes, then the earliest end of
+/// ejection, then position. The caller races the first few and logs/counts the panic.
+pub fn panic_order(states: &[&HealthState], settings: &HealthSettings, now_ms: i64) -> Vec<usize> {
+    let mut keyed: Vec<(f64, i64, usize)> = states
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let until = match s.state {
+                HealthStatus::Ejected { until_ms, .. } => until_ms,
+                _ => i64::MIN,
+            };
+            (decayed_strikes(s, settings, now_ms), until, i)
+        })
+        .collect();
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    keyed.into_iter().map(|(_, _, i)| i).collect()
 }

@@ -35,8 +35,8 @@ mod inputs;
 use serde::{Deserialize, Serialize};
 
 pub use self::inputs::{
-    ejection_allowed, Charge, EjectionContext, EscrowView, OutcomeFacts, SuppressReason,
-    BYZANTINE_REASONS, STALLED_REASON,
+    ejection_allowed, panic_order, Charge, EjectionContext, EscrowView, OutcomeFacts,
+    SuppressReason, BYZANTINE_REASONS, STALLED_REASON,
 };
 use super::settings::HealthSettings;
 
