@@ -106,6 +106,18 @@ fn one_strike_suspects_three_eject_and_levels_grow() {
 }
 
 #[test]
+fn strikes_eject_when_their_decayed_sum_rounds_to_eject_strikes() {
+    let spaced = |gap: i64| {
+        (0..3).fold(HealthState::default(), |s, i| {
+            apply(&s, &fault(), T0 + i * gap).0
+        })
+    };
+    assert!(matches!(spaced(33_000).state, HealthStatus::Ejected { .. }));
+    assert_eq!(spaced(35_000).state, HealthStatus::Suspect);
+    assert_eq!(spaced(3_600_000).state, HealthStatus::Suspect);
+}
+
+#[test]
 fn a_later_shorter_ejection_never_shortens_the_deadline() {
     let mut s = HealthState {
         level: 6,

@@ -13,8 +13,9 @@
 //!   decayed weight `strikes · 2^(−age / strike_half_life_ms)` falls monotonically with age.
 //! - Decayed weights are compared with whole-number thresholds **rounded to the nearest whole
 //!   number** ([`reaches`]: `decayed ≥ threshold − 0.5`), because strikes taken at different
-//!   times never sum to exactly 3.0: three strikes about 40 s apart (default half-life) eject,
-//!   three strikes an hour apart do not, and one strike on a clean host never does.
+//!   times never sum to exactly 3.0: three strikes up to ~33 s apart eject (default half-life),
+//!   a host failing steadily more often than every ~88 s is ejected eventually, rarer failures
+//!   never accumulate, and one strike on a clean host never ejects.
 //! - Suspect clears when the rounded weight is 0 (decayed < [`SUSPECT_CLEAR_STRIKES`], 0.5): a
 //!   single strike keeps a host Suspect for one half-life (2 min) instead of a millisecond.
 //! - A host fault during Probation re-ejects at once (the half-open breaker of Finagle/Linkerd),
