@@ -1,3 +1,17 @@
 //! Pure decision functions: plain functions over plain state, unit-tested without a runtime.
+//!
+//! - [`attribution`]: what happened to an attempt → one outcome class (HEALTH.md §1).
+//! - [`correlation`]: the correlation guard (shared faults, held strikes, cause messages; §1).
+//! - [`health`]: the participant health state machine (§2).
+//! - [`perf`]: time-decayed performance estimates and the Unresponsive verdict (§3).
+//! - [`hedge`]: hedge budget, hedge triggers and targets, the liveness rule for crowning (§4, §2).
+//! - [`backoff`]: repair and chain-poll back-off with jitter, `Retry-After` parsing (§6, §7).
+//! - [`settings`]: every knob above, with defaults and validation.
 
 pub mod attribution;
+pub mod backoff;
+pub mod correlation;
+pub mod health;
+pub mod hedge;
+pub mod perf;
+pub mod settings;

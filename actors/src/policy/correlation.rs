@@ -1,0 +1,307 @@
+//! The correlation guard of HEALTH.md §1, per escrow: when two or more distinct hosts fail with
+//! the same fault signature within `shared_fault_window_ms` and no host succeeded in between, the
+//! fault is *shared* — nobody gets a strike, the fan-out stops, and the client gets a clear cause.
+//!
+//! Call order (what makes invariant 1 hold for the *first* host too): every failure goes to
+//! [`SharedFaultDetector::record_failure`] **before** any strike. A failure that is not (yet)
+//! shared is *held*, not charged. A held failure is confirmed as the host's own (and only then
+//! struck and sampled) when a host of the escrow succeeds ([`SharedFaultDetector::record_success`])
+//! or when its window passes with no other host failing the same way
+//! ([`SharedFaultDetector::release_due`] at [`SharedFaultDetector::next_release`]). A failure that
+//! becomes shared retracts every held failure of that signature in the window.
+//!
+//! Signatures compare class, status, attribution reason and the normalised host message
+//! ([`normalise`] strips numbers, so `timestamp drift 45s` and `… 47s` match). Cause messages are
+//! chosen on the typed reason, never on message substrings.
+
+use serde::Serialize;
+
+use super::settings::HealthSettings;
+use crate::outcome::OutcomeClass;
+
+/// Entries kept per escrow; beyond this the oldest are dropped (a dropped held failure is never
+/// charged: the safe direction).
+pub const MAX_ENTRIES: usize = 4096;
+/// Longest normalised message kept in a signature (characters).
+const MAX_MESSAGE_CHARS: usize = 200;
+/// Reasons of failures that never reached a host's application.
+const UNREACHABLE_REASONS: &[&str] = &["connect_failed", "transport", "timeout"];
+
+/// What makes two failures "the same".
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct FaultSignature {
+    pub class: OutcomeClass,
+    /// HTTP status, when the host answered.
+    pub status: Option<u16>,
+    /// Attribution reason (`not_escrow_owner`, `timestamp_drift`, …).
+    pub reason: String,
+    /// The host's message after [`normalise`].
+    pub message: String,
+}
+
+impl FaultSignature {
+    /// A signature; `raw_message` is normalised here.
+    pub fn new(
+        class: OutcomeClass,
+        status: Option<u16>,
+        reason: impl Into<String>,
+        raw_message: &str,
+    ) -> Self {
+        FaultSignature {
+            class,
+            status,
+            reason: reason.into(),
+            message: normalise(raw_message),
+        }
+    }
+}
+
+/// A fault several hosts share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SharedFault<H = String> {
+    pub signature: FaultSignature,
+    /// Distinct hosts that returned it within the window (sorted).
+    pub hosts: Vec<H>,
+    /// Largest `Retry-After` the hosts gave, when the caller knows it (overload messages).
+    pub retry_after_ms: Option<i64>,
+}
+
+/// A failure confirmed as its host's own: now it may be struck and sampled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldFault<H = String> {
+    pub host: H,
+    pub signature: FaultSignature,
+    pub at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry<H> {
+    host: H,
+    signature: FaultSignature,
+    at_ms: i64,
+    /// Waiting for confirmation (false: part of a shared fault, never charged).
+    held: bool,
+}
+
+/// The guard of one escrow (plain state; the escrow actor owns it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedFaultDetector<H = String> {
+    window_ms: i64,
+    entries: Vec<Entry<H>>,
+    last_success_ms: Option<i64>,
+}
+
+impl<H: Clone + Ord> SharedFaultDetector<H> {
+    pub fn new(settings: &HealthSettings) -> Self {
+        SharedFaultDetector {
+            window_ms: settings.shared_fault_window_ms.max(0),
+            entries: Vec::new(),
+            last_success_ms: None,
+        }
+    }
+
+    /// Follows a settings change.
+    pub fn set_settings(&mut self, settings: &HealthSettings) {
+        self.window_ms = settings.shared_fault_window_ms.max(0);
+    }
+
+    fn within(&self, at_ms: i64, now_ms: i64) -> bool {
+        now_ms.saturating_sub(at_ms).saturating_abs() <= self.window_ms
+    }
+
+    /// A failure of `host`. `Some`: the fault is shared (stop fanning out; no strikes); `None`:
+    /// the failure is held until confirmed.
+    pub fn record_failure(
+        &mut self,
+        host: H,
+        signature: FaultSignature,
+        now_ms: i64,
+    ) -> Option<SharedFault<H>> {
+        let window = self.window_ms;
+        self.entries
+            .retain(|e| e.held || now_ms.saturating_sub(e.at_ms).saturating_abs() <= window);
+        let shared = self
+            .entries
+            .iter()
+            .any(|e| e.signature == signature && e.host != host && self.within(e.at_ms, now_ms));
+        if !shared {
+            self.entries.push(Entry {
+                host,
+                signature,
+                at_ms: now_ms,
+                held: true,
+            });
+            if self.entries.len() > MAX_ENTRIES {
+                self.entries.remove(0);
+            }
+            return None;
+        }
+        let mut hosts = vec![host.clone()];
+        for e in self.entries.iter_mut() {
+            if e.signature == signature && now_ms.saturating_sub(e.at_ms).saturating_abs() <= window
+            {
+                e.held = false;
+                hosts.push(e.host.clone());
+            }
+        }
+        hosts.sort();
+        hosts.dedup();
+        self.entries.push(Entry {
+            host,
+            signature: signature.clone(),
+            at_ms: now_ms,
+            held: false,
+        });
+        Some(SharedFault {
+            signature,
+            hosts,
+            retry_after_ms: None,
+        })
+    }
+
+    /// A success of any host of the escrow: correlation is broken, every held failure is confirmed.
+    pub fn record_success(&mut self, _host: &H, now_ms: i64) -> Vec<HeldFault<H>> {
+        self.last_success_ms = Some(self.last_success_ms.map_or(now_ms, |t| t.max(now_ms)));
+        std::mem::take(&mut self.entries)
+            .into_iter()
+            .filter(|e| e.held)
+            .map(|e| HeldFault {
+                host: e.host,
+                signature: e.signature,
+                at_ms: e.at_ms,
+            })
+            .collect()
+    }
+
+    /// Confirms held failures whose window has passed unmatched (and forgets stale entries).
+    pub fn release_due(&mut self, now_ms: i64) -> Vec<HeldFault<H>> {
+        let window = self.window_ms;
+        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.entries)
+            .into_iter()
+            .partition(|e| now_ms.saturating_sub(e.at_ms) > window);
+        self.entries = keep;
+        due.into_iter()
+            .filter(|e| e.held)
+            .map(|e| HeldFault {
+                host: e.host,
+                signature: e.signature,
+                at_ms: e.at_ms,
+            })
+            .collect()
+    }
+
+    /// When [`Self::release_due`] has something to confirm next.
+    pub fn next_release(&self) -> Option<i64> {
+        self.entries
+            .iter()
+            .filter(|e| e.held)
+            .map(|e| e.at_ms.saturating_add(self.window_ms).saturating_add(1))
+            .min()
+    }
+
+    /// Failures waiting for confirmation.
+    pub fn held(&self) -> usize {
+        self.entries.iter().filter(|e| e.held).count()
+    }
+
+    /// The latest success seen.
+    pub fn last_success_ms(&self) -> Option<i64> {
+        self.last_success_ms
+    }
+}
+
+/// Lower-cases, collapses whitespace, and replaces every token containing a digit with `#`.
+pub fn normalise(message: &str) -> String {
+    let words: Vec<String> = message
+        .split_whitespace()
+        .map(|w| {
+            if w.chars().any(|c| c.is_ascii_digit()) {
+                "#".to_string()
+            } else {
+                w.to_lowercase()
+            }
+        })
+        .collect();
+    words.join(" ").chars().take(MAX_MESSAGE_CHARS).collect()
+}
+
+/// The client's error message for a shared fault.
+pub fn cause_message<H>(fault: &SharedFault<H>) -> String {
+    let sig = &fault.signature;
+    let retry = match fault.retry_after_ms {
+        Some(ms) if ms > 0 => format!(" (retry after {} s)", ms.saturating_add(999) / 1000),
+        _ => " (retry later)".to_string(),
+    };
+    let (what, cause) = match sig.reason.as_str() {
+        "not_escrow_owner" => (
+            "restricted to escrow owner",
+            "the gateway's signing key is not the escrow owner".to_string(),
+        ),
+        "sender_not_in_group" => (
+            "sender not in group",
+            "the gateway's signing key is not in the escrow's group".to_string(),
+        ),
+        "timestamp_drift" => (
+            "timestamp drift",
+            "the gateway's clock is off (hosts reject its timestamps)".to_string(),
+        ),
+        "bad_auth" => (
+            "unauthorized",
+            "the hosts reject the gateway's request signatures".to_string(),
+        ),
+        "not_found" => (
+            "not found",
+            "the escrow's hosts do not serve devshard at this route".to_string(),
+        ),
+        "session_not_found" => (
+            "session not found",
+            "the escrow's hosts do not know its session".to_string(),
+        ),
+        "escrow_not_found" => (
+            "escrow not found",
+            "the escrow does not exist on chain".to_string(),
+        ),
+        r if UNREACHABLE_REASONS.contains(&r) => {
+            return "all hosts failed: unreachable — no host could be reached".to_string();
+        }
+        _ => match sig.class {
+            OutcomeClass::Overload => (
+                "overloaded",
+                format!("every host is overloaded or paused{retry}"),
+            ),
+            OutcomeClass::Diverged => (
+                "state mismatch",
+                "the hosts' escrow state differs from the gateway's".to_string(),
+            ),
+            OutcomeClass::RequestFault => (
+                "bad request",
+                "the hosts reject the request itself".to_string(),
+            ),
+            _ => (
+                "same error",
+                format!("every host failed the same way{}", detail(sig)),
+            ),
+        },
+    };
+    format!("all hosts rejected the request: {what} — {cause}")
+}
+
+/// ` [status: message]` of a signature, for messages without a specific cause.
+fn detail(sig: &FaultSignature) -> String {
+    match (sig.status, sig.message.is_empty()) {
+        (Some(s), false) => format!(" [{s}: {}]", sig.message),
+        (Some(s), true) => format!(" [{s}]"),
+        (None, false) => format!(" [{}]", sig.message),
+        (None, true) => String::new(),
+    }
+}
+
+/// HTTP status for the client: 503 for overload (with `Retry-After`), 400 for a request the
+/// hosts reject as invalid, 502 otherwise.
+pub fn client_status<H>(fault: &SharedFault<H>) -> u16 {
+    match fault.signature.class {
+        OutcomeClass::Overload => 503,
+        OutcomeClass::RequestFault => 400,
+        _ => 502,
+    }
+}

@@ -1,0 +1,211 @@
+//! The correlation guard: seed 000 (every host answers 403 owner mismatch → no strike, one clear
+//! message), held failures and their confirmation, normalisation, and the cause messages.
+
+use devshard_actors::{
+    outcome::OutcomeClass,
+    policy::{
+        correlation::{
+            cause_message, client_status, normalise, FaultSignature, SharedFault,
+            SharedFaultDetector,
+        },
+        health::{on_outcome, EjectionContext, HealthState, OutcomeFacts},
+    },
+};
+
+use super::common::{settings, T0};
+
+fn owner_403() -> FaultSignature {
+    FaultSignature::new(
+        OutcomeClass::EscrowFault,
+        Some(403),
+        "not_escrow_owner",
+        "restricted to escrow owner",
+    )
+}
+
+fn shared(signature: FaultSignature) -> SharedFault {
+    SharedFault {
+        signature,
+        hosts: vec!["a".into(), "b".into()],
+        retry_after_ms: None,
+    }
+}
+
+#[test]
+fn seed_000_mass_403_is_shared_strikes_nobody_and_names_the_cause() {
+    let s = settings();
+    let mut d: SharedFaultDetector = SharedFaultDetector::new(&s);
+    let hosts = [
+        "y5fs9j0r", "xsz307ef", "zena4439", "vq8mg6gt", "ag64jcz4", "9umz0l4g",
+    ];
+    assert_eq!(
+        d.record_failure(hosts[0].into(), owner_403(), T0),
+        None,
+        "one host: held"
+    );
+    assert_eq!(d.held(), 1);
+    let mut last = None;
+    for (i, h) in hosts.iter().enumerate().skip(1) {
+        last = d.record_failure((*h).into(), owner_403(), T0 + 500 * i as i64);
+        assert!(last.is_some(), "host {i} makes it shared");
+    }
+    let fault = last.unwrap();
+    assert_eq!(fault.hosts.len(), 6);
+    assert_eq!(d.held(), 0, "the first host's held failure was retracted");
+    assert!(
+        d.release_due(T0 + 3_600_000).is_empty(),
+        "nothing is ever confirmed"
+    );
+    assert_eq!(
+        cause_message(&fault),
+        "all hosts rejected the request: restricted to escrow owner — the gateway's signing key is not the escrow owner"
+    );
+    assert_eq!(client_status(&fault), 502);
+    // Even if the first failure had been charged directly, an escrow fault carries no strike.
+    let (h, effects) = on_outcome(
+        &HealthState::default(),
+        &OutcomeFacts::new(OutcomeClass::EscrowFault, "not_escrow_owner"),
+        &EjectionContext::default(),
+        &s,
+        T0,
+        0.0,
+    );
+    assert_eq!((h, effects), (HealthState::default(), vec![]));
+}
+
+#[test]
+fn single_host_faults_are_confirmed_by_a_success_or_by_the_window() {
+    let s = settings();
+    let drift = |n: u32| {
+        FaultSignature::new(
+            OutcomeClass::HostFault,
+            Some(401),
+            "timestamp_drift",
+            &format!("timestamp drift {n}s exceeds maximum 30s"),
+        )
+    };
+    let mut d: SharedFaultDetector = SharedFaultDetector::new(&s);
+    assert_eq!(d.record_failure("a".into(), drift(45), T0), None);
+    assert_eq!(d.next_release(), Some(T0 + 30_001));
+    assert!(d.release_due(T0 + 30_000).is_empty());
+    let confirmed = d.release_due(T0 + 30_001);
+    assert_eq!(confirmed.len(), 1);
+    assert_eq!((confirmed[0].host.as_str(), confirmed[0].at_ms), ("a", T0));
+    // A peer's success in between breaks the correlation and confirms the held failure.
+    assert_eq!(d.record_failure("a".into(), drift(45), T0 + 40_000), None);
+    assert_eq!(d.record_success(&"c".to_string(), T0 + 41_000).len(), 1);
+    assert_eq!(
+        d.record_failure("b".into(), drift(47), T0 + 42_000),
+        None,
+        "not shared across a success"
+    );
+    // Two hosts within the window, numbers differing: shared clock drift.
+    let fault = d
+        .record_failure("c".into(), drift(51), T0 + 43_000)
+        .unwrap();
+    assert_eq!(fault.hosts, ["b", "c"]);
+    assert_eq!(
+        cause_message(&fault),
+        "all hosts rejected the request: timestamp drift — the gateway's clock is off (hosts reject its timestamps)"
+    );
+    // The same host failing twice is not shared; outside the window it is not either.
+    let mut d: SharedFaultDetector = SharedFaultDetector::new(&s);
+    assert_eq!(d.record_failure("a".into(), drift(1), T0), None);
+    assert_eq!(d.record_failure("a".into(), drift(2), T0 + 1), None);
+    assert_eq!(d.record_failure("b".into(), drift(3), T0 + 40_000), None);
+    assert_eq!(d.release_due(T0 + 100_000).len(), 3);
+}
+
+#[test]
+fn normalise_strips_numbers_and_case() {
+    assert_eq!(
+        normalise("Timestamp drift 45s exceeds maximum 30s"),
+        "timestamp drift # exceeds maximum #"
+    );
+    assert_eq!(
+        normalise("timestamp  drift 47s exceeds maximum 30s\n"),
+        normalise("Timestamp drift 45s exceeds maximum 30s")
+    );
+    assert_eq!(
+        normalise("escrow gonka1qy352eufqy352euf not found"),
+        "escrow # not found"
+    );
+    assert_eq!(normalise(&"x".repeat(1_000)).len(), 200);
+}
+
+#[test]
+fn cause_messages_name_the_shared_cause() {
+    let cases = [
+        (
+            OutcomeClass::HostFault,
+            Some(404),
+            "not_found",
+            "the escrow's hosts do not serve devshard at this route",
+        ),
+        (
+            OutcomeClass::EscrowFault,
+            Some(500),
+            "escrow_not_found",
+            "the escrow does not exist on chain",
+        ),
+        (
+            OutcomeClass::EscrowFault,
+            Some(403),
+            "sender_not_in_group",
+            "not in the escrow's group",
+        ),
+        (
+            OutcomeClass::HostFault,
+            Some(404),
+            "session_not_found",
+            "do not know its session",
+        ),
+    ];
+    for (class, status, reason, cause) in cases {
+        let msg = cause_message(&shared(FaultSignature::new(
+            class, status, reason, "whatever",
+        )));
+        assert!(
+            msg.starts_with("all hosts rejected the request: ") && msg.contains(cause),
+            "{msg}"
+        );
+    }
+    let busy = SharedFault {
+        retry_after_ms: Some(12_300),
+        ..shared(FaultSignature::new(
+            OutcomeClass::Overload,
+            Some(503),
+            "requests_disabled",
+            "",
+        ))
+    };
+    assert_eq!(
+        cause_message(&busy),
+        "all hosts rejected the request: overloaded — every host is overloaded or paused (retry after 13 s)"
+    );
+    assert_eq!(client_status(&busy), 503);
+    let down = shared(FaultSignature::new(
+        OutcomeClass::HostFault,
+        None,
+        "connect_failed",
+        "connection refused",
+    ));
+    assert_eq!(
+        cause_message(&down),
+        "all hosts failed: unreachable — no host could be reached"
+    );
+    let other = shared(FaultSignature::new(
+        OutcomeClass::HostFault,
+        Some(502),
+        "host_error",
+        "Bad gateway 17",
+    ));
+    assert!(cause_message(&other).ends_with("every host failed the same way [502: bad gateway #]"));
+    let bad = shared(FaultSignature::new(
+        OutcomeClass::RequestFault,
+        Some(400),
+        "bad_request",
+        "context length",
+    ));
+    assert_eq!(client_status(&bad), 400);
+}
