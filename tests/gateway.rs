@@ -6,6 +6,8 @@
 mod flow;
 #[path = "gateway/harness.rs"]
 mod harness;
+#[path = "gateway/http_edge.rs"]
+mod http_edge;
 #[path = "gateway/late_finish.rs"]
 mod late_finish;
 #[path = "gateway/supervision.rs"]

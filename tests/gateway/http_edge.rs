@@ -1,0 +1,205 @@
+//! The real gateway over HTTP (in-process server, real sockets) against the simulated network:
+//! what a client sees is exactly what the host produced, usage is right, bad input consumes no
+//! nonce.
+
+use std::time::Duration;
+
+use devshard_actors::clock::TokioClock;
+use devshard_gateway::{
+    app::{self, RunningGateway, StartOptions},
+    config::Config,
+    logging,
+    sim::{Profile, SimConfig, SimNetwork},
+};
+use sha2::{Digest, Sha256};
+
+async fn start(hosts: usize) -> (SimNetwork, RunningGateway, std::path::PathBuf) {
+    let mut cfg = SimConfig::with_seed("http-edge");
+    cfg.hosts = hosts;
+    cfg.profile = Profile::Zero;
+    let clock = TokioClock::new().shared();
+    let sim = SimNetwork::start(cfg, clock.clone()).await.unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "devshard-http-edge-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    let env: std::collections::BTreeMap<String, String> = [
+        ("DEVSHARD_LISTEN", "127.0.0.1:0".to_string()),
+        ("DEVSHARD_DATA_DIR", dir.display().to_string()),
+        ("DEVSHARD_PRIVATE_KEY", sim.gateway_key().secret_hex()),
+        ("DEVSHARD_CHAIN_REST_URL", sim.chain_url().to_string()),
+        ("DEVSHARD_PUBLIC_API_URL", sim.chain_url().to_string()),
+        ("DEVSHARD_ESCROWS", "42".to_string()),
+        ("DEVSHARD_ADMIN_API_KEY", "k".to_string()),
+        ("DEVSHARD_WORKERS", "1".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let config = Config::load(None, &env).unwrap();
+    let opts = StartOptions {
+        registry: None,
+        clock: Some(clock),
+    };
+    let gw = app::start_with(config, logging::discard(), opts)
+        .await
+        .unwrap();
+    (sim, gw, dir)
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+async fn post(url: &str, body: &str) -> (u16, awc::http::header::HeaderMap, Vec<u8>) {
+    let client = awc::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .finish();
+    let mut resp = client
+        .post(format!("{url}/v1/chat/completions"))
+        .insert_header(("Content-Type", "application/json"))
+        .send_body(body.to_string())
+        .await
+        .unwrap();
+    let headers = resp.headers().clone();
+    let bytes = resp.body().limit(16 << 20).await.unwrap();
+    (resp.status().as_u16(), headers, bytes.to_vec())
+}
+
+async fn admin_sync(url: &str) -> serde_json::Value {
+    let client = awc::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .finish();
+    let mut resp = client
+        .post(format!("{url}/v1/admin/escrows/42/sync"))
+        .insert_header(("Authorization", "Bearer k"))
+        .send()
+        .await
+        .unwrap();
+    resp.json().await.unwrap()
+}
+
+/// The escrow actor's current nonce.
+async fn escrow_nonce(url: &str) -> u64 {
+    let client = awc::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .finish();
+    let mut resp = client
+        .get(format!("{url}/v1/admin/escrows/42"))
+        .insert_header(("Authorization", "Bearer k"))
+        .send()
+        .await
+        .unwrap();
+    let v: serde_json::Value = resp.json().await.unwrap();
+    v["snapshot"]["nonce"].as_u64().unwrap()
+}
+
+/// The data payloads of an SSE body, without `[DONE]`.
+fn payloads(sse: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(sse)
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|p| *p != "[DONE]")
+        .map(str::to_string)
+        .collect()
+}
+
+#[actix_rt::test]
+async fn streamed_bytes_are_exactly_the_hosts_chunks_and_usage_is_right() {
+    let (sim, gw, dir) = start(3).await;
+    let (status, headers, body) = post(
+        &gw.url,
+        r#"{"stream":true,"max_tokens":20,"messages":[{"role":"user","content":"exact bytes"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers.get("content-type").unwrap(), "text/event-stream");
+    assert!(headers.get("x-request-id").is_some());
+    assert_eq!(headers.get("x-devshard-escrow").unwrap(), "42");
+    assert!(body.ends_with(b"data: [DONE]\n\n"));
+    let streamed = payloads(&body);
+    let last: serde_json::Value = serde_json::from_str(streamed.last().unwrap()).unwrap();
+    assert_eq!(
+        last["usage"]["completion_tokens"], 20,
+        "max_tokens caps the answer"
+    );
+    // The executor hashed exactly the payloads it streamed into its signed finish marker; the
+    // gateway's bytes must hash to the same value.
+    let (_, _, _) = post(
+        &gw.url,
+        r#"{"messages":[{"role":"user","content":"next"}]}"#,
+    )
+    .await;
+    admin_sync(&gw.url).await;
+    let view = sim.host_view(1, "42").unwrap();
+    let record = view
+        .state
+        .record(1)
+        .expect("inference 1 finished on its executor");
+    let ours: [u8; 32] = Sha256::digest(streamed.concat().as_bytes()).into();
+    assert_eq!(
+        record.response_hash,
+        ours.to_vec(),
+        "client bytes == host bytes"
+    );
+    assert_eq!(record.output_tokens, 20);
+    gw.stop(true).await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[actix_rt::test]
+async fn a_whole_answer_is_the_hosts_completion_and_bad_input_consumes_no_nonce() {
+    let (sim, gw, dir) = start(3).await;
+    let (status, _, body) = post(
+        &gw.url,
+        r#"{"messages":[{"role":"user","content":"whole"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert!(v["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    let before = escrow_nonce(&gw.url).await;
+    let big = format!(
+        r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(5 << 20)
+    );
+    for (bad, want) in [
+        ("{not json", 400),
+        (
+            r#"{"model":"nope","messages":[{"role":"user","content":"x"}]}"#,
+            404,
+        ),
+        (r#"{"messages":[]}"#, 400),
+        (
+            r#"{"max_tokens":0,"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+        ),
+        (
+            r#"{"max_tokens":100000,"messages":[{"role":"user","content":"x"}]}"#,
+            400,
+        ),
+        (big.as_str(), 413),
+    ] {
+        let (status, _, body) = post(&gw.url, bad).await;
+        assert_eq!(status, want, "{}", String::from_utf8_lossy(&body));
+        let err: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{err}"
+        );
+    }
+    let after = escrow_nonce(&gw.url).await;
+    assert_eq!(before, after, "bad input consumed no nonce");
+    let max = (0..3)
+        .map(|i| sim.host_view(i, "42").map_or(0, |v| v.latest_nonce))
+        .max();
+    assert_eq!(max, Some(after), "no host saw anything new either");
+    gw.stop(true).await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
