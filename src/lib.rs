@@ -10,6 +10,7 @@
 //! - [`app`]: process wiring: `AppState`, `build_app`, `start`, `run`, `serve`.
 //! - [`store`]: the SQLite store; [`sim`]: the simulated network.
 pub mod app;
+pub mod bench;
 pub mod chain;
 pub mod config;
 pub mod demo;

@@ -23,6 +23,8 @@ enum Command {
     },
     /// Run the gateway against an embedded simulated devshard network.
     Demo(DemoArgs),
+    /// Measure the gateway's overhead against the simulated network (direct vs through it).
+    Bench(devshard_gateway::bench::BenchArgs),
     /// Run a simulated devshard network (hosts, chain API, control API) until interrupted.
     Sim(SimArgs),
 }
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve { config } => devshard_gateway::app::serve(config.as_deref()),
         Command::Demo(args) => devshard_gateway::demo::run(&args),
+        Command::Bench(args) => devshard_gateway::bench::run(&args),
         Command::Sim(args) => devshard_gateway::sim::cli::run(&args),
     }
 }
