@@ -2,7 +2,7 @@
 //! globals; labels are small enums, never escrow or participant ids).
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 /// Cheap-to-clone metric handles shared by every actor.
@@ -14,8 +14,6 @@ pub struct ActorMetrics {
     pub nonces: IntCounterVec,
     /// Entity actors that died and were respawned, or were disabled, by kind.
     pub restarts: IntCounterVec,
-    /// Races in flight.
-    pub races_in_flight: IntGauge,
     /// Time from a diff's composition to its durability ack.
     pub diff_durable_seconds: Histogram,
     /// Attempt phases (receipt, first content, total) in seconds.
@@ -47,7 +45,6 @@ impl ActorMetrics {
                 ),
                 &["kind", "result"],
             )?,
-            races_in_flight: IntGauge::new("races_in_flight", "Client requests being raced")?,
             diff_durable_seconds: Histogram::with_opts(
                 HistogramOpts::new("diff_durable_seconds", "Diff composition to fsync ack")
                     .buckets(vec![
@@ -81,7 +78,6 @@ impl ActorMetrics {
         registry.register(Box::new(m.attempts.clone()))?;
         registry.register(Box::new(m.nonces.clone()))?;
         registry.register(Box::new(m.restarts.clone()))?;
-        registry.register(Box::new(m.races_in_flight.clone()))?;
         registry.register(Box::new(m.diff_durable_seconds.clone()))?;
         registry.register(Box::new(m.attempt_seconds.clone()))?;
         registry.register(Box::new(m.timeouts.clone()))?;

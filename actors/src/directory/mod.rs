@@ -196,7 +196,7 @@ impl Handler<RaceStarted> for Directory {
         if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
             e.in_flight += 1;
         }
-        self.deps.metrics.races_in_flight.inc();
+
         self.races
             .insert(msg.race_id, (msg.escrow_id, msg.request_id));
     }
@@ -207,7 +207,6 @@ impl Handler<RaceEnded> for Directory {
 
     fn handle(&mut self, msg: RaceEnded, _: &mut Self::Context) {
         if self.races.remove(&msg.race_id).is_some() {
-            self.deps.metrics.races_in_flight.dec();
             if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
                 e.in_flight = e.in_flight.saturating_sub(1);
             }
