@@ -19,8 +19,8 @@ use actix_web::{
     web, App,
 };
 use devshard_actors::{
-    clock::SharedClock, directory::Directory, protocol::crypto::Address, race::RaceLimits,
-    store::SharedStore,
+    clock::SharedClock, directory::Directory, metrics::ActorMetrics, protocol::crypto::Address,
+    race::RaceLimits, store::SharedStore,
 };
 use prometheus::Registry;
 use slog::Logger;
@@ -67,6 +67,8 @@ pub struct AppState {
     pub limits: EdgeLimits,
     pub auth: Auth,
     pub metrics: HttpMetrics,
+    /// The actors' metric handles (races count their doubtful winners).
+    pub actor_metrics: ActorMetrics,
     pub registry: Registry,
     /// Address of the operator's key (escrow creator check).
     pub signer: Address,
@@ -97,6 +99,7 @@ pub struct StateParts {
     pub directory: Addr<Directory>,
     pub store: SharedStore,
     pub metrics: HttpMetrics,
+    pub actor_metrics: ActorMetrics,
     pub registry: Registry,
     pub clock: SharedClock,
     pub log: Logger,
@@ -124,6 +127,7 @@ impl AppState {
                 api_keys: config.api_keys.clone(),
             },
             metrics: parts.metrics,
+            actor_metrics: parts.actor_metrics,
             registry: parts.registry,
             signer: config.key.address().clone(),
             clock: parts.clock,

@@ -2,7 +2,8 @@
 //! globals; labels are small enums, never escrow or participant ids).
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry,
 };
 
 /// Cheap-to-clone metric handles shared by every actor.
@@ -24,6 +25,24 @@ pub struct ActorMetrics {
     pub late_finishes: IntCounterVec,
     /// Participants by health state.
     pub participants: IntGaugeVec,
+    /// Ejections.
+    pub ejections: IntCounter,
+    /// Ejections not done because of the floor or missing peer evidence, by reason.
+    pub ejections_suppressed: IntCounterVec,
+    /// Time from ejection to Healthy again.
+    pub recovery_seconds: Histogram,
+    /// Hedges started, by reason.
+    pub hedges: IntCounterVec,
+    /// Hedges not started, by reason (`budget`, `no_faster_host`, `max_attempts`).
+    pub hedges_skipped: IntCounterVec,
+    /// Hedge budget tokens left (last escrow to spend or earn).
+    pub hedge_tokens: Gauge,
+    /// Faults several hosts shared (no strikes), by cause.
+    pub shared_faults: IntCounterVec,
+    /// Requests raced in panic mode (no routable host; least-bad hosts used).
+    pub panic_mode: IntCounter,
+    /// Suspect or probation winners crowned by the liveness rule.
+    pub suspect_winners: IntCounter,
 }
 
 impl ActorMetrics {
@@ -74,6 +93,39 @@ impl ActorMetrics {
                 Opts::new("participants", "Participants by health state"),
                 &["state"],
             )?,
+            ejections: IntCounter::new("participant_ejections_total", "Participants ejected")?,
+            ejections_suppressed: IntCounterVec::new(
+                Opts::new(
+                    "participant_ejections_suppressed_total",
+                    "Ejections not done, by reason",
+                ),
+                &["reason"],
+            )?,
+            recovery_seconds: Histogram::with_opts(
+                HistogramOpts::new("participant_recovery_seconds", "Ejection to Healthy again")
+                    .buckets(vec![30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0]),
+            )?,
+            hedges: IntCounterVec::new(
+                Opts::new("hedges_total", "Hedges started, by reason"),
+                &["reason"],
+            )?,
+            hedges_skipped: IntCounterVec::new(
+                Opts::new("hedges_skipped_total", "Hedges not started, by reason"),
+                &["reason"],
+            )?,
+            hedge_tokens: Gauge::new("hedge_budget_tokens", "Hedge budget tokens left")?,
+            shared_faults: IntCounterVec::new(
+                Opts::new(
+                    "shared_faults_total",
+                    "Faults shared by several hosts, by cause",
+                ),
+                &["cause"],
+            )?,
+            panic_mode: IntCounter::new(
+                "panic_mode_total",
+                "Requests raced with no routable host",
+            )?,
+            suspect_winners: IntCounter::new("suspect_winners_total", "Doubtful winners crowned")?,
         };
         registry.register(Box::new(m.attempts.clone()))?;
         registry.register(Box::new(m.nonces.clone()))?;
@@ -83,6 +135,15 @@ impl ActorMetrics {
         registry.register(Box::new(m.timeouts.clone()))?;
         registry.register(Box::new(m.late_finishes.clone()))?;
         registry.register(Box::new(m.participants.clone()))?;
+        registry.register(Box::new(m.ejections.clone()))?;
+        registry.register(Box::new(m.ejections_suppressed.clone()))?;
+        registry.register(Box::new(m.recovery_seconds.clone()))?;
+        registry.register(Box::new(m.hedges.clone()))?;
+        registry.register(Box::new(m.hedges_skipped.clone()))?;
+        registry.register(Box::new(m.hedge_tokens.clone()))?;
+        registry.register(Box::new(m.shared_faults.clone()))?;
+        registry.register(Box::new(m.panic_mode.clone()))?;
+        registry.register(Box::new(m.suspect_winners.clone()))?;
         Ok(m)
     }
 

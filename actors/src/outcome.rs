@@ -5,7 +5,9 @@
 use actix::{Message, Recipient};
 use serde::{Deserialize, Serialize};
 
-use crate::{escrow::attempt::AttemptTimings, protocol::crypto::Address};
+use crate::{
+    escrow::attempt::AttemptTimings, policy::health::EscrowView, protocol::crypto::Address,
+};
 
 /// Outcome classes of HEALTH.md §1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -63,6 +65,14 @@ pub struct AttemptOutcome {
 pub struct ParticipantOutcome {
     pub participant: Address,
     pub outcome: AttemptOutcome,
+    /// The attempt was crowned (a stalled winner ejects at once).
+    pub winner: bool,
+    /// The correlation guard found the fault shared by several hosts: no health effect.
+    pub shared: bool,
+    /// The sending escrow's view, for the floor and the relative-evidence rule.
+    pub escrow_view: EscrowView,
+    /// The sending escrow has seen any success at all.
+    pub escrow_has_success: bool,
 }
 
 /// Where escrows send final outcomes.

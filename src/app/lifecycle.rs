@@ -176,7 +176,7 @@ pub async fn start_with(
         escrow_cfg: config.escrow.clone(),
         budget: config.budget,
         fault_injection: config.fault_injection,
-        metrics: actor_metrics,
+        metrics: actor_metrics.clone(),
     })
     .start();
     let state = AppState::new(
@@ -185,6 +185,7 @@ pub async fn start_with(
             directory: directory.clone(),
             store: shared.clone(),
             metrics: http_metrics,
+            actor_metrics,
             registry,
             clock,
             log: log.clone(),

@@ -211,6 +211,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             stall_timeout: positive_ms("race.stall_timeout_ms", raw.race.stall_timeout_ms)?,
             attempt_timeout: positive_ms("race.attempt_timeout_ms", raw.race.attempt_timeout_ms)?,
             meta_drain: Duration::from_millis(raw.race.meta_drain_ms),
+            ..RaceLimits::default()
         },
         escrow,
         budget: RestartBudget {

@@ -122,6 +122,8 @@ fn directory_parts(e: &DirectoryError) -> ErrorParts {
         },
         DirectoryError::NoCapacity(_) => parts(503, UNAVAILABLE, "no_capacity"),
         DirectoryError::Start(..) => parts(500, SERVER, "escrow_start_failed"),
+        DirectoryError::AlreadyRegistered(_) => parts(409, INVALID, "escrow_already_registered"),
+        DirectoryError::Admin(_) => parts(500, SERVER, "participant_admin_failed"),
         DirectoryError::Store(_) => parts(500, SERVER, "store_error"),
     }
 }

@@ -157,6 +157,7 @@ async fn chat_inner(
         limits: state.limits.race,
         clock: state.clock.clone(),
         log: state.log.clone(),
+        metrics: state.actor_metrics.clone(),
     });
     let started = match reply.await {
         Ok(Ok(start)) => start,

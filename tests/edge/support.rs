@@ -133,6 +133,7 @@ pub async fn gateway(opts: Opts) -> AppState {
     AppState::new(
         &config,
         StateParts {
+            actor_metrics: devshard_actors::metrics::ActorMetrics::detached().unwrap(),
             directory,
             store,
             metrics: http_metrics,

@@ -34,6 +34,7 @@ pub struct Harness {
     pub clock: SharedClock,
     pub limits: RaceLimits,
     pub log: slog::Logger,
+    pub metrics: devshard_actors::metrics::ActorMetrics,
 }
 
 /// What a test's request ended as.
@@ -162,6 +163,7 @@ impl Harness {
             .await
             .expect("simulator starts");
         let log = logger();
+        let metrics = devshard_actors::metrics::ActorMetrics::detached().expect("metrics");
         let deps = DirectoryDeps {
             key,
             store: store.clone(),
@@ -170,7 +172,7 @@ impl Harness {
             escrow_cfg,
             budget: RestartBudget::default(),
             fault_injection: true,
-            metrics: devshard_actors::metrics::ActorMetrics::detached().expect("metrics"),
+            metrics: metrics.clone(),
         };
         let directory = Directory::new(deps).start();
         for id in escrows {
@@ -188,6 +190,7 @@ impl Harness {
             clock,
             limits: RaceLimits::default(),
             log,
+            metrics,
         }
     }
 
@@ -250,6 +253,7 @@ impl Harness {
             limits: self.limits,
             clock: self.clock.clone(),
             log: self.log.clone(),
+            metrics: self.metrics.clone(),
         };
         match RaceActor::start_race(spec).await {
             Ok(Ok(RaceStart::Stream(mut rx))) => {

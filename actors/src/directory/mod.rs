@@ -9,6 +9,7 @@
 //! - **Who holds its `Addr`**: the HTTP edge (`web::Data`), races, escrows (as an outcome router).
 
 mod messages;
+mod participants;
 mod pick;
 mod spawn;
 
@@ -26,10 +27,15 @@ use crate::{
     metrics::ActorMetrics,
     outcome::ParticipantOutcome,
     participant::ParticipantActor,
+    policy::settings::HealthSettings,
     protocol::crypto::{Address, SigningKey},
     store::{ns, SharedStore, StoreError},
 };
 pub use messages::*;
+pub use participants::{
+    AdminParticipants, GetHealthSettings, ListParticipants, ParticipantOp, SetHealthSettings,
+    HEALTH_SETTINGS_KEY,
+};
 
 /// Errors of directory operations.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -44,6 +50,10 @@ pub enum DirectoryError {
     NoCapacity(String),
     #[error("escrow {0} cannot start: {1}")]
     Start(String, String),
+    #[error("escrow {0} is already registered with different chain data")]
+    AlreadyRegistered(String),
+    #[error("participant admin call failed: {0}")]
+    Admin(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -109,6 +119,8 @@ pub struct Directory {
     pub(crate) participants: BTreeMap<Address, Slot<ParticipantActor>>,
     pub(crate) races: BTreeMap<u64, (String, String)>,
     pub(crate) rotation: usize,
+    /// Live health settings (persisted; pushed to every escrow and participant on change).
+    pub(crate) settings: Arc<HealthSettings>,
 }
 
 impl Directory {
@@ -119,6 +131,7 @@ impl Directory {
             participants: BTreeMap::new(),
             races: BTreeMap::new(),
             rotation: 0,
+            settings: Arc::new(HealthSettings::default()),
         }
     }
 }
@@ -128,6 +141,7 @@ impl Actor for Directory {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(4096);
+        self.settings = Arc::new(participants::load_settings(self));
         let records = match self.deps.store.list(ns::ESCROWS) {
             Ok(r) => r,
             Err(e) => {

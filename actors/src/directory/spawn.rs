@@ -9,7 +9,7 @@ use super::{
     ActorKind, AddEscrow, Died, Directory, DirectoryError, EscrowSlot, RemoveEscrow, Slot,
 };
 use crate::{
-    escrow::{messages::Retire, EscrowActor, EscrowInfo, Session},
+    escrow::{messages::Retire, EscrowActor, EscrowDeps, EscrowInfo, Session},
     participant::ParticipantActor,
     protocol::crypto::Address,
     store::ns,
@@ -57,19 +57,20 @@ impl Directory {
         }
         let now_ms = self.deps.clock.now_ms();
         let orphans = session.unsettled_entries(now_ms);
-        Ok(EscrowActor::new(
-            session,
-            self.deps.key.clone(),
-            self.deps.store.clone(),
-            self.deps.clock.clone(),
-            &self.deps.log,
-            self.deps.escrow_cfg.clone(),
-            ctx.address().recipient(),
-            self.deps.fault_injection,
-            self.deps.metrics.clone(),
-        )
-        .with_orphans(orphans)
-        .with_death_notice(ctx.address().recipient()))
+        let deps = EscrowDeps {
+            key: self.deps.key.clone(),
+            store: self.deps.store.clone(),
+            clock: self.deps.clock.clone(),
+            log: self.deps.log.clone(),
+            cfg: self.deps.escrow_cfg.clone(),
+            outcomes: ctx.address().recipient(),
+            fault_injection: self.deps.fault_injection,
+            metrics: self.deps.metrics.clone(),
+            settings: self.settings.clone(),
+        };
+        Ok(EscrowActor::new(session, deps)
+            .with_orphans(orphans)
+            .with_death_notice(ctx.address().recipient()))
     }
 
     /// The participant's actor, spawned (from its stored record) on first use.
@@ -88,15 +89,9 @@ impl Directory {
         if let Some(addr) = slot.addr.as_ref().filter(|a| a.connected()) {
             return Ok(addr.clone());
         }
-        let actor = ParticipantActor::load(
-            address.clone(),
-            self.deps.store.clone(),
-            self.deps.clock.clone(),
-            &self.deps.log,
-            self.deps.fault_injection,
-        )
-        .with_death_notice(ctx.address().recipient());
-        let addr = actor.start();
+        let deps = self.participant_deps(ctx);
+        let addr = ParticipantActor::load(address.clone(), deps).start();
+        let slot = self.participants.entry(address.clone()).or_default();
         slot.addr = Some(addr.clone());
         Ok(addr)
     }

@@ -26,8 +26,11 @@ use tokio::sync::oneshot;
 use super::{
     config::EscrowConfig,
     error::EscrowError,
-    messages::{EscrowSnapshot, GetSnapshot, InferenceParams, InjectPanic, NonceGrant, Retire},
+    messages::{
+        AttemptKind, EscrowSnapshot, GetSnapshot, InferenceParams, InjectPanic, NonceGrant, Retire,
+    },
     nonces::NonceEntry,
+    outcomes::HeldOutcome,
     session::Session,
 };
 use crate::{
@@ -35,6 +38,10 @@ use crate::{
     directory::{ActorKind, Died},
     metrics::ActorMetrics,
     outcome::OutcomeSink,
+    policy::{
+        correlation::SharedFaultDetector, health::HealthState, hedge::HedgeBudget,
+        perf::PerfEstimates, settings::HealthSettings,
+    },
     protocol::crypto::{Address, SigningKey},
     store::{ns, SharedStore},
 };
@@ -44,11 +51,34 @@ const SYNC_PERSIST_INTERVAL: Duration = Duration::from_secs(1);
 /// Mailbox capacity: races park on `send().await` when the escrow is busy.
 const MAILBOX_CAPACITY: usize = 1024;
 
+/// Everything an escrow actor is given besides its session.
+#[derive(Clone)]
+pub struct EscrowDeps {
+    pub key: Arc<SigningKey>,
+    pub store: SharedStore,
+    pub clock: SharedClock,
+    pub log: Logger,
+    pub cfg: EscrowConfig,
+    pub outcomes: OutcomeSink,
+    pub fault_injection: bool,
+    pub metrics: ActorMetrics,
+    pub settings: Arc<HealthSettings>,
+}
+
+/// What the escrow knows about one participant's health.
+#[derive(Debug, Clone, Default)]
+pub struct HostHealth {
+    pub health: HealthState,
+    pub perf: PerfEstimates,
+    pub routable: bool,
+}
+
 /// A race waiting for a nonce.
 pub(super) struct Waiter {
     pub race_id: u64,
     pub params: Arc<InferenceParams>,
     pub exclude: Vec<Address>,
+    pub kind: AttemptKind,
     pub reply: oneshot::Sender<Result<NonceGrant, EscrowError>>,
 }
 
@@ -80,6 +110,23 @@ pub struct EscrowActor {
     pub(super) timeout_running: bool,
     pub(super) fault_injection: bool,
     pub(super) metrics: ActorMetrics,
+    /// Live health settings (pushed by the directory).
+    pub(super) settings: Arc<HealthSettings>,
+    /// Latest health and perf of each participant of this escrow.
+    pub(super) hosts_health: BTreeMap<Address, HostHealth>,
+    /// Correlation guard (HEALTH.md §1).
+    pub(super) detector: SharedFaultDetector<Address>,
+    /// Host faults waiting for confirmation.
+    pub(super) held: Vec<HeldOutcome>,
+    pub(super) release_timer: Option<SpawnHandle>,
+    /// Last success per participant (relative evidence).
+    pub(super) last_success: BTreeMap<Address, i64>,
+    /// This escrow has seen a success.
+    pub(super) any_success: bool,
+    /// Hedge token bucket (HEALTH.md §4).
+    pub(super) budget: HedgeBudget,
+    /// No participant is routable: the least-bad hosts are raced anyway.
+    pub(super) panic_mode: bool,
     /// Told when this actor stops, so the directory can respawn it.
     pub(super) on_stop: Option<Recipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
@@ -88,28 +135,19 @@ pub struct EscrowActor {
 
 impl EscrowActor {
     /// A new actor over a session (fresh or restored).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        session: Session,
-        key: Arc<SigningKey>,
-        store: SharedStore,
-        clock: SharedClock,
-        log: &Logger,
-        cfg: EscrowConfig,
-        outcomes: OutcomeSink,
-        fault_injection: bool,
-        metrics: ActorMetrics,
-    ) -> EscrowActor {
+    pub fn new(session: Session, deps: EscrowDeps) -> EscrowActor {
         let escrow_id = session.info().escrow_id.clone();
         let durable_nonce = session.nonce();
+        let detector = SharedFaultDetector::new(&deps.settings);
+        let budget = HedgeBudget::new(&deps.settings);
         EscrowActor {
             session,
-            key,
-            store,
-            clock,
-            log: log.new(o!("escrow" => escrow_id)),
-            cfg,
-            outcomes,
+            key: deps.key,
+            store: deps.store,
+            clock: deps.clock,
+            log: deps.log.new(o!("escrow" => escrow_id)),
+            cfg: deps.cfg,
+            outcomes: deps.outcomes,
             attempts: BTreeMap::new(),
             waiting: VecDeque::new(),
             withheld: BTreeSet::new(),
@@ -119,8 +157,17 @@ impl EscrowActor {
             nonce_timers: BTreeMap::new(),
             timeout_queue: VecDeque::new(),
             timeout_running: false,
-            fault_injection,
-            metrics,
+            fault_injection: deps.fault_injection,
+            metrics: deps.metrics,
+            settings: deps.settings,
+            hosts_health: BTreeMap::new(),
+            detector,
+            held: Vec::new(),
+            release_timer: None,
+            last_success: BTreeMap::new(),
+            any_success: false,
+            budget,
+            panic_mode: false,
             on_stop: None,
             retired: false,
         }

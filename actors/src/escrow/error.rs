@@ -25,6 +25,12 @@ pub enum EscrowError {
     Protocol(String),
     #[error("escrow {0} is shutting down")]
     ShuttingDown(String),
+    /// No hedge for this request now (`budget`, `no_faster_host`, `max_attempts`, `not_needed`).
+    #[error("hedge skipped: {0}")]
+    HedgeSkipped(String),
+    /// Ask for the hedge again at this time (unix ms).
+    #[error("hedge not due before {0}")]
+    HedgeWait(i64),
 }
 
 impl From<StoreError> for EscrowError {

@@ -9,7 +9,10 @@ use serde::Serialize;
 use super::attempt::{AttemptReport, AttemptVerdict};
 use super::error::EscrowError;
 use super::session::SessionError;
-use crate::protocol::{crypto::Address, wire::ReceiptBody};
+use crate::{
+    policy::health::Preference,
+    protocol::{crypto::Address, wire::ReceiptBody},
+};
 
 /// One client request as the escrow sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +36,31 @@ pub struct RequestNonce {
     pub params: Arc<InferenceParams>,
     /// Participants this race already tried (a new attempt must go elsewhere).
     pub exclude: Vec<Address>,
+    /// Why this attempt is asked for (primary, failure-driven retry, hedge, probation pair).
+    pub kind: AttemptKind,
+}
+
+/// Why a race asks for another nonce.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptKind {
+    /// The first attempt of a request.
+    Primary,
+    /// The previous attempt failed before content.
+    Retry,
+    /// The primary is slow: a budgeted hedge (HEALTH.md §4).
+    Hedge(HedgeRequest),
+    /// The primary runs on a Suspect/Probation host: pair it with a Healthy host's attempt.
+    Pair,
+}
+
+/// How far the primary got, for the hedge decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HedgeRequest {
+    pub primary: Address,
+    pub sent_ms: i64,
+    pub got_receipt: bool,
+    pub got_first_content: bool,
+    pub attempts: u32,
 }
 
 /// A request body signed for this escrow (`X-Devshard-Signature` / `X-Devshard-Timestamp`).
@@ -54,6 +82,12 @@ pub struct NonceGrant {
     pub prelude: Vec<SignedBody>,
     /// `InferenceRequest`: the last catch-up diffs ending with this nonce's diff, plus payload.
     pub request: SignedBody,
+    /// Routing preference of the host (the race's liveness rule reads it).
+    pub preference: Preference,
+    /// When a hedge becomes due for this attempt, if it is the primary (unix ms).
+    pub hedge_due_ms: Option<i64>,
+    /// A Healthy host exists in this escrow (probation attempts get paired with one).
+    pub healthy_available: bool,
 }
 
 /// A receipt event arrived on an attempt (processed at once: sync nonce, signatures, confirm).

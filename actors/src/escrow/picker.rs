@@ -17,7 +17,7 @@ use super::{
     attempt::AttemptTimings,
     error::EscrowError,
     info::HostEndpoint,
-    messages::{NonceGrant, RaceGone, RequestNonce, SignedBody},
+    messages::{AttemptKind, NonceGrant, RaceGone, RequestNonce, SignedBody},
     nonces::{NonceEntry, NonceState},
     session::StartParams,
 };
@@ -40,13 +40,25 @@ impl Handler<RequestNonce> for EscrowActor {
         if self.waiting.len() >= self.cfg.max_waiting {
             return Box::pin(async move { Err(EscrowError::Saturated(id)) });
         }
-        self.waiting.push_back(Waiter {
+        let waiter = Waiter {
             race_id: msg.race_id,
             params: msg.params,
             exclude: msg.exclude,
+            kind: msg.kind.clone(),
             reply: tx,
-        });
-        self.pump(ctx);
+        };
+        match msg.kind {
+            AttemptKind::Hedge(req) if self.refusal().is_none() => self.hedge(waiter, req, ctx),
+            AttemptKind::Pair if self.refusal().is_none() => self.pair(waiter, ctx),
+            kind => {
+                if kind == AttemptKind::Primary {
+                    self.budget.on_request(&self.settings);
+                    self.metrics.hedge_tokens.set(self.budget.tokens());
+                }
+                self.waiting.push_back(waiter);
+                self.pump(ctx);
+            }
+        }
         Box::pin(async move { rx.await.unwrap_or(Err(EscrowError::ShuttingDown(id))) })
     }
 }
@@ -61,7 +73,7 @@ impl Handler<RaceGone> for EscrowActor {
 
 impl EscrowActor {
     /// Why no new inference can start, if so.
-    fn refusal(&self) -> Option<EscrowError> {
+    pub(super) fn refusal(&self) -> Option<EscrowError> {
         let id = self.escrow_id().to_string();
         if self.session.state().phase() != Phase::Active {
             return Some(EscrowError::NotActive(id));
@@ -209,7 +221,7 @@ impl EscrowActor {
         }));
     }
 
-    fn grant(&mut self, w: Waiter, ctx: &mut Context<Self>) {
+    pub(super) fn grant(&mut self, w: Waiter, ctx: &mut Context<Self>) {
         let started_at = self.clock.now_unix();
         let params = StartParams {
             prompt_hash: w.params.prompt_hash,
@@ -244,7 +256,8 @@ impl EscrowActor {
             max_tokens: params.max_tokens,
             started_at,
         };
-        let grant = match self.build_grant(&host, nonce, payload.clone(), started_at) {
+        let primary = w.kind == AttemptKind::Primary;
+        let grant = match self.build_grant(&host, nonce, payload.clone(), started_at, primary) {
             Ok(g) => g,
             Err(e) => {
                 let _ = w.reply.send(Err(e));
@@ -299,7 +312,9 @@ impl EscrowActor {
         nonce: u64,
         payload: PayloadJson,
         now_unix: i64,
+        primary: bool,
     ) -> Result<NonceGrant, EscrowError> {
+        let input_bytes = payload.input_length;
         let info = self.session.info();
         let chunk = self.cfg.catch_up_chunk.max(1);
         let pending: Vec<Arc<Diff>> = self.session.catch_up(&host.address, usize::MAX);
@@ -327,6 +342,11 @@ impl EscrowActor {
             url: info.session_url(host, "chat/completions"),
             prelude,
             request: self.sign_body(&request, now_unix)?,
+            preference: self.preference(&host.address),
+            hedge_due_ms: primary
+                .then(|| self.hedge_due(&host.address, input_bytes, self.now_ms()))
+                .flatten(),
+            healthy_available: self.healthy_available(),
         })
     }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use actix::prelude::*;
-use slog::{info, warn};
+use slog::info;
 
 use super::{
     actor::EscrowActor,
@@ -14,9 +14,9 @@ use super::{
     session::SessionError,
 };
 use crate::{
-    host::{client, Rejection},
-    outcome::{AttemptOutcome, OutcomeClass, ParticipantOutcome},
-    policy::attribution,
+    host::{client, HostError, Rejection},
+    outcome::OutcomeClass,
+    policy::{attribution, correlation},
     protocol::proto::DevshardTx,
 };
 
@@ -65,9 +65,10 @@ impl Handler<AttemptEnded> for EscrowActor {
         entry.timings = msg.report.timings;
         entry.crowned = msg.report.crowned;
         entry.race_id = None;
-        let verdict = AttemptVerdict {
+        let mut verdict = AttemptVerdict {
             retry: !msg.report.crowned && attribution::worth_retrying(class),
             shared_fault: None,
+            shared_status: None,
         };
         match class {
             OutcomeClass::PendingFinish => {
@@ -79,20 +80,54 @@ impl Handler<AttemptEnded> for EscrowActor {
                     "stage" => "winner_finish_pending", "nonce" => nonce, "host" => msg.host.short());
                 self.arm_nonce_timer(nonce, ctx);
             }
-            _ => {
+            OutcomeClass::Success | OutcomeClass::Cancelled => {
                 self.emit(nonce, class, reason, None);
-                if finished {
-                    self.attempts.remove(&nonce);
-                } else {
-                    self.await_timeout(nonce, reason, ctx);
+                self.settle_or_time_out(nonce, finished, reason, ctx);
+            }
+            _ => {
+                let (status, message) = end_details(&msg.report.end);
+                if let Some(shared) = self.emit_failure(nonce, class, reason, status, &message, ctx)
+                {
+                    verdict.retry = false;
+                    verdict.shared_status = Some(correlation::client_status(&shared));
+                    verdict.shared_fault = Some(correlation::cause_message(&shared));
                 }
+                self.settle_or_time_out(nonce, finished, reason, ctx);
             }
         }
         MessageResult(verdict)
     }
 }
 
+/// HTTP status and message of a failed attempt (for the fault signature).
+fn end_details(end: &AttemptEnd) -> (Option<u16>, String) {
+    match end {
+        AttemptEnd::Host(HostError::Status {
+            status, message, ..
+        }) => (Some(*status), message.clone()),
+        AttemptEnd::Host(e) => (None, e.to_string()),
+        AttemptEnd::ErrorEvent { status, message } => (*status, message.clone()),
+        AttemptEnd::ReceiptRejected(e) => (None, e.to_string()),
+        other => (None, format!("{other:?}")),
+    }
+}
+
 impl EscrowActor {
+    /// A finished nonce is settled; an unfinished one goes to timeout handling.
+    fn settle_or_time_out(
+        &mut self,
+        nonce: u64,
+        finished: bool,
+        reason: &str,
+        ctx: &mut Context<Self>,
+    ) {
+        if finished {
+            self.attempts.remove(&nonce);
+        } else {
+            self.await_timeout(nonce, reason, ctx);
+        }
+    }
+
     /// Queues a host's mempool and settles every pending finish it completes.
     pub(super) fn absorb_mempool(&mut self, txs: Vec<DevshardTx>, ctx: &mut Context<Self>) {
         for nonce in self.session.process_mempool(txs) {
@@ -121,43 +156,6 @@ impl EscrowActor {
         self.attempts.remove(&nonce);
         if let Some(h) = self.nonce_timers.remove(&nonce) {
             ctx.cancel_future(h);
-        }
-    }
-
-    /// Emits the final outcome of an attempt (exactly once per attempt).
-    pub(super) fn emit(
-        &mut self,
-        nonce: u64,
-        class: OutcomeClass,
-        reason: &str,
-        finish_late_ms: Option<i64>,
-    ) {
-        let escrow_id = self.session.info().escrow_id.clone();
-        let Some(entry) = self.attempts.get_mut(&nonce) else {
-            return;
-        };
-        if entry.emitted {
-            return;
-        }
-        entry.emitted = true;
-        let outcome = AttemptOutcome {
-            escrow_id,
-            nonce,
-            class,
-            reason: reason.to_string(),
-            timings: entry.timings,
-            finish_late_ms,
-        };
-        info!(self.log, "attempt settled"; "stage" => "attempt_outcome", "nonce" => nonce,
-            "host" => entry.host.short(), "class" => class.as_str(), "reason" => reason,
-            "request" => &entry.request_id);
-        let msg = ParticipantOutcome {
-            participant: entry.host.clone(),
-            outcome,
-        };
-        if self.outcomes.try_send(msg).is_err() {
-            warn!(self.log, "outcome dropped: participant router unavailable";
-                "stage" => "outcome_dropped", "nonce" => nonce);
         }
     }
 

@@ -1,53 +1,73 @@
 //! `ParticipantActor`: one per participant address, process-wide (shared by every escrow in which
-//! the address holds slots).
+//! the address holds slots). Runs the health state machine and the decayed perf estimates of
+//! HEALTH.md §2–§3 (pure functions in `policy`) over the final outcomes escrows send it.
 //!
-//! - **Owns** the participant's health record and perf estimates.
-//! - **Survives a restart**: the record is written to the store on every change and reloaded when
-//!   the directory respawns the actor (after a panic or any other stop).
-//! - **Timers**: none yet (strike decay and ejection timers belong to the health policy).
-//! - **Who holds its `Addr`**: the `Directory`, which routes outcomes to it.
+//! - **Owns**: the participant's record (health state, perf estimates, outcome counts) and the
+//!   latest view each escrow reported (for the floor and the relative-evidence rule).
+//! - **Survives a restart**: the record is written to the store on every change (admin changes
+//!   are durable before they answer) and reloaded when the directory respawns the actor.
+//! - **Timers**: one health tick at the record's next deadline (strike decay to Healthy, ejection
+//!   expiry into probation, probation time bound, level decay), re-armed in `started()`.
+//! - **Who holds its `Addr`**: the `Directory`, which routes outcomes and admin calls to it and
+//!   forwards its `HealthChanged` notices to the escrows of the address.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use actix::prelude::*;
-use slog::{o, warn, Logger};
+use slog::{info, o, warn, Logger};
 
 use super::{
-    messages::{GetParticipant, ParticipantView},
+    messages::{
+        ApplyHealthSettings, ForceEject, Forget, GetParticipant, HealthChanged, ParticipantView,
+        Unquarantine,
+    },
     record::ParticipantRecord,
 };
 use crate::{
     clock::SharedClock,
     directory::{ActorKind, Died},
     escrow::messages::InjectPanic,
+    metrics::ActorMetrics,
     outcome::ParticipantOutcome,
+    policy::{
+        health::{self, EjectionContext, EscrowView, HealthEffect, HealthStatus, OutcomeFacts},
+        perf::{self, PerfSample},
+        settings::HealthSettings,
+    },
     protocol::crypto::Address,
-    store::{ns, SharedStore},
+    store::{ns, Ack, SharedStore},
 };
+
+/// Everything a participant actor is given.
+#[derive(Clone)]
+pub struct ParticipantDeps {
+    pub store: SharedStore,
+    pub clock: SharedClock,
+    pub log: Logger,
+    pub settings: Arc<HealthSettings>,
+    pub metrics: ActorMetrics,
+    pub fault_injection: bool,
+    /// Where health changes go (the directory forwards them to escrows).
+    pub changes: Recipient<HealthChanged>,
+    pub on_stop: Recipient<Died>,
+}
 
 /// The participant actor (see the module docs).
 pub struct ParticipantActor {
     address: Address,
     record: ParticipantRecord,
-    store: SharedStore,
-    clock: SharedClock,
+    deps: ParticipantDeps,
     log: Logger,
-    fault_injection: bool,
+    views: BTreeMap<String, (EscrowView, bool)>,
     handled: u64,
-    on_stop: Option<Recipient<Died>>,
+    tick: Option<SpawnHandle>,
 }
 
 impl ParticipantActor {
     /// Loads the participant's record from the store (or starts a fresh one).
-    pub fn load(
-        address: Address,
-        store: SharedStore,
-        clock: SharedClock,
-        log: &Logger,
-        fault_injection: bool,
-    ) -> ParticipantActor {
-        let log = log.new(o!("participant" => address.to_string()));
-        let record = match store.get(ns::PARTICIPANTS, address.as_str()) {
+    pub fn load(address: Address, deps: ParticipantDeps) -> ParticipantActor {
+        let log = deps.log.new(o!("participant" => address.to_string()));
+        let record = match deps.store.get(ns::PARTICIPANTS, address.as_str()) {
             Ok(Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| {
                 warn!(log, "participant record unreadable; starting fresh"; "error" => %e);
                 ParticipantRecord::new(address.clone())
@@ -61,32 +81,176 @@ impl ParticipantActor {
         ParticipantActor {
             address,
             record,
-            store,
-            clock,
+            deps,
             log,
-            fault_injection,
+            views: BTreeMap::new(),
             handled: 0,
-            on_stop: None,
+            tick: None,
         }
     }
 
-    /// Tells `recipient` when the actor stops (panics included).
-    pub fn with_death_notice(mut self, recipient: Recipient<Died>) -> Self {
-        self.on_stop = Some(recipient);
-        self
+    fn now(&self) -> i64 {
+        self.deps.clock.now_ms()
     }
 
-    fn persist(&self) {
+    fn persist(&self) -> Ack {
         let value = serde_json::to_value(&self.record).unwrap_or_default();
-        let ack = self
+        self.deps
             .store
-            .put(ns::PARTICIPANTS, self.address.as_str(), value);
+            .put(ns::PARTICIPANTS, self.address.as_str(), value)
+    }
+
+    fn persist_in_background(&self) {
+        let ack = self.persist();
         let log = self.log.clone();
         actix::spawn(async move {
             if let Err(e) = ack.await {
                 warn!(log, "participant record not persisted"; "stage" => "store_error", "error" => %e);
             }
         });
+    }
+
+    /// Commits a new health state: logs and counts its effects, tells the escrows, re-arms the
+    /// tick.
+    fn commit(
+        &mut self,
+        next: health::HealthState,
+        effects: Vec<HealthEffect>,
+        ctx: &mut Context<Self>,
+    ) {
+        let before = self.record.health.state.label();
+        self.record.health = next;
+        let after = self.record.health.state.label();
+        if before != after {
+            self.deps
+                .metrics
+                .participants
+                .with_label_values(&[before])
+                .dec();
+            self.deps
+                .metrics
+                .participants
+                .with_label_values(&[after])
+                .inc();
+        }
+        let now = self.now();
+        for effect in effects {
+            match effect {
+                HealthEffect::Ejected { .. } => {
+                    self.record.ejected_at_ms.get_or_insert(now);
+                }
+                HealthEffect::BecameHealthy => {
+                    if let Some(at) = self.record.ejected_at_ms.take() {
+                        let secs = now.saturating_sub(at) as f64 / 1000.0;
+                        self.deps.metrics.recovery_seconds.observe(secs);
+                        info!(self.log, "recovered"; "stage" => "participant_recovered",
+                            "after_ms" => now.saturating_sub(at));
+                    }
+                }
+                _ => {}
+            }
+            self.log_effect(effect);
+        }
+        self.publish();
+        self.arm_tick(ctx);
+    }
+
+    fn log_effect(&self, effect: HealthEffect) {
+        let strikes = health::decayed_strikes(&self.record.health, &self.deps.settings, self.now());
+        match effect {
+            HealthEffect::Ejected { until_ms, level } => {
+                self.deps.metrics.ejections.inc();
+                info!(self.log, "participant ejected"; "stage" => "participant_ejected",
+                    "until_ms" => until_ms, "level" => level, "strikes" => strikes);
+            }
+            HealthEffect::ProbationStarted => info!(self.log, "probation started";
+                "stage" => "participant_probation_started"),
+            HealthEffect::BecameHealthy => info!(self.log, "participant healthy";
+                "stage" => "participant_healthy"),
+            HealthEffect::BecameSuspect => info!(self.log, "participant suspect";
+                "stage" => "participant_suspect", "strikes" => strikes),
+            HealthEffect::EjectionSuppressed { reason } => {
+                let reason = format!("{reason:?}").to_lowercase();
+                self.deps
+                    .metrics
+                    .ejections_suppressed
+                    .with_label_values(&[&reason])
+                    .inc();
+                info!(self.log, "ejection suppressed"; "stage" => "participant_ejection_suppressed",
+                    "reason" => reason)
+            }
+            HealthEffect::LevelLowered { level } => info!(self.log, "ejection level lowered";
+                "stage" => "participant_level_lowered", "level" => level),
+        }
+    }
+
+    fn publish(&self) {
+        let now = self.now();
+        self.deps.changes.do_send(HealthChanged {
+            address: self.address.clone(),
+            health: self.record.health.clone(),
+            perf: self.record.perf.clone(),
+            routable: health::is_routable(&self.record.health, now),
+            preference: health::preference(&self.record.health),
+        });
+    }
+
+    fn arm_tick(&mut self, ctx: &mut Context<Self>) {
+        if let Some(h) = self.tick.take() {
+            ctx.cancel_future(h);
+        }
+        let Some(at) = health::next_deadline(&self.record.health, &self.deps.settings) else {
+            return;
+        };
+        let delay =
+            Duration::from_millis(u64::try_from(at.saturating_sub(self.now())).unwrap_or(0));
+        self.tick = Some(ctx.run_later(delay, |act, ctx| {
+            act.tick = None;
+            let (next, effects) = health::tick(&act.record.health, &act.deps.settings, act.now());
+            if next != act.record.health {
+                act.commit(next, effects, ctx);
+                act.persist_in_background();
+            } else {
+                act.arm_tick(ctx);
+            }
+        }));
+    }
+
+    fn context(&self) -> EjectionContext {
+        EjectionContext {
+            escrows: self.views.values().map(|(v, _)| *v).collect(),
+            gateway_has_any_success: self.views.values().any(|(_, s)| *s),
+        }
+    }
+
+    fn view(&self) -> Arc<ParticipantView> {
+        let now = self.now();
+        let s = &self.deps.settings;
+        Arc::new(ParticipantView {
+            address: self.address.clone(),
+            record: self.record.clone(),
+            handled: self.handled,
+            state: self.record.health.state.label(),
+            strikes: health::decayed_strikes(&self.record.health, s, now),
+            routable: health::is_routable(&self.record.health, now),
+            unresponsive: perf::is_unresponsive(&self.record.perf, s, now),
+            next_tick_ms: health::next_deadline(&self.record.health, s),
+        })
+    }
+
+    /// Applies an admin change, persists it, and answers only once it is durable.
+    fn admin_change(
+        &mut self,
+        next: health::HealthState,
+        effects: Vec<HealthEffect>,
+        ctx: &mut Context<Self>,
+    ) -> ResponseActFuture<Self, Result<Arc<ParticipantView>, String>> {
+        self.commit(next, effects, ctx);
+        let ack = self.persist();
+        Box::pin(ack.into_actor(self).map(|res, act, _| {
+            res.map_err(|e| e.to_string())?;
+            Ok(act.view())
+        }))
     }
 }
 
@@ -95,26 +259,58 @@ impl Actor for ParticipantActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(1024);
+        self.deps
+            .metrics
+            .participants
+            .with_label_values(&[self.record.health.state.label()])
+            .inc();
+        self.publish();
+        self.arm_tick(ctx);
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        if let Some(r) = &self.on_stop {
-            r.do_send(Died {
-                kind: ActorKind::Participant,
-                id: self.address.to_string(),
-            });
-        }
+        self.deps
+            .metrics
+            .participants
+            .with_label_values(&[self.record.health.state.label()])
+            .dec();
+        self.deps.on_stop.do_send(Died {
+            kind: ActorKind::Participant,
+            id: self.address.to_string(),
+        });
     }
 }
 
 impl Handler<ParticipantOutcome> for ParticipantActor {
     type Result = ();
 
-    fn handle(&mut self, msg: ParticipantOutcome, _: &mut Self::Context) {
+    fn handle(&mut self, msg: ParticipantOutcome, ctx: &mut Self::Context) {
         self.handled += 1;
-        let next = self.record.with_outcome(&msg.outcome, self.clock.now_ms());
-        self.record = next;
-        self.persist();
+        let now = self.now();
+        let o = &msg.outcome;
+        self.views.insert(
+            o.escrow_id.clone(),
+            (msg.escrow_view, msg.escrow_has_success),
+        );
+        self.record.count(o, now);
+        if !msg.shared {
+            if let Some(sample) = PerfSample::from_outcome(o) {
+                self.record.perf = perf::record(&self.record.perf, &sample, &self.deps.settings);
+            }
+        }
+        let mut facts = OutcomeFacts::from_outcome(o, msg.winner);
+        facts.shared = msg.shared;
+        let draw = rand::random::<f64>() * 2.0 - 1.0;
+        let (next, effects) = health::on_outcome(
+            &self.record.health,
+            &facts,
+            &self.context(),
+            &self.deps.settings,
+            now,
+            draw,
+        );
+        self.commit(next, effects, ctx);
+        self.persist_in_background();
     }
 }
 
@@ -122,11 +318,70 @@ impl Handler<GetParticipant> for ParticipantActor {
     type Result = MessageResult<GetParticipant>;
 
     fn handle(&mut self, _: GetParticipant, _: &mut Self::Context) -> Self::Result {
-        MessageResult(Arc::new(ParticipantView {
-            address: self.address.clone(),
-            record: self.record.clone(),
-            handled: self.handled,
+        MessageResult(self.view())
+    }
+}
+
+impl Handler<Unquarantine> for ParticipantActor {
+    type Result = ResponseActFuture<Self, Result<Arc<ParticipantView>, String>>;
+
+    fn handle(&mut self, _: Unquarantine, ctx: &mut Self::Context) -> Self::Result {
+        let next = health::unquarantine(&self.record.health, &self.deps.settings, self.now());
+        info!(self.log, "unquarantined by an admin"; "stage" => "participant_unquarantined");
+        self.admin_change(next, vec![], ctx)
+    }
+}
+
+impl Handler<Forget> for ParticipantActor {
+    type Result = ResponseActFuture<Self, Result<Arc<ParticipantView>, String>>;
+
+    fn handle(&mut self, _: Forget, ctx: &mut Self::Context) -> Self::Result {
+        info!(self.log, "forgotten by an admin"; "stage" => "participant_forgotten");
+        self.record = ParticipantRecord {
+            health: self.record.health.clone(),
+            ..ParticipantRecord::new(self.address.clone())
+        };
+        self.commit(health::forget(), vec![], ctx);
+        let ack = self
+            .deps
+            .store
+            .delete(ns::PARTICIPANTS, self.address.as_str());
+        Box::pin(ack.into_actor(self).map(|res, act, _| {
+            res.map_err(|e| e.to_string())?;
+            Ok(act.view())
         }))
+    }
+}
+
+impl Handler<ForceEject> for ParticipantActor {
+    type Result = ResponseActFuture<Self, Result<Arc<ParticipantView>, String>>;
+
+    fn handle(&mut self, _: ForceEject, ctx: &mut Self::Context) -> Self::Result {
+        let now = self.now();
+        let mut next = self.record.health.clone();
+        let until_ms = now.saturating_add(self.deps.settings.base_ejection_ms);
+        next.state = HealthStatus::Ejected {
+            until_ms,
+            level: next.level,
+        };
+        next.ejections = next.ejections.saturating_add(1);
+        self.admin_change(
+            next,
+            vec![HealthEffect::Ejected {
+                until_ms,
+                level: self.record.health.level,
+            }],
+            ctx,
+        )
+    }
+}
+
+impl Handler<ApplyHealthSettings> for ParticipantActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ApplyHealthSettings, ctx: &mut Self::Context) {
+        self.deps.settings = msg.0;
+        self.arm_tick(ctx);
     }
 }
 
@@ -135,7 +390,7 @@ impl Handler<InjectPanic> for ParticipantActor {
 
     #[allow(clippy::panic)]
     fn handle(&mut self, _: InjectPanic, _: &mut Self::Context) {
-        if self.fault_injection {
+        if self.deps.fault_injection {
             panic!(
                 "fault injection: participant {} panics on request",
                 self.address

@@ -4,4 +4,4 @@ mod actor;
 pub mod messages;
 pub mod record;
 
-pub use actor::ParticipantActor;
+pub use actor::{ParticipantActor, ParticipantDeps};

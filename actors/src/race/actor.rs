@@ -1,56 +1,69 @@
 //! `RaceActor`: one per client request. Asks its escrow for nonces, runs each attempt as a task
 //! on this arbiter (awc is `!Send`, so races live on the HTTP worker thread that accepted the
-//! request), crowns the first attempt that produces content, cancels the losers, and starts the
-//! next attempt when one fails before content (up to `max_attempts`, and only when the escrow's
-//! verdict says another host may help).
+//! request), crowns by the liveness rule (crown.rs), cancels the losers, starts the next attempt
+//! when one fails before content (up to `max_attempts`, unless the escrow says the fault is
+//! shared), hedges a slow primary when its hedge comes due, and pairs a Suspect/Probation primary
+//! with a Healthy host's attempt.
 //!
 //! - **Owns**: the attempts of this request and the reply to the HTTP edge.
 //! - **Survives a restart**: nothing; a race is never restarted or respawned. If it dies, its
 //!   client gets an error and its escrow still settles every nonce it was given.
-//! - **Timers**: a 1 s client-gone check while no byte has been sent.
+//! - **Timers**: the hedge timer of the primary, the crown hold (`suspect_hold_ms`), and a 1 s
+//!   client-gone check.
 //! - **Who holds its `Addr`**: its own attempt tasks only.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use actix::prelude::*;
 use slog::{info, o, warn, Logger};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use super::{
-    api::{RaceError, RaceReply, RaceSpec, RaceStart, CLIENT_CHANNEL_CAPACITY},
+    api::{RaceError, RaceReply, RaceSpec, RaceStart},
     attempt::AttemptTask,
-    messages::{AttemptFinished, Crown, Delivered, FirstContent, GetRace, RaceSnapshot},
+    errors::{end_error, escrow_error},
+    messages::{AttemptFinished, Crown, Delivered, GetRace, RaceSnapshot, ReceiptSeen},
 };
 use crate::{
     directory::{RaceEnded, RaceStarted},
     escrow::{
-        attempt::AttemptEnd,
         error::EscrowError,
-        messages::{RaceGone, RequestNonce},
+        messages::{AttemptKind, HedgeRequest, NonceGrant, RaceGone, RequestNonce},
     },
+    policy::health::Preference,
     protocol::crypto::Address,
 };
 
 const CLIENT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
-struct AttemptSlot {
-    nonce: u64,
-    host: Address,
-    ended: bool,
+pub(super) struct AttemptSlot {
+    pub nonce: u64,
+    pub host: Address,
+    pub ended: bool,
+    pub preference: Preference,
+    pub sent_ms: i64,
+    pub receipt: bool,
+    pub first_content_ms: Option<i64>,
+    pub kind: &'static str,
     /// Tells this attempt's task to stop (it then reports `Cancelled`).
-    cancel: watch::Sender<bool>,
+    pub cancel: watch::Sender<bool>,
 }
 
 /// The race actor (see the module docs).
 pub struct RaceActor {
-    spec: RaceSpec,
-    log: Logger,
-    reply: Option<oneshot::Sender<Result<RaceStart, RaceError>>>,
-    attempts: Vec<AttemptSlot>,
-    tried: Vec<Address>,
-    winner: Option<usize>,
-    requesting: bool,
-    last_error: Option<RaceError>,
+    pub(super) spec: RaceSpec,
+    pub(super) log: Logger,
+    pub(super) reply: Option<oneshot::Sender<Result<RaceStart, RaceError>>>,
+    pub(super) attempts: Vec<AttemptSlot>,
+    pub(super) tried: Vec<Address>,
+    pub(super) winner: Option<usize>,
+    pub(super) requesting: usize,
+    pub(super) last_error: Option<RaceError>,
+    /// Attempts with content waiting for the crown decision.
+    pub(super) pending_crowns: BTreeMap<usize, oneshot::Sender<Crown>>,
+    pub(super) hold_timer: Option<SpawnHandle>,
+    hedge_timer: Option<SpawnHandle>,
+    paired: bool,
 }
 
 impl RaceActor {
@@ -66,29 +79,50 @@ impl RaceActor {
             attempts: Vec::new(),
             tried: Vec::new(),
             winner: None,
-            requesting: false,
+            requesting: 0,
             last_error: None,
+            pending_crowns: BTreeMap::new(),
+            hold_timer: None,
+            hedge_timer: None,
+            paired: false,
         }
         .start();
         rx
     }
 
-    fn request_attempt(&mut self, ctx: &mut Context<Self>) {
-        self.requesting = true;
+    fn now(&self) -> i64 {
+        self.spec.clock.now_ms()
+    }
+
+    fn request_attempt(&mut self, kind: AttemptKind, ctx: &mut Context<Self>) {
+        if self.attempts.len() + self.requesting >= self.spec.limits.max_attempts {
+            return;
+        }
+        self.requesting += 1;
         let msg = RequestNonce {
             race_id: self.spec.race_id,
             params: self.spec.params.clone(),
             exclude: self.tried.clone(),
+            kind: kind.clone(),
+        };
+        let extra = matches!(kind, AttemptKind::Hedge(_) | AttemptKind::Pair);
+        let label = match kind {
+            AttemptKind::Primary => "primary",
+            AttemptKind::Retry => "retry",
+            AttemptKind::Hedge(_) => "hedge",
+            AttemptKind::Pair => "pair",
         };
         let fut = self
             .spec
             .escrow
             .send(msg)
             .into_actor(self)
-            .map(|res, act, ctx| {
-                act.requesting = false;
+            .map(move |res, act, ctx| {
+                act.requesting -= 1;
                 match res {
-                    Ok(Ok(grant)) => act.launch(grant, ctx),
+                    Ok(Ok(grant)) => act.launch(grant, label, ctx),
+                    Ok(Err(EscrowError::HedgeWait(until_ms))) => act.arm_hedge(until_ms, ctx),
+                    Ok(Err(_)) if extra => act.maybe_finish(ctx),
                     Ok(Err(e)) => act.no_more_attempts(escrow_error(&e), ctx),
                     Err(_) => act.no_more_attempts(
                         RaceError {
@@ -104,18 +138,38 @@ impl RaceActor {
         ctx.spawn(fut);
     }
 
-    fn launch(&mut self, grant: crate::escrow::messages::NonceGrant, ctx: &mut Context<Self>) {
+    fn launch(&mut self, grant: NonceGrant, kind: &'static str, ctx: &mut Context<Self>) {
+        if self.reply.is_none() && self.winner.is_none() {
+            // The client left while the nonce was being granted; the escrow settles it.
+            return;
+        }
         let idx = self.attempts.len();
         info!(self.log, "attempt started"; "stage" => "attempt_started", "nonce" => grant.nonce,
-            "host" => grant.host.short(), "attempt" => idx);
+            "host" => grant.host.short(), "attempt" => idx, "kind" => kind,
+            "preference" => format!("{:?}", grant.preference));
         self.tried.push(grant.host.clone());
         let (cancel, cancelled) = watch::channel(false);
         self.attempts.push(AttemptSlot {
             nonce: grant.nonce,
             host: grant.host.clone(),
             ended: false,
+            preference: grant.preference,
+            sent_ms: self.now(),
+            receipt: false,
+            first_content_ms: None,
+            kind,
             cancel,
         });
+        if idx == 0 {
+            if let Some(due) = grant.hedge_due_ms {
+                self.arm_hedge(due, ctx);
+            }
+            let doubtful = grant.preference != Preference::Healthy;
+            if doubtful && grant.healthy_available && !self.paired {
+                self.paired = true;
+                self.request_attempt(AttemptKind::Pair, ctx);
+            }
+        }
         let task = AttemptTask {
             idx,
             grant,
@@ -129,6 +183,36 @@ impl RaceActor {
         actix::spawn(task.run());
     }
 
+    /// Arms (or re-arms) the primary's hedge timer.
+    fn arm_hedge(&mut self, due_ms: i64, ctx: &mut Context<Self>) {
+        if let Some(h) = self.hedge_timer.take() {
+            ctx.cancel_future(h);
+        }
+        let delay =
+            Duration::from_millis(u64::try_from(due_ms.saturating_sub(self.now())).unwrap_or(0));
+        self.hedge_timer = Some(ctx.run_later(delay, |act, ctx| {
+            act.hedge_timer = None;
+            let Some(primary) = act.attempts.first() else {
+                return;
+            };
+            if act.winner.is_some()
+                || primary.ended
+                || primary.first_content_ms.is_some()
+                || act.reply.is_none()
+            {
+                return;
+            }
+            let req = HedgeRequest {
+                primary: primary.host.clone(),
+                sent_ms: primary.sent_ms,
+                got_receipt: primary.receipt,
+                got_first_content: false,
+                attempts: u32::try_from(act.attempts.len()).unwrap_or(u32::MAX),
+            };
+            act.request_attempt(AttemptKind::Hedge(req), ctx);
+        }));
+    }
+
     /// No further attempt will run: fail the client if nothing was delivered.
     fn no_more_attempts(&mut self, err: RaceError, ctx: &mut Context<Self>) {
         self.last_error = Some(err);
@@ -136,7 +220,7 @@ impl RaceActor {
     }
 
     /// Cancels every running attempt except `keep`.
-    fn cancel_all(&self, keep: Option<usize>) {
+    pub(super) fn cancel_all(&self, keep: Option<usize>) {
         for (i, a) in self.attempts.iter().enumerate() {
             if Some(i) != keep && !a.ended {
                 let _ = a.cancel.send(true);
@@ -144,12 +228,12 @@ impl RaceActor {
         }
     }
 
-    fn running(&self) -> usize {
+    pub(super) fn running(&self) -> usize {
         self.attempts.iter().filter(|a| !a.ended).count()
     }
 
-    fn maybe_finish(&mut self, ctx: &mut Context<Self>) {
-        if self.running() > 0 || self.requesting {
+    pub(super) fn maybe_finish(&mut self, ctx: &mut Context<Self>) {
+        if self.running() > 0 || self.requesting > 0 {
             return;
         }
         if let Some(reply) = self.reply.take() {
@@ -186,7 +270,7 @@ impl Actor for RaceActor {
                 act.maybe_finish(ctx);
             }
         });
-        self.request_attempt(ctx);
+        self.request_attempt(AttemptKind::Primary, ctx);
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
@@ -198,32 +282,17 @@ impl Actor for RaceActor {
     }
 }
 
-impl Handler<FirstContent> for RaceActor {
-    type Result = MessageResult<FirstContent>;
+impl Handler<ReceiptSeen> for RaceActor {
+    type Result = ();
 
-    fn handle(&mut self, msg: FirstContent, _: &mut Self::Context) -> Self::Result {
-        if self.winner.is_some() {
-            return MessageResult(Crown::Lose);
+    fn handle(&mut self, msg: ReceiptSeen, ctx: &mut Self::Context) {
+        if let Some(a) = self.attempts.get_mut(msg.idx) {
+            a.receipt = true;
         }
-        let Some(reply) = self.reply.take() else {
-            return MessageResult(Crown::Lose);
-        };
-        self.winner = Some(msg.idx);
-        if let Some(a) = self.attempts.get(msg.idx) {
-            info!(self.log, "winner selected"; "stage" => "winner_selected", "nonce" => a.nonce,
-                "host" => a.host.short());
-        }
-        // Losers stop at once; they report `Cancelled`.
-        self.cancel_all(Some(msg.idx));
-        if self.spec.params.stream {
-            let (tx, rx) = mpsc::channel(CLIENT_CHANNEL_CAPACITY);
-            if reply.send(Ok(RaceStart::Stream(rx))).is_err() {
-                return MessageResult(Crown::Lose);
-            }
-            MessageResult(Crown::StreamTo(tx))
-        } else {
-            self.reply = Some(reply);
-            MessageResult(Crown::Collect)
+        // The primary's hedge is now due on its first-token estimate: ask again.
+        if msg.idx == 0 && self.hedge_timer.is_some() && self.winner.is_none() {
+            let now = self.now();
+            self.arm_hedge(now, ctx);
         }
     }
 }
@@ -247,6 +316,9 @@ impl Handler<AttemptFinished> for RaceActor {
         if let Some(a) = self.attempts.get_mut(msg.idx) {
             a.ended = true;
         }
+        if let Some(tx) = self.pending_crowns.remove(&msg.idx) {
+            let _ = tx.send(Crown::Lose);
+        }
         if msg.crowned || self.winner.is_some() {
             if msg.crowned && self.reply.is_some() {
                 // A non-streaming winner ended without delivering: fall through to an error.
@@ -255,16 +327,24 @@ impl Handler<AttemptFinished> for RaceActor {
             self.maybe_finish(ctx);
             return;
         }
-        self.last_error = Some(end_error(&msg.end, msg.verdict.shared_fault.clone()));
+        // A Healthy attempt ended: a held doubtful content may be crowned now.
+        self.decide_crown(ctx);
+        let shared = msg
+            .verdict
+            .shared_fault
+            .clone()
+            .map(|m| (m, msg.verdict.shared_status.unwrap_or(502)));
+        self.last_error = Some(end_error(&msg.end, shared.clone()));
         let client_waiting = self.reply.as_ref().is_some_and(|r| !r.is_closed());
-        let may_retry = msg.verdict.retry && msg.verdict.shared_fault.is_none();
-        if client_waiting && may_retry && self.attempts.len() < self.spec.limits.max_attempts {
+        let others_running = self.running() > 0;
+        if shared.is_some() {
+            self.cancel_all(None);
+        } else if client_waiting && msg.verdict.retry && !others_running && self.winner.is_none() {
             info!(self.log, "attempt failed; trying the next host"; "stage" => "attempt_retry",
                 "host" => msg.host.short());
-            self.request_attempt(ctx);
-        } else {
-            self.maybe_finish(ctx);
+            self.request_attempt(AttemptKind::Retry, ctx);
         }
+        self.maybe_finish(ctx);
     }
 }
 
@@ -283,80 +363,11 @@ impl Handler<GetRace> for RaceActor {
                     (
                         a.nonce,
                         a.host.to_string(),
-                        if a.ended { "ended" } else { "running" }.into(),
+                        if a.ended { "ended" } else { a.kind }.into(),
                     )
                 })
                 .collect(),
             winner: self.winner,
         })
-    }
-}
-
-/// The client-facing error of an escrow refusal.
-fn escrow_error(e: &EscrowError) -> RaceError {
-    let (status, kind, retry) = match e {
-        EscrowError::Saturated(_) => (429, "rate_limit_exceeded", Some(1)),
-        EscrowError::AllHostsTried(_) | EscrowError::NoRoutableHost(_) => {
-            (502, "upstream_error", None)
-        }
-        EscrowError::NotActive(_) | EscrowError::NonceLimit(_) | EscrowError::ShuttingDown(_) => {
-            (503, "service_unavailable", Some(5))
-        }
-        EscrowError::Store(_) | EscrowError::Protocol(_) => (500, "internal_error", None),
-    };
-    RaceError {
-        status,
-        kind: kind.into(),
-        message: e.to_string(),
-        retry_after_s: retry,
-    }
-}
-
-/// The client-facing error after the last attempt failed.
-fn end_error(end: &AttemptEnd, shared: Option<String>) -> RaceError {
-    if let Some(message) = shared {
-        return RaceError {
-            status: 502,
-            kind: "upstream_error".into(),
-            message,
-            retry_after_s: None,
-        };
-    }
-    let (status, message) = match end {
-        AttemptEnd::Host(e) => (
-            if e.retry_after().is_some() { 503 } else { 502 },
-            format!("host failed: {e}"),
-        ),
-        AttemptEnd::Stalled => (
-            504,
-            "the host stopped sending before the answer was complete".into(),
-        ),
-        AttemptEnd::EmptyStream => (502, "the host returned an empty answer".into()),
-        AttemptEnd::ErrorEvent { status, message } => (
-            status.filter(|s| (400..600).contains(s)).unwrap_or(502),
-            message.clone(),
-        ),
-        AttemptEnd::ReceiptRejected(e) => {
-            (502, format!("the host's response failed verification: {e}"))
-        }
-        AttemptEnd::Cancelled | AttemptEnd::ClientGone => (499, "request cancelled".into()),
-        AttemptEnd::Completed => (502, "the answer could not be delivered".into()),
-    };
-    let kind = if status == 504 {
-        "timeout"
-    } else if status < 500 {
-        "invalid_request_error"
-    } else {
-        "upstream_error"
-    };
-    let retry_after_s = match end {
-        AttemptEnd::Host(e) => e.retry_after().map(|d| d.as_secs().max(1)),
-        _ => None,
-    };
-    RaceError {
-        status,
-        kind: kind.into(),
-        message,
-        retry_after_s,
     }
 }

@@ -12,6 +12,7 @@ use crate::{
     clock::SharedClock,
     directory::Directory,
     escrow::{messages::InferenceParams, EscrowActor},
+    metrics::ActorMetrics,
 };
 
 /// Bytes of SSE towards the client (already framed: `data: …\n\n`).
@@ -33,6 +34,8 @@ pub struct RaceLimits {
     pub attempt_timeout: Duration,
     /// After the client left, the winner's stream is still drained this long for its finish.
     pub meta_drain: Duration,
+    /// How long a Suspect/Probation attempt's content waits for a Healthy attempt's (ms).
+    pub suspect_hold_ms: i64,
 }
 
 impl Default for RaceLimits {
@@ -43,6 +46,7 @@ impl Default for RaceLimits {
             stall_timeout: Duration::from_secs(60),
             attempt_timeout: Duration::from_secs(20 * 60),
             meta_drain: Duration::from_secs(30),
+            suspect_hold_ms: 500,
         }
     }
 }
@@ -57,6 +61,7 @@ pub struct RaceSpec {
     pub limits: RaceLimits,
     pub clock: SharedClock,
     pub log: Logger,
+    pub metrics: ActorMetrics,
 }
 
 /// Why a race failed before the client got any byte (mapped to an HTTP error at the edge).

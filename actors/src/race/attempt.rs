@@ -16,7 +16,7 @@ use tokio::{
 use super::{
     actor::RaceActor,
     assemble::Assembler,
-    messages::{AttemptFinished, Crown, Delivered, FirstContent},
+    messages::{AttemptFinished, Crown, Delivered, FirstContent, ReceiptSeen},
 };
 use crate::{
     clock::SharedClock,
@@ -209,6 +209,9 @@ impl AttemptTask {
         let now = self.clock.now_ms();
         match event {
             HostEvent::Receipt(receipt) => {
+                if p.timings.receipt_ms.is_none() {
+                    self.race.do_send(ReceiptSeen { idx: self.idx });
+                }
                 p.timings.receipt_ms.get_or_insert(now);
                 let msg = AttemptReceipt {
                     nonce: self.grant.nonce,

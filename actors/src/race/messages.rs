@@ -27,6 +27,13 @@ pub enum Crown {
     Lose,
 }
 
+/// An attempt's receipt arrived (hedge progress).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ReceiptSeen {
+    pub idx: usize,
+}
+
 /// The crowned non-streaming attempt has the whole answer.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]

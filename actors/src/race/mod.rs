@@ -4,6 +4,8 @@ mod actor;
 pub mod api;
 pub mod assemble;
 mod attempt;
+mod crown;
+mod errors;
 pub mod messages;
 
 pub use actor::RaceActor;

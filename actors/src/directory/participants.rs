@@ -1,0 +1,200 @@
+//! Participant routing in the directory: outcomes and admin calls to participant actors, health
+//! changes to the escrows that contain the participant, live health settings.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use futures::future::join_all;
+use slog::error;
+
+use super::{Directory, DirectoryError};
+use crate::{
+    participant::{
+        messages::{
+            ApplyHealthSettings, ForceEject, Forget, GetParticipant, HealthChanged,
+            ParticipantView, Unquarantine,
+        },
+        ParticipantActor, ParticipantDeps,
+    },
+    policy::settings::HealthSettings,
+    protocol::crypto::Address,
+    store::ns,
+};
+
+/// Key of the health settings record.
+pub const HEALTH_SETTINGS_KEY: &str = "health";
+
+/// Admin operations on participants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParticipantOp {
+    Unquarantine,
+    Forget,
+    ForceEject,
+}
+
+/// Runs an admin operation on one participant (`Some`) or on every known one (`None`).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<Vec<Arc<ParticipantView>>, DirectoryError>")]
+pub struct AdminParticipants {
+    pub address: Option<Address>,
+    pub op: ParticipantOp,
+}
+
+/// Every known participant's view (the participants of every registered escrow included).
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<Arc<ParticipantView>>")]
+pub struct ListParticipants;
+
+/// Replaces the health settings (validated by the caller), persisted before the answer, then
+/// applied live by every escrow and participant.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), DirectoryError>")]
+pub struct SetHealthSettings(pub HealthSettings);
+
+/// The current health settings.
+#[derive(Debug, Message)]
+#[rtype(result = "Arc<HealthSettings>")]
+pub struct GetHealthSettings;
+
+impl Directory {
+    pub(crate) fn participant_deps(&self, ctx: &mut Context<Self>) -> ParticipantDeps {
+        ParticipantDeps {
+            store: self.deps.store.clone(),
+            clock: self.deps.clock.clone(),
+            log: self.deps.log.clone(),
+            settings: self.settings.clone(),
+            metrics: self.deps.metrics.clone(),
+            fault_injection: self.deps.fault_injection,
+            changes: ctx.address().recipient(),
+            on_stop: ctx.address().recipient(),
+        }
+    }
+
+    /// Every address that appears in a registered escrow, plus any participant already known.
+    fn all_addresses(&self) -> Vec<Address> {
+        let mut out: Vec<Address> = self.participants.keys().cloned().collect();
+        for e in self.escrows.values() {
+            for h in &e.info.hosts {
+                if !out.contains(&h.address) {
+                    out.push(h.address.clone());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn participant_addrs(
+        &mut self,
+        only: Option<Address>,
+        ctx: &mut Context<Self>,
+    ) -> Vec<Addr<ParticipantActor>> {
+        let targets = match only {
+            Some(a) => vec![a],
+            None => self.all_addresses(),
+        };
+        targets
+            .iter()
+            .filter_map(|a| self.participant(a, ctx).ok())
+            .collect()
+    }
+}
+
+impl Handler<HealthChanged> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: HealthChanged, _: &mut Self::Context) {
+        for e in self.escrows.values() {
+            if e.info.hosts.iter().any(|h| h.address == msg.address) {
+                if let Some(addr) = &e.slot.addr {
+                    addr.do_send(msg.clone());
+                }
+            }
+        }
+    }
+}
+
+impl Handler<AdminParticipants> for Directory {
+    type Result = ResponseFuture<Result<Vec<Arc<ParticipantView>>, DirectoryError>>;
+
+    fn handle(&mut self, msg: AdminParticipants, ctx: &mut Self::Context) -> Self::Result {
+        let addrs = self.participant_addrs(msg.address, ctx);
+        Box::pin(async move {
+            let calls = addrs.iter().map(|a| async move {
+                match msg.op {
+                    ParticipantOp::Unquarantine => a.send(Unquarantine).await,
+                    ParticipantOp::Forget => a.send(Forget).await,
+                    ParticipantOp::ForceEject => a.send(ForceEject).await,
+                }
+            });
+            let mut out = Vec::new();
+            for r in join_all(calls).await {
+                match r {
+                    Ok(Ok(view)) => out.push(view),
+                    Ok(Err(e)) => return Err(DirectoryError::Admin(e)),
+                    Err(e) => return Err(DirectoryError::Admin(e.to_string())),
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
+impl Handler<ListParticipants> for Directory {
+    type Result = ResponseFuture<Vec<Arc<ParticipantView>>>;
+
+    fn handle(&mut self, _: ListParticipants, ctx: &mut Self::Context) -> Self::Result {
+        let addrs = self.participant_addrs(None, ctx);
+        Box::pin(async move {
+            let views = join_all(addrs.iter().map(|a| a.send(GetParticipant))).await;
+            views.into_iter().filter_map(Result::ok).collect()
+        })
+    }
+}
+
+impl Handler<SetHealthSettings> for Directory {
+    type Result = ResponseActFuture<Self, Result<(), DirectoryError>>;
+
+    fn handle(&mut self, msg: SetHealthSettings, _: &mut Self::Context) -> Self::Result {
+        let value = serde_json::to_value(&msg.0).unwrap_or_default();
+        let ack = self
+            .deps
+            .store
+            .put(ns::SETTINGS, HEALTH_SETTINGS_KEY, value);
+        let settings = Arc::new(msg.0);
+        Box::pin(ack.into_actor(self).map(move |res, act, _| {
+            res?;
+            act.settings = settings.clone();
+            for p in act.participants.values() {
+                if let Some(a) = &p.addr {
+                    a.do_send(ApplyHealthSettings(settings.clone()));
+                }
+            }
+            for e in act.escrows.values() {
+                if let Some(a) = &e.slot.addr {
+                    a.do_send(ApplyHealthSettings(settings.clone()));
+                }
+            }
+            Ok(())
+        }))
+    }
+}
+
+impl Handler<GetHealthSettings> for Directory {
+    type Result = MessageResult<GetHealthSettings>;
+
+    fn handle(&mut self, _: GetHealthSettings, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.settings.clone())
+    }
+}
+
+/// Loads the persisted health settings (defaults when absent or unreadable).
+pub(crate) fn load_settings(dir: &Directory) -> HealthSettings {
+    match dir.deps.store.get(ns::SETTINGS, HEALTH_SETTINGS_KEY) {
+        Ok(Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| {
+            error!(dir.deps.log, "health settings unreadable; using defaults"; "error" => %e);
+            HealthSettings::default()
+        }),
+        _ => HealthSettings::default(),
+    }
+}
