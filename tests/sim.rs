@@ -1,0 +1,22 @@
+//! The simulated devshard network, black-box over loopback HTTP: the protocol paths, every
+//! fault knob, the chain and control APIs and the `sim` command. Time-based tests run on
+//! tokio's paused clock, which the simulator shares.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "sim/client.rs"]
+mod client;
+
+#[path = "sim/chain.rs"]
+mod chain;
+#[path = "sim/cli.rs"]
+mod cli;
+#[path = "sim/control.rs"]
+mod control;
+#[path = "sim/faults.rs"]
+mod faults;
+#[path = "sim/protocol.rs"]
+mod protocol;
+#[path = "sim/rejections.rs"]
+mod rejections;
+#[path = "sim/timeouts.rs"]
+mod timeouts;
