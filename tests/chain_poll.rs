@@ -14,5 +14,7 @@ mod backoff;
 mod day;
 #[path = "chain_poll/live.rs"]
 mod live;
+#[path = "chain_poll/nginx.rs"]
+mod nginx;
 #[path = "chain_poll/staleness.rs"]
 mod staleness;

@@ -103,8 +103,18 @@ impl Polling {
         self.changes.lock().unwrap().clone()
     }
 
-    /// Value of a metric sample with these labels (0 when absent).
+    /// Value of the first metric sample with these labels (0 when absent).
     pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.samples(name, labels).first().copied().unwrap_or(0.0)
+    }
+
+    /// Sum of every sample with these labels.
+    pub fn metric_sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.samples(name, labels).iter().sum()
+    }
+
+    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        let mut out = Vec::new();
         for family in self.registry.gather() {
             if family.name() != name {
                 continue;
@@ -116,14 +126,17 @@ impl Polling {
                         .any(|l| l.name() == *k && l.value() == *v)
                 });
                 if matches {
-                    if family.get_field_type() == prometheus::proto::MetricType::COUNTER {
-                        return m.get_counter().get_value();
-                    }
-                    return m.get_gauge().get_value();
+                    out.push(
+                        if family.get_field_type() == prometheus::proto::MetricType::COUNTER {
+                            m.get_counter().get_value()
+                        } else {
+                            m.get_gauge().get_value()
+                        },
+                    );
                 }
             }
         }
-        0.0
+        out
     }
 }
 

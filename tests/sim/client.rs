@@ -51,7 +51,9 @@ impl std::ops::Deref for TestNet {
 /// Starts a network on a `TokioClock` anchored at [`T0_MS`] (follows the paused clock).
 pub async fn start(cfg: SimConfig) -> TestNet {
     let clock = TokioClock::anchored_at(T0_MS);
-    let net = SimNetwork::start(cfg, clock.clone().shared()).await.unwrap();
+    let net = SimNetwork::start(cfg, clock.clone().shared())
+        .await
+        .unwrap();
     TestNet { net, clock }
 }
 

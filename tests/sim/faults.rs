@@ -14,8 +14,7 @@ use devshard_gateway::sim::Faults;
 use tokio::time::Instant;
 
 use crate::client::{
-    TestNet,
-    config, event_times, read_stream, read_stream_with, start, End, Session, Streamed,
+    config, event_times, read_stream, read_stream_with, start, End, Session, Streamed, TestNet,
 };
 
 const PROMPT: &[u8] =
