@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-/// The raw epoch phase (`phase` of `epochs/latest`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The raw epoch phase (`phase` of `epochs/latest`); serializes as the chain's string.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EpochPhase {
     Inference,
     PoCGenerate,
@@ -51,6 +51,12 @@ impl EpochPhase {
             EpochPhase::PoCValidateWindDown => "PoCValidateWindDown",
             EpochPhase::Other(s) => s,
         }
+    }
+}
+
+impl Serialize for EpochPhase {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -309,60 +315,4 @@ pub fn parse_versions(body: &[u8]) -> Result<BTreeMap<String, bool>, String> {
             ))
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn epoch_with_strings_and_cpoc_int() {
-        let body = br#"{"block_height":"1234","phase":"PoCValidate",
-            "latest_epoch":{"index":"7","poc_start_block_height":1200},
-            "epoch_stages":{"poc_validation_end":"1270","set_new_validators":1270},
-            "active_confirmation_poc_event":{"phase":2,"trigger_height":"1100"}}"#;
-        let e = parse_epoch(body).unwrap();
-        assert_eq!((e.block_height, e.epoch_index), (1234, 7));
-        assert_eq!(e.phase_kind(), PhaseKind::PoC);
-        assert!(e.is_validation());
-        assert_eq!(e.poc_end_height(), Some(1270));
-        assert_eq!(e.confirmation_poc, Some((CpocPhase::Generation, 1100)));
-        let body = br#"{"block_height":5,"phase":"Inference","active_confirmation_poc_event":
-            {"phase":"CONFIRMATION_POC_GRACE_PERIOD","trigger_height":4}}"#;
-        let e = parse_epoch(body).unwrap();
-        assert_eq!(e.phase_kind(), PhaseKind::ConfirmationPoC);
-        let body =
-            br#"{"block_height":5,"phase":"Inference","active_confirmation_poc_event":null}"#;
-        assert_eq!(
-            parse_epoch(body).unwrap().phase_kind(),
-            PhaseKind::Inference
-        );
-        assert!(parse_epoch(br#"{"phase":"Inference"}"#).is_err());
-        assert!(parse_epoch(b"<html>").is_err());
-    }
-
-    #[test]
-    fn participants_and_versions() {
-        let body = br#"{"active_participants":{"participants":[
-            {"index":"gonka1a","inference_url":"http://a:8000","weight":"10","models":["m1","m2"],
-             "ml_nodes":[{"ml_nodes":[{"node_id":"n1","timeslot_allocation":[true,true],"poc_weight":5}]},
-                         {"ml_nodes":[{"node_id":"n2","timeslot_allocation":[true,false],"poc_weight":"6"}]}]},
-            {"index":"","inference_url":"http://x"}]}}"#;
-        let p = parse_participants(body).unwrap();
-        assert_eq!(p.len(), 1);
-        let a = &p["gonka1a"];
-        assert_eq!(a.weight, 10);
-        assert!(a.nodes_for("m1").all(|n| n.preserved));
-        assert_eq!(
-            a.nodes_for("m2")
-                .next()
-                .map(|n| (n.preserved, n.poc_weight)),
-            Some((false, 6))
-        );
-        let v =
-            parse_versions(br#"{"mlnodes":[{"node_id":"n1","poc_validation_inference":true}]}"#)
-                .unwrap();
-        assert_eq!(v.get("n1"), Some(&true));
-        assert!(parse_versions(b"{}").is_err());
-    }
 }
