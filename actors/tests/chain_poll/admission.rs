@@ -182,3 +182,12 @@ fn the_view_serializes_for_the_debug_endpoint() {
     assert_eq!(json["settings"]["chain_phase_poll_interval_ms"], 20_000);
     assert!(json["participants"]["participants"]["gonka1a"].is_object());
 }
+
+#[test]
+fn the_poller_and_its_view_cross_threads() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<devshard_actors::chain::ChainPoller>();
+    send_sync::<ChainView>();
+    send_sync::<devshard_actors::chain::HostGates>();
+}
