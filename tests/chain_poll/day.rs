@@ -8,7 +8,9 @@ use std::{
 };
 
 use devshard_actors::{
-    chain::{admission, Admission, ChainChange, ChainPollSettings, GetSnapshot, PocMode},
+    chain::{
+        admission, Admission, ChainChange, ChainPollSettings, ChainView, GetSnapshot, PocMode,
+    },
     clock::TokioClock,
 };
 use devshard_gateway::sim::{ChainRequest, EpochSchedule, Profile, SimConfig, SimNetwork};
@@ -69,22 +71,28 @@ async fn a_simulated_day_stays_within_six_per_minute_and_sees_every_phase() {
     let h0 = net.epoch().block_height;
     let p = Polling::start(net.chain_url(), ChainPollSettings::default(), clock.clone());
 
-    // Three escrows read the snapshot every 5 s and decide admission from it.
-    let decisions: Arc<Mutex<Vec<(i64, bool)>>> = Arc::default();
+    // Three escrows read the snapshot every 5 s and decide admission from it; the decision from
+    // the last pushed view (what a subscriber caches) must be the same.
+    let decisions: Arc<Mutex<Vec<(i64, bool, bool)>>> = Arc::default();
     for _ in 0..3 {
         let (poller, clock, decisions) = (p.poller.clone(), clock.clone(), decisions.clone());
+        let pushed = p.latest.clone();
         actix_rt::spawn(async move {
+            let refused = |view: &ChainView, now| {
+                matches!(
+                    admission(view, PocMode::Off, "any", now),
+                    Admission::Refuse { .. }
+                )
+            };
             loop {
                 tokio::time::sleep(Duration::from_secs(5)).await;
                 let Ok(view) = poller.send(GetSnapshot).await else {
                     return;
                 };
                 let now = clock.now_ms();
-                let refused = matches!(
-                    admission(&view, PocMode::Off, "any", now),
-                    Admission::Refuse { .. }
-                );
-                decisions.lock().unwrap().push((now, refused));
+                let cached = pushed.lock().unwrap().clone().unwrap();
+                let entry = (now, refused(&view, now), refused(&cached, now));
+                decisions.lock().unwrap().push(entry);
             }
         });
     }
@@ -193,7 +201,11 @@ async fn a_simulated_day_stays_within_six_per_minute_and_sees_every_phase() {
         let h = h0 + u64::try_from(t - T0_MS).unwrap() / schedule.block_time_ms;
         h % schedule.epoch_length < schedule.poc_blocks()
     };
-    for (t, refused) in decisions {
+    for (t, refused, cached) in decisions {
+        assert_eq!(
+            refused, cached,
+            "a subscriber's cached view decides the same at {t}"
+        );
         if t - T0_MS > 22_000 && in_poc(t) == in_poc(t - 22_000) {
             assert_eq!(refused, in_poc(t), "admission at {t}");
         }

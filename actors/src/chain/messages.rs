@@ -16,8 +16,9 @@ use super::{
 #[rtype(result = "Arc<ChainView>")]
 pub struct GetSnapshot;
 
-/// Sends `ChainChanged` to the recipient on every change (and once right away with the current
-/// view). Closed recipients are dropped.
+/// Sends `ChainChanged` to the recipient after every successful poll and on every change (and
+/// once right away with the current view). Closed recipients are dropped. A subscriber may cache
+/// the latest view and call [`admission`](super::admission()) on it with the current time.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Subscribe(pub Recipient<ChainChanged>);
@@ -71,6 +72,12 @@ pub enum ChainChange {
         miner: Option<String>,
     },
     SettingsApplied,
+    /// A poll succeeded (sent after every one, so a subscriber's copy of the view is never older
+    /// than the last good poll; ages and staleness are then computed from its timestamps).
+    Refreshed {
+        endpoint: &'static str,
+        miner: Option<String>,
+    },
 }
 
 /// Pushed to subscribers.

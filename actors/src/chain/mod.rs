@@ -15,11 +15,14 @@
 //!
 //! # Wiring
 //! ```text
-//! let gates = HostGates::new(&settings);                 // one per process
-//! let poller = ChainPoller::new(public_api, settings, ChainPollerDeps{clock, log, metrics, gates})?.start();
-//! poller.do_send(Subscribe(recipient));                  // Arc<ChainView> on every change
-//! match admission(&view, view.settings.poc_request_mode, model, clock.now_ms()) { … }
-//! poller.send(ApplyPollSettings(new)).await??;           // PUT /v1/admin/settings, live
+//! let gates = HostGates::new(&settings);                  // one per process, shared by pollers
+//! let metrics = ChainMetrics::register(&registry)?;       // once per registry
+//! let poller = ChainPoller::new(public_api, settings, ChainPollerDeps { clock, log, metrics, gates })?
+//!     .start();                                           // inside the actix system (awc)
+//! poller.do_send(Subscribe(recipient));  // Arc<ChainView> after every good poll and every change
+//! match admission(&cached_view, mode, model, clock.now_ms()) { Serve | Refuse{..} | ServeOnly{..} }
+//! poller.send(ApplyPollSettings(new)).await??;            // PUT /v1/admin/settings, live
+//! poller.send(GetSnapshot).await?;                        // /v1/debug/actors (serde)
 //! ```
 
 pub mod admission;

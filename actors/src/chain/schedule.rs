@@ -10,6 +10,7 @@ use slog::{debug, info, warn};
 
 use super::{
     fetch::{self, Fetched},
+    messages::ChainChange,
     poller::ChainPoller,
     view::{ENDPOINT_EPOCHS, ENDPOINT_PARTICIPANTS, ENDPOINT_VERSIONS},
 };
@@ -191,6 +192,13 @@ impl ChainPoller {
                 match self.apply_body(&target, &body, now, ctx) {
                     Ok(c) => {
                         changes = c;
+                        changes.push(ChainChange::Refreshed {
+                            endpoint: target.label(),
+                            miner: match &target {
+                                Target::Versions(a) => Some(a.clone()),
+                                _ => None,
+                            },
+                        });
                         None
                     }
                     Err(e) => {
