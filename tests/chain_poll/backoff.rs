@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use devshard_actors::chain::ChainPollSettings;
+use devshard_actors::{
+    chain::{ChainPollSettings, HostGates, StopPoller},
+    clock::SharedClock,
+};
 
 use crate::{
     harness::{gaps, paused_clock, Polling, T0_MS},
@@ -13,8 +16,8 @@ use crate::{
 const LATEST: &str = "/v1/epochs/latest";
 const PARTICIPANTS: &str = "/v1/epochs/current/participants";
 
-async fn healthy_upstream() -> Upstream {
-    let up = Upstream::start(paused_clock()).await;
+async fn healthy_upstream(clock: SharedClock) -> Upstream {
+    let up = Upstream::start(clock).await;
     up.set(
         LATEST,
         Reply::ok(epoch_body(1_000, "Inference", 10, 400, 470)),
@@ -34,13 +37,14 @@ fn requests_between(up: &Upstream, after: i64, before: i64) -> Vec<(i64, String)
 #[actix_rt::test]
 async fn retry_after_seconds_holds_every_request_to_the_host() {
     tokio::time::pause();
-    let up = healthy_upstream().await;
+    let clock = paused_clock();
+    let up = healthy_upstream(clock.clone()).await;
     up.push(
         LATEST,
         Reply::ok(epoch_body(1_000, "Inference", 10, 400, 470)),
     );
     up.push(LATEST, Reply::status(503).header("Retry-After", "120"));
-    let p = Polling::start(&up.url, ChainPollSettings::default(), paused_clock());
+    let p = Polling::start(&up.url, ChainPollSettings::default(), clock);
     tokio::time::sleep(Duration::from_secs(60)).await;
 
     let latest = up.times(LATEST);
@@ -84,14 +88,15 @@ async fn retry_after_seconds_holds_every_request_to_the_host() {
 #[actix_rt::test]
 async fn retry_after_http_date_is_honoured() {
     tokio::time::pause();
-    let up = healthy_upstream().await;
+    let clock = paused_clock();
+    let up = healthy_upstream(clock.clone()).await;
     // The very first phase poll (at T0) is told to come back at T0 + 120 s, as a date.
     let deadline = T0_MS + 120_000;
     up.push(
         LATEST,
         Reply::status(429).header("Retry-After", http_date(deadline)),
     );
-    let p = Polling::start(&up.url, ChainPollSettings::default(), paused_clock());
+    let p = Polling::start(&up.url, ChainPollSettings::default(), clock);
     tokio::time::sleep(Duration::from_secs(400)).await;
 
     let latest = up.times(LATEST);
@@ -118,10 +123,11 @@ async fn retry_after_http_date_is_honoured() {
 #[actix_rt::test]
 async fn a_run_of_503s_without_retry_after_backs_off_exponentially_to_the_cap() {
     tokio::time::pause();
-    let up = Upstream::start(paused_clock()).await;
+    let clock = paused_clock();
+    let up = Upstream::start(clock.clone()).await;
     up.set(LATEST, Reply::status(503));
     up.set(PARTICIPANTS, Reply::status(503));
-    let p = Polling::start(&up.url, ChainPollSettings::default(), paused_clock());
+    let p = Polling::start(&up.url, ChainPollSettings::default(), clock);
     tokio::time::sleep(Duration::from_secs(3 * 3_600)).await;
 
     let mut times: Vec<i64> = up.log().into_iter().map(|(t, _)| t).collect();
@@ -141,4 +147,27 @@ async fn a_run_of_503s_without_retry_after_backs_off_exponentially_to_the_cap() 
     assert!(view.hosts[0].backoff_level >= 10);
     assert!(!view.hosts[0].last_backoff_from_retry_after);
     assert!(view.epoch.is_none(), "never a snapshot from a 503");
+}
+
+#[actix_rt::test]
+async fn a_restarted_poller_still_honours_the_retry_after_deadline() {
+    tokio::time::pause();
+    let clock = paused_clock();
+    let up = healthy_upstream(clock.clone()).await;
+    up.push(LATEST, Reply::status(503).header("Retry-After", "120"));
+    let settings = ChainPollSettings::default();
+    let gates = HostGates::new(&settings);
+    let first = Polling::start_with_gates(&up.url, settings.clone(), clock.clone(), gates.clone());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let t503 = up.times(LATEST)[0];
+    first.poller.send(StopPoller).await.unwrap();
+    // A new poller (a restart) with the process's gates: its first poll waits for the deadline.
+    let _second = Polling::start_with_gates(&up.url, settings, clock, gates);
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(requests_between(&up, t503, t503 + 120_000), vec![]);
+    let latest = up.times(LATEST);
+    assert!(
+        (t503 + 120_000..t503 + 120_050).contains(&latest[1]),
+        "{latest:?}"
+    );
 }

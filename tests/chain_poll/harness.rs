@@ -66,12 +66,23 @@ pub struct Polling {
 impl Polling {
     /// Starts a poller of `api` with `settings`, jitter seeded with 7.
     pub fn start(api: &str, settings: ChainPollSettings, clock: SharedClock) -> Polling {
+        let gates = HostGates::new(&settings);
+        Polling::start_with_gates(api, settings, clock, gates)
+    }
+
+    /// Same, sharing `gates` (the budget and back-off) with other pollers.
+    pub fn start_with_gates(
+        api: &str,
+        settings: ChainPollSettings,
+        clock: SharedClock,
+        gates: HostGates,
+    ) -> Polling {
         let registry = Registry::new();
         let deps = ChainPollerDeps {
             clock: clock.clone(),
             log: logger(),
             metrics: ChainMetrics::register(&registry).unwrap(),
-            gates: HostGates::new(&settings),
+            gates,
         };
         let poller = ChainPoller::new(api, settings, deps)
             .unwrap()

@@ -178,6 +178,10 @@ impl ChainPoller {
         let now = self.now();
         let Some(ep) = self.endpoint_mut(&target) else {
             // The miner left the participants list while its request was in flight.
+            self.metrics
+                .requests
+                .with_label_values(&[target.label(), &fetched.status_label()])
+                .inc();
             return;
         };
         ep.in_flight = false;
