@@ -7,6 +7,7 @@
 //! - [`protocol`]: wire schema, signatures, the deterministic state machine, SSE framing.
 //! - [`policy`]: pure decision functions (attribution, …), unit-tested without a runtime.
 //! - [`escrow`], [`participant`], [`race`], [`directory`]: the actors.
+//! - [`chain`]: the chain poller (epoch/phase, participants, versions), its budget and phase gating.
 //! - [`host`]: the awc client for devshard hosts and its typed errors.
 //! - [`store`], [`clock`]: what actors are given (traits), so tests can use memory and paused time.
 //!
@@ -20,6 +21,7 @@
 //! committed state in the store, within a restart budget; a race is never respawned (its client
 //! gets an error; its escrow still settles every nonce the race was given).
 
+pub mod chain;
 pub mod clock;
 pub mod directory;
 pub mod escrow;
