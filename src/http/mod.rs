@@ -11,6 +11,7 @@ pub mod error;
 pub mod normalize;
 pub mod openai;
 pub mod ops;
+pub mod participants;
 pub mod sse;
 
 use std::sync::atomic::Ordering;
@@ -75,6 +76,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 web::resource("/escrows/{id}")
                     .route(web::get().to(admin::get_escrow))
                     .route(web::delete().to(admin::delete_escrow))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/participants")
+                    .route(web::get().to(participants::list))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/participants/unquarantine")
+                    .route(web::post().to(participants::unquarantine))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/participants/forget")
+                    .route(web::post().to(participants::forget))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/participants/eject")
+                    .route(web::post().to(participants::eject))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
