@@ -6,6 +6,8 @@
 mod flow;
 #[path = "gateway/harness.rs"]
 mod harness;
+#[path = "gateway/health.rs"]
+mod health;
 #[path = "gateway/http_edge.rs"]
 mod http_edge;
 #[path = "gateway/late_finish.rs"]

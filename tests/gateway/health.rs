@@ -1,0 +1,286 @@
+//! Host health end to end (HEALTH.md §1–§2, seed 000): shared faults change no host's health and
+//! fail fast with a clear cause; forget/unquarantine of everyone lets the next request succeed;
+//! probation with no Healthy host still serves; host-borne faults on 2 of 7 hosts eject exactly
+//! those 2, and they come back through probation.
+
+use std::time::Duration;
+
+use devshard_actors::{
+    directory::{AdminParticipants, ListParticipants, ParticipantOp},
+    policy::health::HealthState,
+};
+use devshard_gateway::sim::{Faults, Profile, SimConfig};
+
+use super::harness::{Answer, Harness};
+
+fn seven() -> SimConfig {
+    let mut cfg = SimConfig::with_seed("health");
+    cfg.hosts = 7;
+    cfg.profile = Profile::Zero;
+    cfg
+}
+
+async fn states(h: &Harness) -> Vec<(String, String, f64)> {
+    let mut v: Vec<_> = h
+        .directory
+        .send(ListParticipants)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| (p.address.to_string(), p.state.to_string(), p.strikes))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+async fn health_of(h: &Harness, i: usize) -> (String, HealthState) {
+    let views = h.directory.send(ListParticipants).await.unwrap();
+    let v = views
+        .iter()
+        .find(|p| p.address == h.host(i))
+        .expect("participant known")
+        .clone();
+    (v.state.to_string(), v.record.health.clone())
+}
+
+async fn warm_up(h: &Harness, n: usize) {
+    for i in 0..n {
+        assert!(h
+            .chat(Harness::body(&format!("warm {i}"), true))
+            .await
+            .is_success());
+    }
+}
+
+#[actix_rt::test]
+async fn shared_faults_on_every_host_change_no_health_and_fail_fast() {
+    tokio::time::pause();
+    let cases: [(&str, Faults, u16, &str); 5] = [
+        (
+            "403 owner",
+            Faults {
+                http_status: Some(403),
+                ..Default::default()
+            },
+            502,
+            "escrow owner",
+        ),
+        (
+            "404",
+            Faults {
+                http_status: Some(404),
+                ..Default::default()
+            },
+            502,
+            "route",
+        ),
+        (
+            "401 drift",
+            Faults {
+                http_status: Some(401),
+                ..Default::default()
+            },
+            502,
+            "clock",
+        ),
+        (
+            "503 disabled",
+            Faults {
+                http_status: Some(503),
+                ..Default::default()
+            },
+            503,
+            "overloaded",
+        ),
+        (
+            "unreachable",
+            Faults {
+                refuse_connections: true,
+                ..Default::default()
+            },
+            502,
+            "reached",
+        ),
+    ];
+    for (name, faults, status, cause) in cases {
+        let h = Harness::start(seven()).await;
+        warm_up(&h, 3).await;
+        let before = states(&h).await;
+        let nonce_before = h.snapshot("42").await.nonce;
+        h.sim.set_all_faults(faults);
+        let a = h.chat(Harness::body(name, true)).await;
+        let Answer::Failed(e) = a else {
+            panic!("{name}: expected a failure, got {a:?}")
+        };
+        assert_eq!(e.status, status, "{name}: {e:?}");
+        assert!(
+            e.message.contains(cause),
+            "{name}: the message names the cause: {}",
+            e.message
+        );
+        let used = h.snapshot("42").await.nonce - nonce_before;
+        assert!(
+            used <= 2,
+            "{name}: fails fast, two hosts at most ({used} nonces)"
+        );
+        // Past the correlation window nothing was struck either.
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        let after = states(&h).await;
+        for ((a, sa, _), (_, sb, strikes)) in before.iter().zip(&after) {
+            assert_eq!((sa, *strikes), (sb, 0.0), "{name}: {a} unchanged");
+        }
+        h.sim.clear_all_faults();
+        assert!(
+            h.chat(Harness::body("after", true)).await.is_success(),
+            "{name}: next request succeeds"
+        );
+    }
+}
+
+#[actix_rt::test]
+async fn after_everyone_is_ejected_forget_all_serves_the_next_request() {
+    tokio::time::pause();
+    let h = Harness::start(seven()).await;
+    warm_up(&h, 2).await;
+    h.directory
+        .send(AdminParticipants {
+            address: None,
+            op: ParticipantOp::ForceEject,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(states(&h).await.iter().all(|(_, s, _)| s == "ejected"));
+    // Panic mode: with no routable host the least-bad hosts are raced anyway.
+    assert!(h.chat(Harness::body("panic mode", true)).await.is_success());
+    h.directory
+        .send(AdminParticipants {
+            address: None,
+            op: ParticipantOp::Forget,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(states(&h).await.iter().all(|(_, s, _)| s == "healthy"));
+    assert!(h
+        .chat(Harness::body("after forget", true))
+        .await
+        .is_success());
+    // Unquarantine also serves at once (hosts go to probation, which is a preference only).
+    h.directory
+        .send(AdminParticipants {
+            address: None,
+            op: ParticipantOp::ForceEject,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    h.directory
+        .send(AdminParticipants {
+            address: None,
+            op: ParticipantOp::Unquarantine,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(states(&h).await.iter().all(|(_, s, _)| s == "probation"));
+    assert!(h
+        .chat(Harness::body("after unquarantine", true))
+        .await
+        .is_success());
+}
+
+#[actix_rt::test]
+async fn probation_with_no_healthy_host_still_serves_and_hosts_recover() {
+    tokio::time::pause();
+    let h = Harness::start(seven()).await;
+    warm_up(&h, 2).await;
+    h.directory
+        .send(AdminParticipants {
+            address: None,
+            op: ParticipantOp::ForceEject,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    // Ejections expire (30 s ± 20 %) into probation; nobody is Healthy.
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert!(
+        states(&h).await.iter().all(|(_, s, _)| s == "probation"),
+        "{:?}",
+        states(&h).await
+    );
+    for i in 0..21 {
+        let a = h
+            .chat(Harness::body(&format!("probation {i}"), i % 2 == 0))
+            .await;
+        assert!(a.is_success(), "suspect winners are crowned: {a:?}");
+    }
+    // Each host finished at least two attempts: all Healthy again.
+    let s = states(&h).await;
+    assert!(s.iter().all(|(_, st, _)| st == "healthy"), "{s:?}");
+}
+
+async fn two_bad_hosts(faults: Faults, label: &str) {
+    let h = Harness::start(seven()).await;
+    warm_up(&h, 3).await;
+    h.sim.set_faults(2, faults.clone()).unwrap();
+    h.sim.set_faults(5, faults).unwrap();
+    for i in 0..30 {
+        let a = h.chat(Harness::body(&format!("{label} {i}"), true)).await;
+        assert!(a.is_success(), "{label}: requests still succeed: {a:?}");
+    }
+    for i in 0..7 {
+        let (state, health) = health_of(&h, i).await;
+        if i == 2 || i == 5 {
+            assert_eq!(state, "ejected", "{label}: host {i} ejected");
+            assert!(health.ejections >= 1);
+        } else {
+            assert_eq!(state, "healthy", "{label}: host {i} untouched");
+        }
+    }
+    // Healed: after the ejection, probation, then Healthy after two finished attempts each.
+    h.sim.clear_faults(2).unwrap();
+    h.sim.clear_faults(5).unwrap();
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert_eq!(health_of(&h, 2).await.0, "probation", "{label}");
+    for i in 0..30 {
+        assert!(h
+            .chat(Harness::body(&format!("{label} healed {i}"), true))
+            .await
+            .is_success());
+    }
+    for i in [2, 5] {
+        assert_eq!(
+            health_of(&h, i).await.0,
+            "healthy",
+            "{label}: host {i} back"
+        );
+    }
+}
+
+#[actix_rt::test]
+async fn refusing_hosts_are_ejected_and_return_through_probation() {
+    tokio::time::pause();
+    two_bad_hosts(
+        Faults {
+            refuse_connections: true,
+            ..Default::default()
+        },
+        "refuse",
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn empty_streams_while_peers_succeed_eject_exactly_those_hosts() {
+    tokio::time::pause();
+    two_bad_hosts(
+        Faults {
+            empty_stream: true,
+            ..Default::default()
+        },
+        "empty",
+    )
+    .await;
+}
