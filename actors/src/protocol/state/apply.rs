@@ -141,7 +141,7 @@ impl StateMachine {
             validated_by: 0,
         };
         self.st.balance = balance;
-        self.st.records.insert(m.inference_id, rec);
+        self.st.records.put(rec);
         Ok(())
     }
 
@@ -166,7 +166,7 @@ impl StateMachine {
         let mut rec = rec.clone();
         rec.status = InferenceStatus::Started;
         rec.confirmed_at = m.confirmed_at;
-        self.st.records.insert(m.inference_id, rec);
+        self.st.records.put(rec);
         Ok(())
     }
 
@@ -213,7 +213,7 @@ impl StateMachine {
         rec.actual_cost = actual;
         self.st.balance = balance;
         self.st.host_stats[idx] = stats;
-        self.st.records.insert(m.inference_id, rec);
+        self.st.records.put(rec);
         Ok(())
     }
 

@@ -8,12 +8,15 @@
 //! - `apply.rs`, `timeout.rs`, `validate.rs` — the effect of each transaction kind.
 //! - `seal.rs`    — per-nonce fee, phase transitions, auto-seal and the settlement drain.
 //! - `root.rs`    — the "v2" state root.
+//! - `records.rs` — the live record map with cached encodings and incremental live hash.
 //! - `content.rs` — the signed byte strings (receipts, proposer sigs, votes, state sigs).
 //! - `snapshot.rs` — [`StateSnapshot`], a serializable copy for persistence.
 //!
 //! # Atomicity
 //! Every apply works on a clone and commits by swapping it in, so a failing diff (or an aborted
-//! best-effort composition) leaves the machine untouched. Within a best-effort composition each
+//! best-effort composition) leaves the machine untouched. The clone is shallow: the live records
+//! are copy-on-write chunks (`records.rs`), so a clone copies one pointer per 64 records and an
+//! apply copies only the chunks it writes. Within a best-effort composition each
 //! transaction is additionally check-first-commit-last: all validation and arithmetic happens on
 //! local copies before anything is written, so a skipped transaction leaves no trace.
 
@@ -22,6 +25,7 @@ mod config;
 mod content;
 mod error;
 mod record;
+mod records;
 mod root;
 mod seal;
 mod snapshot;
@@ -30,7 +34,7 @@ mod tests;
 mod timeout;
 mod validate;
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::sync::Arc;
 
 use crate::protocol::{
     crypto::Address,
@@ -47,6 +51,7 @@ pub use content::{
 };
 pub use error::StateError;
 pub use record::{HostStats, InferenceRecord, InferenceStatus, Phase, Slot};
+use records::Records;
 pub use root::{compose_root, fold_sealed, warm_keys_hash, STATE_ROOT_VERSION};
 pub use seal::STATE_CLOCK_WINDOW_FACTOR;
 pub use snapshot::StateSnapshot;
@@ -76,8 +81,8 @@ struct Ledger {
     sealed_acc: [u8; 32],
     /// How many records have been folded into `sealed_acc` (not part of the root).
     sealed_count: u64,
-    /// Live records by inference id.
-    records: BTreeMap<u64, InferenceRecord>,
+    /// Live records by inference id, with the cached live hash (`records.rs`).
+    records: Records,
     /// Indexed by slot id; one entry per group slot.
     host_stats: Vec<HostStats>,
 }
@@ -135,7 +140,7 @@ impl StateMachine {
             latest_nonce: 0,
             sealed_acc: [0; 32],
             sealed_count: 0,
-            records: BTreeMap::new(),
+            records: Records::default(),
             host_stats: vec![HostStats::default(); group.len()],
         };
         let session = Session {
@@ -204,7 +209,7 @@ impl StateMachine {
 
     /// All live records in id order.
     pub fn records(&self) -> impl Iterator<Item = &InferenceRecord> {
-        self.st.records.values()
+        self.st.records.iter()
     }
 
     /// Stats of a slot; zero for slots outside the group.
@@ -272,6 +277,7 @@ impl StateMachine {
             work.apply_tx(diff.nonce, tx)?;
         }
         work.close_nonce(diff.nonce)?;
+        work.st.records.refresh();
         let root = work.state_root();
         if !diff.post_state_root.is_empty() && diff.post_state_root.as_slice() != root.as_slice() {
             return Err(StateError::PostStateRootMismatch {
@@ -305,6 +311,7 @@ impl StateMachine {
             }
         }
         work.close_nonce(nonce)?;
+        work.st.records.refresh();
         let root = work.state_root();
         *self = work;
         Ok(BestEffort {

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 use crate::protocol::{
     crypto::sha256,
-    proto::{self, HostStatsMapProto, InferencesMapProto},
+    proto::{self, HostStatsMapProto},
 };
 
 use super::{record::Phase, StateMachine};
@@ -59,12 +59,10 @@ impl StateMachine {
         }
     }
 
-    /// `sha256(proto(InferencesMapProto))` over the live records in id order.
+    /// `sha256(proto(InferencesMapProto))` over the live records in id order, kept
+    /// incrementally by `records.rs` (only records changed since the last apply are hashed).
     pub fn live_hash(&self) -> [u8; 32] {
-        let map = InferencesMapProto {
-            entries: self.st.records.values().map(|r| r.to_proto()).collect(),
-        };
-        sha256(&proto::encode(&map))
+        self.st.records.live_hash()
     }
 
     /// `sha256(sealed_acc ‖ live_hash)`.

@@ -44,7 +44,7 @@ impl StateMachine {
             let n = self.group_size() as u64;
             if self.st.latest_nonce >= self.st.finalize_nonce.saturating_add(n) {
                 self.st.phase = Phase::Settlement;
-                let all: Vec<u64> = self.st.records.keys().copied().collect();
+                let all: Vec<u64> = self.st.records.iter().map(|r| r.inference_id).collect();
                 self.seal(nonce, &all);
             }
         }
@@ -63,7 +63,7 @@ impl StateMachine {
         let window = self.group_size().saturating_mul(STATE_CLOCK_WINDOW_FACTOR);
         self.st
             .records
-            .values()
+            .iter()
             .rev()
             .take(window)
             .map(|r| r.confirmed_at)
@@ -80,7 +80,7 @@ impl StateMachine {
         let grace_secs = i64::from(self.session.config.inference_seal_grace_seconds);
         self.st
             .records
-            .values()
+            .iter()
             .filter(|r| {
                 let nonce_gate = r
                     .inference_id
@@ -104,12 +104,11 @@ impl StateMachine {
     /// Folds the given live records (ascending ids) into `sealed_acc` at `seal_nonce` and
     /// removes them from the live set.
     fn seal(&mut self, seal_nonce: u64, ids: &[u64]) {
-        for id in ids {
-            if let Some(rec) = self.st.records.remove(id) {
-                self.st.sealed_acc =
-                    fold_sealed(&self.st.sealed_acc, seal_nonce, *id, &rec.entry_bytes());
-                self.st.sealed_count = self.st.sealed_count.saturating_add(1);
-            }
+        for entry in self.st.records.remove_sorted(ids) {
+            let id = entry.record().inference_id;
+            self.st.sealed_acc =
+                fold_sealed(&self.st.sealed_acc, seal_nonce, id, entry.entry_bytes());
+            self.st.sealed_count = self.st.sealed_count.saturating_add(1);
         }
     }
 }

@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    HostStats, InferenceRecord, Ledger, Phase, Session, SessionConfig, Slot, StateError,
+    HostStats, InferenceRecord, Ledger, Phase, Records, Session, SessionConfig, Slot, StateError,
     StateMachine,
 };
 
@@ -47,7 +47,7 @@ impl StateMachine {
             latest_nonce: self.st.latest_nonce,
             sealed_acc: hex::encode(self.st.sealed_acc),
             sealed_count: self.st.sealed_count,
-            records: self.st.records.values().cloned().collect(),
+            records: self.st.records.iter().cloned().collect(),
             host_stats: self.st.host_stats.clone(),
         }
     }
@@ -88,7 +88,7 @@ impl StateMachine {
             latest_nonce: s.latest_nonce,
             sealed_acc,
             sealed_count: s.sealed_count,
-            records,
+            records: Records::from_sorted(records.into_values()),
             host_stats: s.host_stats,
         };
         let session: Arc<Session> = fresh.session;

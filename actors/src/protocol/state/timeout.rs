@@ -85,7 +85,7 @@ impl StateMachine {
         rec.status = InferenceStatus::TimedOut;
         self.st.balance = balance;
         self.st.host_stats[idx] = stats;
-        self.st.records.insert(m.inference_id, rec);
+        self.st.records.put(rec);
         Ok(())
     }
 }

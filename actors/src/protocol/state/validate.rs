@@ -76,7 +76,7 @@ impl StateMachine {
             }
         }
         self.st.host_stats[idx] = stats;
-        self.st.records.insert(m.inference_id, rec);
+        self.st.records.put(rec);
         Ok(())
     }
 
@@ -142,7 +142,7 @@ impl StateMachine {
         }
         self.st.balance = balance;
         self.st.host_stats[idx] = stats;
-        self.st.records.insert(m.inference_id, rec);
+        self.st.records.put(rec);
         Ok(())
     }
 }

@@ -4,6 +4,8 @@
 mod compose;
 mod finalize;
 mod lifecycle;
+mod live_set;
+mod root_cache;
 mod timeout;
 mod validation;
 
