@@ -52,89 +52,109 @@ async fn warm_up(h: &Harness, n: usize) {
     }
 }
 
-#[actix_rt::test]
-async fn shared_faults_on_every_host_change_no_health_and_fail_fast() {
-    tokio::time::pause();
-    let cases: [(&str, Faults, u16, &str); 5] = [
-        (
-            "403 owner",
-            Faults {
-                http_status: Some(403),
-                ..Default::default()
-            },
-            502,
-            "escrow owner",
-        ),
-        (
-            "404",
-            Faults {
-                http_status: Some(404),
-                ..Default::default()
-            },
-            502,
-            "route",
-        ),
-        (
-            "401 drift",
-            Faults {
-                http_status: Some(401),
-                ..Default::default()
-            },
-            502,
-            "clock",
-        ),
-        (
-            "503 disabled",
-            Faults {
-                http_status: Some(503),
-                ..Default::default()
-            },
-            503,
-            "overloaded",
-        ),
-        (
-            "unreachable",
-            Faults {
-                refuse_connections: true,
-                ..Default::default()
-            },
-            502,
-            "reached",
-        ),
-    ];
-    for (name, faults, status, cause) in cases {
-        let h = Harness::start(seven()).await;
-        warm_up(&h, 3).await;
-        let before = states(&h).await;
-        let nonce_before = h.snapshot("42").await.nonce;
-        h.sim.set_all_faults(faults);
-        let a = h.chat(Harness::body(name, true)).await;
-        let Answer::Failed(e) = a else {
-            panic!("{name}: expected a failure, got {a:?}")
-        };
-        assert_eq!(e.status, status, "{name}: {e:?}");
-        assert!(
-            e.message.contains(cause),
-            "{name}: the message names the cause: {}",
-            e.message
-        );
-        let used = h.snapshot("42").await.nonce - nonce_before;
-        assert!(
-            used <= 2,
-            "{name}: fails fast, two hosts at most ({used} nonces)"
-        );
-        // Past the correlation window nothing was struck either.
-        tokio::time::sleep(Duration::from_secs(40)).await;
-        let after = states(&h).await;
-        for ((a, sa, _), (_, sb, strikes)) in before.iter().zip(&after) {
-            assert_eq!((sa, *strikes), (sb, 0.0), "{name}: {a} unchanged");
-        }
-        h.sim.clear_all_faults();
-        assert!(
-            h.chat(Harness::body("after", true)).await.is_success(),
-            "{name}: next request succeeds"
-        );
+/// One shared fault on every host: no health change (not even after the correlation window), a
+/// fast failure naming the cause, and the next request succeeds once the fault is gone.
+async fn shared_fault(name: &str, faults: Faults, status: u16, cause: &str) {
+    let h = Harness::start(seven()).await;
+    warm_up(&h, 3).await;
+    let before = states(&h).await;
+    let nonce_before = h.snapshot("42").await.nonce;
+    h.sim.set_all_faults(faults);
+    let a = h.chat(Harness::body(name, true)).await;
+    let Answer::Failed(e) = a else {
+        panic!("{name}: expected a failure, got {a:?}")
+    };
+    assert_eq!(e.status, status, "{name}: {e:?}");
+    assert!(
+        e.message.contains(cause),
+        "{name}: the message names the cause: {}",
+        e.message
+    );
+    let used = h.snapshot("42").await.nonce - nonce_before;
+    assert!(
+        used <= 2,
+        "{name}: fails fast, two hosts at most ({used} nonces)"
+    );
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let after = states(&h).await;
+    for ((a, sa, _), (_, sb, strikes)) in before.iter().zip(&after) {
+        assert_eq!((sa, *strikes), (sb, 0.0), "{name}: {a} unchanged");
     }
+    h.sim.clear_all_faults();
+    assert!(
+        h.chat(Harness::body("after", true)).await.is_success(),
+        "{name}: next request succeeds"
+    );
+}
+
+#[actix_rt::test]
+async fn seed000_every_host_403_owner() {
+    tokio::time::pause();
+    shared_fault(
+        "403",
+        Faults {
+            http_status: Some(403),
+            ..Default::default()
+        },
+        502,
+        "escrow owner",
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn seed000_every_host_404() {
+    tokio::time::pause();
+    shared_fault(
+        "404",
+        Faults {
+            http_status: Some(404),
+            ..Default::default()
+        },
+        502,
+        "route",
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn seed000_every_host_401_drift() {
+    tokio::time::pause();
+    shared_fault(
+        "401",
+        Faults {
+            http_status: Some(401),
+            ..Default::default()
+        },
+        502,
+        "clock",
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn seed000_every_host_503_disabled() {
+    tokio::time::pause();
+    shared_fault(
+        "503",
+        Faults {
+            http_status: Some(503),
+            ..Default::default()
+        },
+        503,
+        "overloaded",
+    )
+    .await;
+}
+
+#[actix_rt::test]
+async fn seed000_every_host_unreachable() {
+    tokio::time::pause();
+    let f = Faults {
+        refuse_connections: true,
+        ..Default::default()
+    };
+    shared_fault("unreachable", f, 502, "reached").await;
 }
 
 #[actix_rt::test]
@@ -210,7 +230,7 @@ async fn probation_with_no_healthy_host_still_serves_and_hosts_recover() {
         "{:?}",
         states(&h).await
     );
-    for i in 0..21 {
+    for i in 0..42 {
         let a = h
             .chat(Harness::body(&format!("probation {i}"), i % 2 == 0))
             .await;

@@ -219,10 +219,12 @@ impl RaceActor {
         self.maybe_finish(ctx);
     }
 
-    /// Cancels every running attempt except `keep`.
+    /// Cancels every running attempt except `keep`. Once a winner is crowned, Suspect/Probation
+    /// attempts are left to drain (see `loser_crown`).
     pub(super) fn cancel_all(&self, keep: Option<usize>) {
         for (i, a) in self.attempts.iter().enumerate() {
-            if Some(i) != keep && !a.ended {
+            let drains = keep.is_some() && a.preference != Preference::Healthy;
+            if Some(i) != keep && !a.ended && !drains {
                 let _ = a.cancel.send(true);
             }
         }

@@ -56,6 +56,8 @@ struct Progress {
     done: bool,
     mempool: Option<Vec<DevshardTx>>,
     client_gone: bool,
+    /// Lost the crown but runs to its end without forwarding (probation credit).
+    draining: bool,
 }
 
 impl AttemptTask {
@@ -73,6 +75,7 @@ impl AttemptTask {
             done: false,
             mempool: None,
             client_gone: false,
+            draining: false,
         };
         let end = self.drive(&mut p).await;
         let end = match (&end, p.client_gone) {
@@ -233,6 +236,8 @@ impl AttemptTask {
                 }
                 if p.crowned {
                     self.forward(json, p).await;
+                } else if p.draining {
+                    // Lost the crown: read to the end, forward nothing.
                 } else {
                     p.buffer.push(json);
                     if has_content {
@@ -271,6 +276,11 @@ impl AttemptTask {
             Ok(Crown::Collect) => {
                 p.crowned = true;
                 p.collect = Some(Assembler::default());
+            }
+            Ok(Crown::Drain) => {
+                p.draining = true;
+                p.buffer.clear();
+                return None;
             }
             Ok(Crown::Lose) | Err(_) => return Some(AttemptEnd::Cancelled),
         }

@@ -26,7 +26,7 @@ impl Handler<FirstContent> for RaceActor {
     fn handle(&mut self, msg: FirstContent, ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         if self.winner.is_some() || self.reply.is_none() {
-            let _ = tx.send(Crown::Lose);
+            let _ = tx.send(self.loser_crown(msg.idx));
         } else {
             let now = self.spec.clock.now_ms();
             if let Some(a) = self.attempts.get_mut(msg.idx) {
@@ -40,6 +40,20 @@ impl Handler<FirstContent> for RaceActor {
 }
 
 impl RaceActor {
+    /// What a losing attempt does: a Suspect/Probation host's attempt drains to its end (its
+    /// finish is the probation credit HEALTH.md §2 asks for); a Healthy one is cancelled.
+    pub(super) fn loser_crown(&self, idx: usize) -> Crown {
+        let doubtful = self
+            .attempts
+            .get(idx)
+            .is_some_and(|a| a.preference != Preference::Healthy);
+        if doubtful && self.winner.is_some() {
+            Crown::Drain
+        } else {
+            Crown::Lose
+        }
+    }
+
     /// Applies the liveness rule to the attempts that have content.
     pub(super) fn decide_crown(&mut self, ctx: &mut Context<Self>) {
         if self.winner.is_some() || self.pending_crowns.is_empty() {
@@ -96,8 +110,8 @@ impl RaceActor {
                 self.spec.metrics.suspect_winners.inc();
             }
         }
-        for (_, other) in std::mem::take(&mut self.pending_crowns) {
-            let _ = other.send(Crown::Lose);
+        for (i, other) in std::mem::take(&mut self.pending_crowns) {
+            let _ = other.send(self.loser_crown(i));
         }
         // Losers stop at once; they report `Cancelled`.
         self.cancel_all(Some(idx));

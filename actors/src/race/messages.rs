@@ -25,6 +25,9 @@ pub enum Crown {
     Collect,
     /// Another attempt won, or the client is gone: stop.
     Lose,
+    /// Another attempt won, but this one (a Suspect/Probation host's) runs to its end without
+    /// forwarding, so the host can finish the work it was given and earn probation credit.
+    Drain,
 }
 
 /// An attempt's receipt arrived (hedge progress).
