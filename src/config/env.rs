@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeMap, path::PathBuf, str::FromStr};
 
-use super::{raw::RawConfig, secret::Secret, ConfigError};
+use super::{chain_poll, raw::RawConfig, secret::Secret, ConfigError};
 
 /// A snapshot of the environment (name → value).
 pub type EnvMap = BTreeMap<String, String>;
@@ -171,7 +171,7 @@ pub fn apply(raw: &mut RawConfig, env: &EnvMap) -> Result<(), ConfigError> {
             raw.escrows.push(v.to_string());
         }
     }
-    Ok(())
+    chain_poll::apply_env(raw, env)
 }
 
 /// Private key, admin key and API keys: environment only (the key may also come from a file).
