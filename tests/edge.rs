@@ -14,5 +14,9 @@ mod chat;
 mod config;
 #[path = "edge/ops.rs"]
 mod ops;
+#[path = "edge/persist.rs"]
+mod persist;
+#[path = "edge/settings.rs"]
+mod settings;
 #[path = "edge/support.rs"]
 mod support;

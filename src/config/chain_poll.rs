@@ -9,15 +9,16 @@
 
 use std::collections::BTreeMap;
 
-use devshard_actors::chain::{
-    settings::{
-        ENV_CHAIN_PHASE_POLL_INTERVAL, ENV_PARTICIPANTS_POLL_INTERVAL, ENV_POC_REQUEST_MODE,
-        ENV_PUBLIC_API_REQUESTS_PER_MINUTE, ENV_VERSIONS_POLL_INTERVAL,
-    },
-    ChainPollSettings,
-};
+use devshard_actors::chain::ChainPollSettings;
 
-use super::{env::EnvMap, raw::RawConfig, ConfigError};
+use super::{
+    env::{
+        EnvMap, ENV_CHAIN_PHASE_POLL_INTERVAL, ENV_PARTICIPANTS_POLL_INTERVAL,
+        ENV_POC_REQUEST_MODE, ENV_PUBLIC_API_REQUESTS_PER_MINUTE, ENV_VERSIONS_POLL_INTERVAL,
+    },
+    raw::RawConfig,
+    ConfigError,
+};
 
 /// Each environment variable and the field it sets.
 pub const ENV_FIELDS: [(&str, &str); 5] = [

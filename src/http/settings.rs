@@ -128,6 +128,35 @@ fn chain_field(message: &str) -> String {
         )
 }
 
+/// Errors of a `chain_poll` merge that failed validation (which reports one problem at a time):
+/// each patched field is validated alone on the settings in force and named when it fails (an
+/// interval that alone breaks the request budget is named, not the budget); when only their
+/// combination fails, that one error is reported under the field its message names first.
+fn chain_errors(
+    current: &ChainPollSettings,
+    patch: &Map<String, Value>,
+    combined: String,
+    errors: &mut Vec<FieldError>,
+) {
+    let before = errors.len();
+    for (k, v) in patch {
+        let mut one = Map::new();
+        one.insert(k.clone(), v.clone());
+        let mut alone = Vec::new();
+        let Some(single) = merge(CHAIN_POLL, current, &one, &mut alone) else {
+            continue;
+        };
+        if let Err(e) = single.validate() {
+            if !errors[before..].iter().any(|x| x.message == e.0) {
+                errors.push(field_error(format!("{CHAIN_POLL}.{k}"), e.0));
+            }
+        }
+    }
+    if errors.len() == before {
+        errors.push(field_error(chain_field(&combined), combined));
+    }
+}
+
 /// The section `name` of the body as an object (absent: `None`).
 fn section<'a>(
     body: &'a Map<String, Value>,
@@ -209,7 +238,7 @@ pub async fn put_settings(
     }
     if let (Some(c), Some(patch)) = (&chain, chain_patch) {
         if let Err(e) = c.validate() {
-            errors.push(field_error(chain_field(&e.0), e.0));
+            chain_errors(&chain_now, patch, e.0, &mut errors);
         }
         let now = serde_json::to_value(&chain_now).unwrap_or(Value::Null);
         for (k, v) in patch {
