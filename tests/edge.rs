@@ -19,6 +19,8 @@ mod ops;
 mod persist;
 #[path = "edge/poc.rs"]
 mod poc;
+#[path = "edge/poc_paused.rs"]
+mod poc_paused;
 #[path = "edge/settings.rs"]
 mod settings;
 #[path = "edge/support.rs"]
