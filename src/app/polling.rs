@@ -57,6 +57,8 @@ struct Live {
 /// What the HTTP edge holds of chain polling (cheap to clone).
 #[derive(Clone)]
 pub struct ChainPolling {
+    /// File + environment: what a field returns to when its persisted change is removed.
+    configured: Arc<ChainPollSettings>,
     poller: Option<Addr<ChainPoller>>,
     view: Arc<RwLock<Option<Arc<ChainView>>>>,
     live: Arc<RwLock<Live>>,
@@ -125,6 +127,7 @@ impl ChainPolling {
     pub fn load(config: &ChainPollConfig, store: &SharedStore, log: &Logger) -> ChainPolling {
         let (settings, overrides) = effective(config, store, log);
         ChainPolling {
+            configured: Arc::new(config.settings.clone()),
             poller: None,
             view: Arc::new(RwLock::new(None)),
             live: Arc::new(RwLock::new(Live {
@@ -156,6 +159,11 @@ impl ChainPolling {
             .unwrap_or_else(PoisonError::into_inner)
             .settings
             .clone()
+    }
+
+    /// The settings of the file and the environment, without persisted admin changes.
+    pub fn configured(&self) -> &ChainPollSettings {
+        &self.configured
     }
 
     /// The persisted admin changes.

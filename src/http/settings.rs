@@ -2,7 +2,9 @@
 //!
 //! - `GET` → `{"health": HealthSettings, "chain_poll": ChainPollSettings}` (what is in force).
 //! - `PUT` with a partial object, e.g. `{"health": {"hedge_budget": 0.1}}`: each section present
-//!   is merged field by field into the settings in force, then deserialized (unknown sections
+//!   is merged field by field into the settings in force (`null` resets a field: `health` to its
+//!   default, `chain_poll` to the file/environment value, dropping the persisted change), then
+//!   deserialized (unknown sections
 //!   or fields, and values of the wrong type, are 400 naming them), validated (400 listing every
 //!   `{field, message}`; `param` is the first field), persisted and applied live: `health` through
 //!   the directory (`SetHealthSettings`: stored as `settings`/`health`, pushed to every escrow and
@@ -71,14 +73,19 @@ pub async fn get_settings(state: web::Data<AppState>) -> Result<HttpResponse, Ap
     Ok(full(&health, &state.polling.settings()))
 }
 
-/// `current` with the fields of `patch`, each checked alone first so that a bad value is named.
+/// `current` with the fields of `patch` (`null` = the field's value in `reset`), each checked
+/// alone first: a field that is unknown or of the wrong type is named in `errors` and left out,
+/// so that the rest can still be validated and every problem reported at once.
 fn merge<T: Serialize + DeserializeOwned>(
     section: &str,
     current: &T,
+    reset: &T,
     patch: &Map<String, Value>,
     errors: &mut Vec<FieldError>,
 ) -> Option<T> {
-    let Ok(Value::Object(base)) = serde_json::to_value(current) else {
+    let (Ok(Value::Object(base)), Ok(Value::Object(reset))) =
+        (serde_json::to_value(current), serde_json::to_value(reset))
+    else {
         errors.push(field_error(
             section,
             "the settings in force do not serialize",
@@ -86,16 +93,16 @@ fn merge<T: Serialize + DeserializeOwned>(
         return None;
     };
     let mut merged = base.clone();
-    let before = errors.len();
     for (k, v) in patch {
         let field = format!("{section}.{k}");
-        if !base.contains_key(k) {
+        let (Some(_), Some(reset)) = (base.get(k), reset.get(k)) else {
             errors.push(field_error(
                 field,
                 format!("unknown setting `{k}` in `{section}`"),
             ));
             continue;
-        }
+        };
+        let v = if v.is_null() { reset } else { v };
         let mut one = base.clone();
         one.insert(k.clone(), v.clone());
         if let Err(e) = serde_json::from_value::<T>(Value::Object(one)) {
@@ -103,9 +110,6 @@ fn merge<T: Serialize + DeserializeOwned>(
             continue;
         }
         merged.insert(k.clone(), v.clone());
-    }
-    if errors.len() > before {
-        return None;
     }
     serde_json::from_value(Value::Object(merged))
         .map_err(|e| errors.push(field_error(section, e.to_string())))
@@ -134,6 +138,7 @@ fn chain_field(message: &str) -> String {
 /// combination fails, that one error is reported under the field its message names first.
 fn chain_errors(
     current: &ChainPollSettings,
+    reset: &ChainPollSettings,
     patch: &Map<String, Value>,
     combined: String,
     errors: &mut Vec<FieldError>,
@@ -143,7 +148,7 @@ fn chain_errors(
         let mut one = Map::new();
         one.insert(k.clone(), v.clone());
         let mut alone = Vec::new();
-        let Some(single) = merge(CHAIN_POLL, current, &one, &mut alone) else {
+        let Some(single) = merge(CHAIN_POLL, current, reset, &one, &mut alone) else {
             continue;
         };
         if let Err(e) = single.validate() {
@@ -215,21 +220,12 @@ pub async fn put_settings(
     let mut errors = Vec::new();
     let health_patch = section(&body, HEALTH, &mut errors);
     let chain_patch = section(&body, CHAIN_POLL, &mut errors);
-    let health = health_patch.and_then(|p| merge(HEALTH, &*health_now, p, &mut errors));
-    let chain = chain_patch.and_then(|p| merge(CHAIN_POLL, &chain_now, p, &mut errors));
-    if !errors.is_empty() {
-        let unknown = errors
-            .iter()
-            .any(|e| e.message.starts_with("unknown setting"));
-        return Ok(rejection(
-            if unknown {
-                "unknown_setting"
-            } else {
-                "invalid_value"
-            },
-            &errors,
-        ));
-    }
+    let health_reset = HealthSettings::default();
+    let health =
+        health_patch.and_then(|p| merge(HEALTH, &*health_now, &health_reset, p, &mut errors));
+    let chain_reset = polling.configured();
+    let chain =
+        chain_patch.and_then(|p| merge(CHAIN_POLL, &chain_now, chain_reset, p, &mut errors));
     if let Some(Err(list)) = health.as_ref().map(HealthSettings::validate) {
         errors.extend(
             list.into_iter()
@@ -238,13 +234,17 @@ pub async fn put_settings(
     }
     if let (Some(c), Some(patch)) = (&chain, chain_patch) {
         if let Err(e) = c.validate() {
-            chain_errors(&chain_now, patch, e.0, &mut errors);
+            chain_errors(&chain_now, chain_reset, patch, e.0, &mut errors);
         }
         let now = serde_json::to_value(&chain_now).unwrap_or(Value::Null);
         for (k, v) in patch {
+            let field = format!("{CHAIN_POLL}.{k}");
+            if errors.iter().any(|e| e.field == field) {
+                continue;
+            }
             match polling.pinned().get(k) {
-                Some(var) if now.get(k) != Some(v) => errors.push(field_error(
-                    format!("{CHAIN_POLL}.{k}"),
+                Some(var) if !v.is_null() && now.get(k) != Some(v) => errors.push(field_error(
+                    field,
                     format!(
                         "set by the environment variable {var}, which always wins; unset it \
                          and restart to manage `{k}` here"
@@ -255,7 +255,15 @@ pub async fn put_settings(
         }
     }
     if !errors.is_empty() {
-        return Ok(rejection("invalid_value", &errors));
+        let unknown = errors
+            .iter()
+            .any(|e| e.message.starts_with("unknown setting"));
+        let code = if unknown {
+            "unknown_setting"
+        } else {
+            "invalid_value"
+        };
+        return Ok(rejection(code, &errors));
     }
 
     if let Some(h) = health.filter(|h| *h != *health_now) {
@@ -268,7 +276,9 @@ pub async fn put_settings(
     if let (Some(c), Some(patch)) = (chain, chain_patch) {
         let mut overrides = polling.overrides();
         for (k, v) in patch {
-            if !polling.pinned().contains_key(k) {
+            if v.is_null() {
+                overrides.remove(k);
+            } else if !polling.pinned().contains_key(k) {
                 overrides.insert(k.clone(), v.clone());
             }
         }

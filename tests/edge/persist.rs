@@ -95,6 +95,11 @@ async fn admin_changes_survive_restarts_between_file_and_environment() {
         "persisted beats file"
     );
     assert_eq!(c["versions_poll_interval_ms"], 600000, "file beats default");
+    // `null` hands a field back to the file.
+    let patch = json!({"chain_poll": {"participants_poll_interval_ms": null}});
+    let (status, body) = settings(&gw, Some(patch)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["chain_poll"]["participants_poll_interval_ms"], 120000);
     gw.stop(true).await.unwrap();
 
     // The environment wins over persisted changes, and the API cannot change what it sets.
@@ -106,7 +111,7 @@ async fn admin_changes_survive_restarts_between_file_and_environment() {
     let (_, body) = settings(&gw, None).await;
     assert_eq!(body["chain_poll"]["chain_phase_poll_interval_ms"], 30000);
     assert_eq!(body["chain_poll"]["poc_request_mode"], "relaxed");
-    assert_eq!(body["chain_poll"]["participants_poll_interval_ms"], 90000);
+    assert_eq!(body["chain_poll"]["participants_poll_interval_ms"], 120000);
     let (status, body) = settings(
         &gw,
         Some(json!({"chain_poll": {"chain_phase_poll_interval_ms": 50000}})),

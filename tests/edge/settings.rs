@@ -101,6 +101,20 @@ async fn get_shows_the_settings_in_force_and_put_merges_partially() {
     assert_eq!(body["chain_poll"]["participants_poll_interval_ms"], 90000);
     let (status, _, same) = call(&app, put(json!({})).to_request()).await;
     assert_eq!((status, same), (StatusCode::OK, body));
+
+    // `null` resets a field: health to its default, chain_poll to the configured value (here the
+    // default), and drops the persisted chain_poll change.
+    let reset = json!({"health": {"hedge_budget": null}, "chain_poll": {"poc_request_mode": null}});
+    let (status, _, body) = call(&app, put(reset).to_request()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["health"]["hedge_budget"], 0.05);
+    assert_eq!(body["health"]["max_attempts"], 4, "other fields kept");
+    assert_eq!(body["chain_poll"]["poc_request_mode"], "off");
+    let stored = store.get(ns::SETTINGS, "chain_poll").unwrap().unwrap();
+    assert_eq!(
+        stored,
+        json!({"chain_phase_poll_interval_ms": 30000, "participants_poll_interval_ms": 90000})
+    );
 }
 
 #[actix_web::test]
@@ -130,8 +144,8 @@ async fn invalid_values_are_400_naming_every_field_and_change_nothing() {
             vec!["chain_poll.poll_jitter_percent"],
         ),
         (
-            json!({"health": {"max_attempts": "three", "hedge_burst": null}}),
-            vec!["health.hedge_burst", "health.max_attempts"],
+            json!({"health": {"max_attempts": "three", "hedge_burst": -1}}),
+            vec!["health.max_attempts", "health.hedge_burst"],
         ),
         (
             json!({"chain_poll": {"poc_request_mode": "sometimes"}}),
