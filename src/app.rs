@@ -3,8 +3,10 @@
 //! the configured escrows, bind) and [`run`] (start, then wait for SIGTERM/SIGINT and shut down
 //! gracefully: stop accepting, let running requests and streams finish within
 //! `shutdown_grace`, flush the store). [`serve`] is the whole process for `main`.
+//! [`polling`]: the chain poller, its cached view and the chain poll settings in force.
 
 mod lifecycle;
+pub mod polling;
 
 use std::{
     sync::{atomic::AtomicU64, Arc},
@@ -26,7 +28,10 @@ use prometheus::Registry;
 use slog::Logger;
 use tokio::sync::Semaphore;
 
-pub use self::lifecycle::{run, serve, start, start_with, AppError, RunningGateway, StartOptions};
+pub use self::{
+    lifecycle::{run, serve, start, start_with, AppError, RunningGateway, StartOptions},
+    polling::ChainPolling,
+};
 use crate::{
     chain::ChainClient,
     config::{Config, Secret},
@@ -82,6 +87,8 @@ pub struct AppState {
     pub races: Arc<Semaphore>,
     /// Unix seconds at start (`created` of `/v1/models` entries).
     pub started_at_s: i64,
+    /// Chain poll settings, the poller (when `public_api_url` is set) and its latest view.
+    pub polling: ChainPolling,
 }
 
 impl std::fmt::Debug for AppState {
@@ -109,6 +116,7 @@ impl AppState {
     /// Builds the state from the configuration and the running pieces.
     pub fn new(config: &Config, parts: StateParts) -> AppState {
         let started_at_s = parts.clock.now_unix();
+        let polling = ChainPolling::load(&config.chain_poll, &parts.store, &parts.log);
         AppState {
             directory: parts.directory,
             store: parts.store,
@@ -136,6 +144,7 @@ impl AppState {
             request_seq: Arc::new(AtomicU64::new(0)),
             races: Arc::new(Semaphore::new(config.max_concurrent_races)),
             started_at_s,
+            polling,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Tests of the HTTP edge and process wiring: configuration, error shapes of
-//! `/v1/chat/completions`, admin auth, ops routes, the chain client and in-process start/stop.
-//! End-to-end tests against the simulator live elsewhere.
+//! `/v1/chat/completions`, admin auth, ops routes, the chain client and in-process start/stop,
+//! the settings API, and phase gating against the simulated chain (`poc`). Other end-to-end tests
+//! against the simulator live elsewhere.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -14,5 +15,13 @@ mod chat;
 mod config;
 #[path = "edge/ops.rs"]
 mod ops;
+#[path = "edge/persist.rs"]
+mod persist;
+#[path = "edge/poc.rs"]
+mod poc;
+#[path = "edge/poc_paused.rs"]
+mod poc_paused;
+#[path = "edge/settings.rs"]
+mod settings;
 #[path = "edge/support.rs"]
 mod support;

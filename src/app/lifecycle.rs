@@ -2,7 +2,8 @@
 //!
 //! [`start`] opens `gateway.db` in the data directory, starts the `Directory` (which loads the
 //! registered escrows from the store), registers the configured escrows that are new (failures
-//! are logged; the others are served), binds the listener and returns a [`RunningGateway`].
+//! are logged; the others are served), starts the chain poller when `public_api_url` is set
+//! ([`super::polling`]), binds the listener and returns a [`RunningGateway`].
 //! [`run`] is `start` plus waiting for SIGTERM/SIGINT, then a graceful stop: no new
 //! connections, running requests (open streams included) get `shutdown_grace` to finish, then
 //! the store is flushed and closed. [`serve`] wraps it all for `main` with exit codes.
@@ -17,6 +18,7 @@ use std::{
 use actix::{Actor, Addr};
 use actix_web::{dev::ServerHandle, HttpServer};
 use devshard_actors::{
+    chain::{ChainPoller, StopPoller},
     clock::{SharedClock, SystemClock},
     directory::{Directory, DirectoryDeps},
     metrics::ActorMetrics,
@@ -88,6 +90,8 @@ pub struct RunningGateway {
     pub url: String,
     pub directory: Addr<Directory>,
     pub store: Arc<SqliteStore>,
+    /// The chain poller (when `public_api_url` is set).
+    pub poller: Option<Addr<ChainPoller>>,
     handle: ServerHandle,
     server: actix_web::rt::task::JoinHandle<std::io::Result<()>>,
     log: Logger,
@@ -98,6 +102,9 @@ impl RunningGateway {
     /// closes the store.
     pub async fn stop(self, graceful: bool) -> Result<(), AppError> {
         info!(self.log, "shutting down"; "stage" => "shutdown_started", "graceful" => graceful);
+        if let Some(p) = &self.poller {
+            p.do_send(StopPoller);
+        }
         self.handle.stop(graceful).await;
         let served = self.server.await;
         let flushed = self.store.flush().await;
@@ -179,7 +186,7 @@ pub async fn start_with(
         metrics: actor_metrics.clone(),
     })
     .start();
-    let state = AppState::new(
+    let mut state = AppState::new(
         &config,
         StateParts {
             directory: directory.clone(),
@@ -209,6 +216,17 @@ pub async fn start_with(
         addr: config.listen,
         reason: e.to_string(),
     })?;
+    let poller = match &config.chain.public_api_url {
+        Some(api) => Some(state.polling.start_poller(
+            api,
+            &state.registry,
+            state.clock.clone(),
+            &log,
+            directory.clone(),
+            shared.clone(),
+        )?),
+        None => None,
+    };
     let grace = config.shutdown_grace.as_secs();
     let factory_state = state.clone();
     let server = HttpServer::new(move || build_app(factory_state.clone()))
@@ -230,6 +248,7 @@ pub async fn start_with(
         url: format!("http://{addr}"),
         directory,
         store,
+        poller,
         handle,
         server,
         log,

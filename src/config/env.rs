@@ -6,7 +6,12 @@
 
 use std::{collections::BTreeMap, path::PathBuf, str::FromStr};
 
-use super::{raw::RawConfig, secret::Secret, ConfigError};
+pub use devshard_actors::chain::settings::{
+    ENV_CHAIN_PHASE_POLL_INTERVAL, ENV_PARTICIPANTS_POLL_INTERVAL, ENV_POC_REQUEST_MODE,
+    ENV_PUBLIC_API_REQUESTS_PER_MINUTE, ENV_VERSIONS_POLL_INTERVAL,
+};
+
+use super::{chain_poll, raw::RawConfig, secret::Secret, ConfigError};
 
 /// A snapshot of the environment (name → value).
 pub type EnvMap = BTreeMap<String, String>;
@@ -50,6 +55,8 @@ pub const ENV_ESCROWS: &str = "DEVSHARD_ESCROWS";
 pub const ENV_ESCROW_ID: &str = "DEVSHARD_ESCROW_ID";
 /// Upstream name of `race.meta_drain_ms`, in seconds.
 pub const ENV_META_DRAIN_TIMEOUT_SECONDS: &str = "DEVSHARD_META_DRAIN_TIMEOUT_SECONDS";
+
+// Chain polling (`[chain_poll]`, see `chain_poll.rs`): the five names re-exported above.
 
 /// Prefixes of the variables [`process_env`] keeps.
 const ENV_PREFIXES: [&str; 2] = ["DEVSHARD_", "GATEWAY_"];
@@ -171,7 +178,7 @@ pub fn apply(raw: &mut RawConfig, env: &EnvMap) -> Result<(), ConfigError> {
             raw.escrows.push(v.to_string());
         }
     }
-    Ok(())
+    chain_poll::apply_env(raw, env)
 }
 
 /// Private key, admin key and API keys: environment only (the key may also come from a file).

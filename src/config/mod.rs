@@ -1,12 +1,15 @@
 //! Configuration: a TOML file ([`RawConfig`]), then environment overrides ([`env`]), then
 //! validation into [`Config`], the only form the rest of the process sees.
 //!
-//! Precedence: environment > file > built-in defaults (named constants in [`raw`]). Invalid
+//! Precedence: environment > file > built-in defaults (named constants in [`raw`]); for the
+//! runtime settings of `[chain_poll]`, changes persisted by `PUT /v1/admin/settings` sit between
+//! the file and the environment ([`chain_poll`]). Invalid
 //! configuration is a [`ConfigError`] with a precise message naming the setting; the binary exits
 //! with [`ConfigError::EXIT_CODE`] (64, `EX_USAGE`). Secrets (private key, admin key, API keys)
 //! are accepted from the environment only (the private key also from a file) and are wrapped so
 //! that they never appear in `Debug` output, logs or responses.
 
+pub mod chain_poll;
 pub mod env;
 pub mod raw;
 pub mod secret;
@@ -23,6 +26,7 @@ use devshard_actors::{
     directory::RestartBudget, escrow::EscrowConfig, protocol::crypto::SigningKey, race::RaceLimits,
 };
 
+pub use chain_poll::ChainPollConfig;
 pub use env::{process_env, EnvMap};
 pub use raw::RawConfig;
 pub use secret::Secret;
@@ -105,6 +109,8 @@ pub struct Config {
     pub race: RaceLimits,
     pub escrow: EscrowConfig,
     pub budget: RestartBudget,
+    /// `[chain_poll]` with the environment applied (persisted admin changes come at start).
+    pub chain_poll: ChainPollConfig,
 }
 
 impl Config {

@@ -4,9 +4,12 @@
 //!
 //! `deploy/config.example.toml` lists every key with its default; a test keeps the two in sync.
 
-use std::path::PathBuf;
+use std::{collections::BTreeMap, path::PathBuf};
 
-use devshard_actors::escrow::{info::DEFAULT_ROUTE_PREFIX, EscrowConfig};
+use devshard_actors::{
+    chain::ChainPollSettings,
+    escrow::{info::DEFAULT_ROUTE_PREFIX, EscrowConfig},
+};
 use serde::Deserialize;
 
 use super::secret::Secret;
@@ -120,6 +123,12 @@ pub struct RawConfig {
     pub host: RawHost,
     #[serde(default)]
     pub supervisor: RawSupervisor,
+    /// `[chain_poll]`: the chain poller (defaults of `ChainPollSettings`).
+    #[serde(default)]
+    pub chain_poll: ChainPollSettings,
+    /// Not read from the file: field of `chain_poll` → the environment variable that set it.
+    #[serde(skip)]
+    pub chain_poll_env: BTreeMap<String, String>,
 }
 
 impl Default for RawConfig {
@@ -150,6 +159,8 @@ impl Default for RawConfig {
             escrow: EscrowConfig::default(),
             host: RawHost::default(),
             supervisor: RawSupervisor::default(),
+            chain_poll: ChainPollSettings::default(),
+            chain_poll_env: BTreeMap::new(),
         }
     }
 }

@@ -8,7 +8,7 @@ use devshard_actors::{
     race::RaceLimits,
 };
 
-use super::{env, raw::RawConfig, ChainSettings, Config, ConfigError, Secret};
+use super::{chain_poll, env, raw::RawConfig, ChainSettings, Config, ConfigError, Secret};
 
 /// Shortest allowed body limit: anything smaller cannot hold a useful chat request.
 const MIN_BODY_BYTES: usize = 1_024;
@@ -170,6 +170,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         None => None,
     };
     let default_model = non_empty(&raw.default_model);
+    let chain_poll = chain_poll::validate(&raw)?;
     let mut escrow = raw.escrow.clone();
     escrow.host_timeouts = HostTimeouts {
         inference_headers: positive_ms("host.inference_headers_ms", raw.host.inference_headers_ms)?,
@@ -218,5 +219,6 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             max_restarts: raw.supervisor.max_restarts,
             window_ms: raw.supervisor.window_ms,
         },
+        chain_poll,
     })
 }

@@ -4,14 +4,18 @@
 //!   pure request checks and [`sse`] for the streaming body;
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/v1/models`;
 //! - [`admin`]: `/v1/admin/escrows…` behind the admin key;
+//! - [`settings`]: `GET/PUT /v1/admin/settings` (admin);
+//! - [`gate`]: phase gating of new chat requests during PoC, and `GET /v1/debug/chain` (admin);
 //! - [`error`]: the one mapping of every error to an OpenAI-shaped answer.
 
 pub mod admin;
 pub mod error;
+pub mod gate;
 pub mod normalize;
 pub mod openai;
 pub mod ops;
 pub mod participants;
+pub mod settings;
 pub mod sse;
 
 use std::sync::atomic::Ordering;
@@ -101,6 +105,22 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/escrows/{id}/sync")
                     .route(web::post().to(admin::sync_escrow))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/settings")
+                    .route(web::get().to(settings::get_settings))
+                    .route(web::put().to(settings::put_settings))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .default_service(web::to(not_found)),
+    )
+    .service(
+        web::scope("/v1/debug")
+            .wrap(from_fn(admin::require_admin))
+            .service(
+                web::resource("/chain")
+                    .route(web::get().to(gate::debug_chain))
                     .default_service(web::to(method_not_allowed)),
             )
             .default_service(web::to(not_found)),

@@ -2,8 +2,9 @@
 //!
 //! Order of checks (every rejection happens before any escrow is touched): API key (when keys
 //! are configured) → body size (413) → JSON, `messages`, token limits, `stream`, `model` type
-//! (400, [`normalize::parse`]) → model among the served ones (404/400) → the concurrent-race
-//! limit (429) → escrow choice (`PickEscrow`) → the race. The race starts here, inside the
+//! (400, [`normalize::parse`]) → model among the served ones (404/400) → phase gating (503 +
+//! `Retry-After` during PoC, [`gate::admit`]) → the concurrent-race limit (429) → escrow choice
+//! (`PickEscrow`) → the race. The race starts here, inside the
 //! handler, so that it lives on this worker's arbiter (awc is `!Send`).
 //!
 //! Answers: streaming → 200 `text/event-stream` with the race's bytes; non-streaming → 200 JSON;
@@ -27,7 +28,7 @@ use slog::{info, o, warn, Logger};
 use super::{
     bearer,
     error::ApiError,
-    key_matches, normalize, read_body, request_id,
+    gate, key_matches, normalize, read_body, request_id,
     sse::{stream_response, InFlight},
     HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
@@ -118,6 +119,9 @@ async fn chat_inner(
     let chat = normalize::finish(parsed, model)?;
     info!(log, "request received"; "stage" => "request_received", "model" => &chat.model,
         "stream" => chat.stream, "input_length" => chat.body.len(), "max_tokens" => chat.max_tokens);
+    if let Some(refused) = gate::admit(state, &chat.model, log) {
+        return Ok(refused);
+    }
 
     let Ok(permit) = state.races.clone().try_acquire_owned() else {
         state
