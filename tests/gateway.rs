@@ -8,6 +8,8 @@ mod flow;
 mod harness;
 #[path = "gateway/health.rs"]
 mod health;
+#[path = "gateway/hedging.rs"]
+mod hedging;
 #[path = "gateway/http_edge.rs"]
 mod http_edge;
 #[path = "gateway/late_finish.rs"]

@@ -194,6 +194,14 @@ impl Harness {
         }
     }
 
+    /// A request and its time to first byte (virtual time when the clock is paused).
+    pub async fn chat_timed(
+        &self,
+        body: serde_json::Value,
+    ) -> (Answer, Option<std::time::Duration>) {
+        self.chat_on_timed(None, body).await
+    }
+
     /// Sends one chat request through a race and collects the whole answer.
     pub async fn chat(&self, body: serde_json::Value) -> Answer {
         self.chat_on(None, body).await
@@ -201,6 +209,15 @@ impl Harness {
 
     /// Like `chat`, on a given escrow (or the directory's choice).
     pub async fn chat_on(&self, escrow: Option<&str>, body: serde_json::Value) -> Answer {
+        self.chat_on_timed(escrow, body).await.0
+    }
+
+    /// `chat_on` with the time to first byte.
+    pub async fn chat_on_timed(
+        &self,
+        escrow: Option<&str>,
+        body: serde_json::Value,
+    ) -> (Answer, Option<std::time::Duration>) {
         let model = self.sim.config().model.clone();
         let mut body = body;
         body["model"] = serde_json::json!(model);
@@ -225,12 +242,15 @@ impl Harness {
                 match self.directory.send(msg).await.expect("directory") {
                     Some(addr) => (id.to_string(), addr),
                     None => {
-                        return Answer::Failed(RaceError {
-                            status: 503,
-                            kind: "service_unavailable".into(),
-                            message: format!("escrow {id} is not running"),
-                            retry_after_s: Some(1),
-                        })
+                        return (
+                            Answer::Failed(RaceError {
+                                status: 503,
+                                kind: "service_unavailable".into(),
+                                message: format!("escrow {id} is not running"),
+                                retry_after_s: Some(1),
+                            }),
+                            None,
+                        )
                     }
                 }
             }
@@ -255,16 +275,19 @@ impl Harness {
             log: self.log.clone(),
             metrics: self.metrics.clone(),
         };
+        let started = tokio::time::Instant::now();
         match RaceActor::start_race(spec).await {
             Ok(Ok(RaceStart::Stream(mut rx))) => {
                 let mut out = Vec::new();
+                let mut first = None;
                 while let Some(b) = rx.recv().await {
+                    first = first.or(Some(started.elapsed()));
                     out.extend_from_slice(&b);
                 }
-                Answer::Stream(out)
+                (Answer::Stream(out), first)
             }
-            Ok(Ok(RaceStart::Whole(b))) => Answer::Whole(b),
-            Ok(Err(e)) => Answer::Failed(e),
+            Ok(Ok(RaceStart::Whole(b))) => (Answer::Whole(b), Some(started.elapsed())),
+            Ok(Err(e)) => (Answer::Failed(e), None),
             Err(_) => panic!("race dropped its reply"),
         }
     }

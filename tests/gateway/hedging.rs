@@ -1,0 +1,149 @@
+//! Seed 001 on the `mixed` topology (2 co-located hosts, 5 remote): a 10-minute simulated run at
+//! concurrency 2, once with hedging and once without. One failed sample among successes never
+//! makes a fast host Unresponsive, hedges stay within the budget, and p99 time to first token is
+//! no worse than without hedging. The figures are printed.
+
+use std::{cell::RefCell, time::Duration};
+
+use devshard_actors::{
+    directory::{ListParticipants, SetHealthSettings},
+    policy::settings::HealthSettings,
+};
+use devshard_gateway::sim::{Faults, Profile, SimConfig};
+
+use super::harness::Harness;
+
+/// Simulated length of each run.
+const RUN: Duration = Duration::from_secs(600);
+
+struct Figures {
+    requests: usize,
+    failures: usize,
+    ttft_ms: Vec<f64>,
+    hedges: Vec<(String, u64)>,
+    skipped: Vec<(String, u64)>,
+}
+
+fn pct(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
+fn counts(v: &prometheus::IntCounterVec, labels: &[&str]) -> Vec<(String, u64)> {
+    labels
+        .iter()
+        .map(|l| (l.to_string(), v.with_label_values(&[l]).get()))
+        .collect()
+}
+
+async fn run(hedging: bool) -> Figures {
+    let mut cfg = SimConfig::with_seed("seed-001");
+    cfg.hosts = 7;
+    cfg.profile = Profile::Mixed;
+    cfg.output_tokens = 12;
+    let h = Harness::start(cfg).await;
+    if !hedging {
+        let off = HealthSettings {
+            hedge_budget: 0.0,
+            hedge_burst: 0.0,
+            ..HealthSettings::default()
+        };
+        h.directory
+            .send(SetHealthSettings(off))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    // One failure on a fast host early on (the seed's single bad sample).
+    h.sim
+        .set_faults(
+            1,
+            Faults {
+                http_status: Some(500),
+                body: Some("boom".into()),
+                times: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let ttft = RefCell::new(Vec::new());
+    let failures = RefCell::new(0usize);
+    let worker = |w: usize| {
+        let (h, ttft, failures) = (&h, &ttft, &failures);
+        async move {
+            let mut i = 0;
+            while start.elapsed() < RUN {
+                let (a, first) = h
+                    .chat_timed(Harness::body(&format!("w{w} r{i}"), true))
+                    .await;
+                match first.filter(|_| a.is_success()) {
+                    Some(t) => ttft.borrow_mut().push(t.as_secs_f64() * 1e3),
+                    None => *failures.borrow_mut() += 1,
+                }
+                i += 1;
+            }
+        }
+    };
+    futures::join!(worker(0), worker(1));
+    // The fast hosts were never Unresponsive (one failure among many successes).
+    for p in h.directory.send(ListParticipants).await.unwrap().iter() {
+        if p.address == h.host(0) || p.address == h.host(1) {
+            assert!(
+                !p.unresponsive,
+                "fast host {} is not unresponsive",
+                p.address
+            );
+            assert_eq!(p.state, "healthy");
+        }
+    }
+    let mut ttft = ttft.into_inner();
+    ttft.sort_by(f64::total_cmp);
+    let failures = failures.into_inner();
+    let m = &h.metrics;
+    Figures {
+        requests: ttft.len() + failures,
+        failures,
+        ttft_ms: ttft,
+        hedges: counts(
+            &m.hedges,
+            &["receipttimeout", "firsttokentimeout", "primaryunresponsive"],
+        ),
+        skipped: counts(
+            &m.hedges_skipped,
+            &["budget", "nofasterhost", "maxattempts"],
+        ),
+    }
+}
+
+#[actix_rt::test]
+async fn seed001_hedging_is_budgeted_and_never_worse_at_p99() {
+    tokio::time::pause();
+    let with = run(true).await;
+    let without = run(false).await;
+    for (name, f) in [("hedging", &with), ("no hedging", &without)] {
+        println!(
+            "seed001 {name}: requests={} failures={} ttft_p50={:.0}ms ttft_p99={:.0}ms hedges={:?} skipped={:?}",
+            f.requests,
+            f.failures,
+            pct(&f.ttft_ms, 0.5),
+            pct(&f.ttft_ms, 0.99),
+            f.hedges,
+            f.skipped
+        );
+    }
+    assert_eq!(with.failures, 0);
+    let hedges: u64 = with.hedges.iter().map(|(_, n)| n).sum();
+    let budget = HealthSettings::default();
+    assert!(
+        hedges as f64 <= budget.hedge_budget * with.requests as f64 + budget.hedge_burst,
+        "hedges {hedges} within 5 % of {} requests + burst",
+        with.requests
+    );
+    let no_hedges: u64 = without.hedges.iter().map(|(_, n)| n).sum();
+    assert_eq!(no_hedges, 0, "hedging disabled means no hedge");
+    let (p99_with, p99_without) = (pct(&with.ttft_ms, 0.99), pct(&without.ttft_ms, 0.99));
+    assert!(
+        p99_with <= p99_without * 1.05 + 5.0,
+        "p99 TTFT {p99_with:.0} ms vs {p99_without:.0} ms without hedging"
+    );
+}
