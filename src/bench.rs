@@ -75,6 +75,15 @@ fn pct(sorted: &[f64], q: f64) -> f64 {
     sorted.get(idx).copied().unwrap_or(f64::NAN)
 }
 
+/// CPU seconds (user + system) a process has used so far (Linux).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 /// Peak resident set size (`VmHWM`) of a process, in KiB (Linux).
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -122,8 +131,10 @@ async fn bench(args: BenchArgs) -> ExitCode {
     let _ = drive("warmup", &via, warm, args.concurrency).await;
     let mut d = drive("direct", &direct, args.requests, args.concurrency).await;
     d.peak_rss_kib = peak_rss_kib(std::process::id());
+    let cpu_before = cpu_seconds(child.id());
     let mut g = drive("gateway", &via, args.requests, args.concurrency).await;
     g.peak_rss_kib = peak_rss_kib(child.id());
+    let cpu = cpu_seconds(child.id()).zip(cpu_before).map(|(a, b)| a - b);
     let added = pct_sorted(&g.ttfb_ms, 0.99) - pct_sorted(&d.ttfb_ms, 0.99);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
@@ -134,6 +145,10 @@ async fn bench(args: BenchArgs) -> ExitCode {
     let _ = writeln!(out, "{}", d.line());
     let _ = writeln!(out, "{}", g.line());
     let _ = writeln!(out, "gateway adds {added:.2} ms at p99 time to first byte (direct peak RSS is this process: client + simulator)");
+    if let Some(cpu) = cpu {
+        let per = cpu * 1e3 / args.requests.max(1) as f64;
+        let _ = writeln!(out, "gateway process CPU: {cpu:.2} s for {} requests = {per:.3} ms/request (≈ {:.0} requests/s per core)", args.requests, 1e3 / per.max(1e-9));
+    }
     drop(out);
     let _ = child.kill();
     let _ = child.wait();

@@ -25,7 +25,7 @@ use devshard_actors::{
     store::{SharedStore, Store},
 };
 use prometheus::Registry;
-use slog::{crit, info, Logger};
+use slog::{crit, info, warn, Logger};
 
 use super::{build_app, AppState, StateParts};
 use crate::{
@@ -212,6 +212,11 @@ pub async fn start_with(
         addr: config.listen,
         reason: e.to_string(),
     })?;
+    // Accepted sockets inherit TCP_NODELAY from the listener (Linux): without it, a streamed
+    // answer's first chunk waits for the client's delayed ACK of the response head (~40 ms).
+    if let Err(e) = socket2::SockRef::from(&listener).set_tcp_nodelay(true) {
+        warn!(log, "TCP_NODELAY not set on the listener"; "error" => %e);
+    }
     let addr = listener.local_addr().map_err(|e| AppError::Bind {
         addr: config.listen,
         reason: e.to_string(),
