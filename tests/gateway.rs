@@ -14,5 +14,7 @@ mod hedging;
 mod http_edge;
 #[path = "gateway/late_finish.rs"]
 mod late_finish;
+#[path = "gateway/repair.rs"]
+mod repair;
 #[path = "gateway/supervision.rs"]
 mod supervision;

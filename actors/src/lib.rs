@@ -32,4 +32,5 @@ pub mod participant;
 pub mod policy;
 pub mod protocol;
 pub mod race;
+pub mod repair;
 pub mod store;

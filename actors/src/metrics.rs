@@ -2,8 +2,8 @@
 //! globals; labels are small enums, never escrow or participant ids).
 
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
-    Registry,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 /// Cheap-to-clone metric handles shared by every actor.
@@ -43,6 +43,12 @@ pub struct ActorMetrics {
     pub panic_mode: IntCounter,
     /// Suspect or probation winners crowned by the liveness rule.
     pub suspect_winners: IntCounter,
+    /// Participants under repair (HEALTH.md §6).
+    pub repairs_active: IntGauge,
+    /// Repair ticks by result (`unblocked`, `not_yet`, `gave_up`).
+    pub repair_attempts: IntCounterVec,
+    /// Divergence to unblock.
+    pub repair_unblock_seconds: Histogram,
 }
 
 impl ActorMetrics {
@@ -126,6 +132,16 @@ impl ActorMetrics {
                 "Requests raced with no routable host",
             )?,
             suspect_winners: IntCounter::new("suspect_winners_total", "Doubtful winners crowned")?,
+            repairs_active: IntGauge::new("repairs_active", "Participants under repair")?,
+            repair_attempts: IntCounterVec::new(
+                Opts::new("repair_attempts_total", "Repair ticks by result"),
+                &["result"],
+            )?,
+            repair_unblock_seconds: Histogram::with_opts(
+                HistogramOpts::new("repair_unblock_seconds", "Divergence to unblock").buckets(
+                    vec![2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0],
+                ),
+            )?,
         };
         registry.register(Box::new(m.attempts.clone()))?;
         registry.register(Box::new(m.nonces.clone()))?;
@@ -144,6 +160,9 @@ impl ActorMetrics {
         registry.register(Box::new(m.shared_faults.clone()))?;
         registry.register(Box::new(m.panic_mode.clone()))?;
         registry.register(Box::new(m.suspect_winners.clone()))?;
+        registry.register(Box::new(m.repairs_active.clone()))?;
+        registry.register(Box::new(m.repair_attempts.clone()))?;
+        registry.register(Box::new(m.repair_unblock_seconds.clone()))?;
         Ok(m)
     }
 

@@ -191,3 +191,38 @@ pub async fn sync_escrow(
         "host_sync": hosts,
     })))
 }
+
+/// `POST /v1/admin/escrows/{id}/participants/{address}/repair`: run a repair tick now (404 when
+/// that participant is not under repair in that escrow).
+pub async fn trigger_repair(
+    path: web::Path<(String, String)>,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    use devshard_actors::{
+        directory::GetEscrow, escrow::messages::TriggerRepair, protocol::crypto::Address,
+    };
+    let (id, address) = path.into_inner();
+    let participant = Address::parse(&address)
+        .map_err(|e| ApiError::invalid("address", "invalid_value", e.to_string()))?;
+    let addr = state
+        .directory
+        .send(GetEscrow {
+            escrow_id: id.clone(),
+        })
+        .timeout(ACTOR_TIMEOUT)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("escrow {id} is not running")))?;
+    let triggered = addr
+        .send(TriggerRepair { participant })
+        .timeout(ACTOR_TIMEOUT)
+        .await?;
+    if !triggered {
+        return Err(ApiError::NotFound(format!(
+            "{address} is not under repair in escrow {id}"
+        )));
+    }
+    info!(state.log, "repair tick requested by an admin"; "stage" => "repair_triggered",
+        "escrow" => &id, "participant" => &address);
+    Ok(HttpResponse::Accepted()
+        .json(json!({"escrow_id": id, "participant_key": address, "triggered": true})))
+}

@@ -103,6 +103,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
+                web::resource("/escrows/{id}/participants/{address}/repair")
+                    .route(web::post().to(admin::trigger_repair))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
                 web::resource("/escrows/{id}/sync")
                     .route(web::post().to(admin::sync_escrow))
                     .default_service(web::to(method_not_allowed)),

@@ -115,11 +115,22 @@ async fn run(hedging: bool) -> Figures {
     }
 }
 
-#[actix_rt::test]
-async fn seed001_hedging_is_budgeted_and_never_worse_at_p99() {
-    tokio::time::pause();
-    let with = run(true).await;
-    let without = run(false).await;
+/// One run on a fresh thread and runtime (each run gets its own simulator, actors, paused clock
+/// and per-thread HTTP client).
+fn run_isolated(hedging: bool) -> Figures {
+    let handle = std::thread::spawn(move || {
+        actix_rt::System::new().block_on(async move {
+            tokio::time::pause();
+            run(hedging).await
+        })
+    });
+    handle.join().expect("run thread")
+}
+
+#[test]
+fn seed001_hedging_is_budgeted_and_never_worse_at_p99() {
+    let with = run_isolated(true);
+    let without = run_isolated(false);
     for (name, f) in [("hedging", &with), ("no hedging", &without)] {
         println!(
             "seed001 {name}: requests={} failures={} ttft_p50={:.0}ms ttft_p99={:.0}ms hedges={:?} skipped={:?}",

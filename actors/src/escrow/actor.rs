@@ -43,6 +43,7 @@ use crate::{
         perf::PerfEstimates, settings::HealthSettings,
     },
     protocol::crypto::{Address, SigningKey},
+    repair::RepairActor,
     store::{ns, SharedStore},
 };
 
@@ -127,6 +128,10 @@ pub struct EscrowActor {
     pub(super) budget: HedgeBudget,
     /// No participant is routable: the least-bad hosts are raced anyway.
     pub(super) panic_mode: bool,
+    /// One repair actor per diverged participant (HEALTH.md §6).
+    pub(super) repairs: BTreeMap<Address, Addr<RepairActor>>,
+    /// Diverged participants whose repair gave up (still withheld).
+    pub(super) gave_up: BTreeSet<Address>,
     /// Told when this actor stops, so the directory can respawn it.
     pub(super) on_stop: Option<Recipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
@@ -168,6 +173,8 @@ impl EscrowActor {
             any_success: false,
             budget,
             panic_mode: false,
+            repairs: BTreeMap::new(),
+            gave_up: BTreeSet::new(),
             on_stop: None,
             retired: false,
         }
@@ -238,6 +245,7 @@ impl Actor for EscrowActor {
             )));
         }
         self.persist_syncs();
+        self.stop_repairs();
         Running::Stop
     }
 
@@ -317,6 +325,9 @@ impl EscrowActor {
                 .filter(|e| e.is_awaiting_timeout())
                 .map(|e| e.nonce)
                 .collect(),
+            repairs: self.repairs.keys().map(ToString::to_string).collect(),
+            repairs_given_up: self.gave_up.iter().map(ToString::to_string).collect(),
+            panic_mode: self.panic_mode,
             signatures: self
                 .session
                 .signatures()

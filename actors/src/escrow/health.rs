@@ -69,11 +69,15 @@ impl EscrowActor {
             info!(self.log, "a host is routable again"; "stage" => "panic_mode_left");
         }
         self.panic_mode = panic;
-        self.withheld = if panic {
+        // Diverged participants are never sent inference, panic mode or not.
+        let mut withheld: std::collections::BTreeSet<Address> = if panic {
             Default::default()
         } else {
             ejected.into_iter().collect()
         };
+        withheld.extend(self.repairs.keys().cloned());
+        withheld.extend(self.gave_up.iter().cloned());
+        self.withheld = withheld;
     }
 
     /// Routing preference of a participant (Healthy unless known otherwise).

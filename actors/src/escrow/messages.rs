@@ -141,6 +141,10 @@ pub struct EscrowSnapshot {
     pub pending_finishes: Vec<u64>,
     pub pending_timeouts: Vec<u64>,
     pub signatures: Vec<(String, u64)>,
+    /// Participants withheld because their state diverged (under repair or given up).
+    pub repairs: Vec<String>,
+    pub repairs_given_up: Vec<String>,
+    pub panic_mode: bool,
 }
 
 /// Test and operator hook: make the actor panic (only when fault injection is enabled).
@@ -158,3 +162,10 @@ pub struct Retire;
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<(Address, u64)>")]
 pub struct SyncHosts;
+
+/// Admin: run a repair tick of `participant` now; `false` when it is not under repair.
+#[derive(Debug, Message)]
+#[rtype(result = "bool")]
+pub struct TriggerRepair {
+    pub participant: Address,
+}

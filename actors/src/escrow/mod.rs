@@ -12,6 +12,7 @@ pub mod nonces;
 mod outcomes;
 pub mod pending;
 mod picker;
+mod repair;
 pub mod session;
 mod settle;
 mod sync;

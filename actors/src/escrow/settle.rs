@@ -85,6 +85,9 @@ impl Handler<AttemptEnded> for EscrowActor {
                 self.settle_or_time_out(nonce, finished, reason, ctx);
             }
             _ => {
+                if class == OutcomeClass::Diverged {
+                    self.start_repair(&msg.host, ctx);
+                }
                 let (status, message) = end_details(&msg.report.end);
                 if let Some(shared) = self.emit_failure(nonce, class, reason, status, &message, ctx)
                 {

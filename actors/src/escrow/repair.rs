@@ -1,0 +1,158 @@
+//! The escrow's side of the repair loop (HEALTH.md §6): a participant whose state diverged from
+//! ours is withheld in this escrow only (its nonces carry no inference) and gets exactly one
+//! `RepairActor`; the escrow plans each tick (durable canonical diffs the host lacks) and judges
+//! what the host answers. Only a signature over our root, verified here, clears the block.
+
+use actix::prelude::*;
+use slog::{info, warn};
+
+use super::{actor::EscrowActor, messages::TriggerRepair, session::SessionError};
+use crate::{
+    protocol::{
+        crypto::Address,
+        wire::{DiffJson, InferenceRequest},
+    },
+    repair::{
+        messages::{
+            PlanRepair, RepairGaveUp, RepairNow, RepairPlan, RepairStep, RepairVerdict, StopRepair,
+        },
+        RepairActor,
+    },
+};
+
+impl EscrowActor {
+    /// First detection of divergence of `host`: withhold it here and start its repair (once).
+    pub(super) fn start_repair(&mut self, host: &Address, ctx: &mut Context<Self>) {
+        if self.repairs.contains_key(host) {
+            return;
+        }
+        let Some(slots) = self.session.info().host(host).map(|h| h.slots.clone()) else {
+            return;
+        };
+        warn!(self.log, "participant state diverged; withheld in this escrow";
+            "stage" => "escrow_participant_state_blocked", "host" => host.short());
+        let actor = RepairActor::new(
+            ctx.address(),
+            self.escrow_id(),
+            host.clone(),
+            slots,
+            self.clock.clone(),
+            &self.log,
+            self.metrics.clone(),
+            self.settings.clone(),
+        );
+        self.repairs.insert(host.clone(), actor.start());
+        self.recompute_withheld();
+    }
+
+    /// Stops every repair (escrow stopping or retired).
+    pub(super) fn stop_repairs(&mut self) {
+        for (_, addr) in std::mem::take(&mut self.repairs) {
+            addr.do_send(StopRepair);
+        }
+    }
+
+    fn unblock(&mut self, host: &Address) {
+        if self.repairs.remove(host).is_some() {
+            self.gave_up.remove(host);
+            self.recompute_withheld();
+        }
+    }
+}
+
+impl Handler<PlanRepair> for EscrowActor {
+    type Result = Result<RepairPlan, String>;
+
+    fn handle(&mut self, msg: PlanRepair, _: &mut Self::Context) -> Self::Result {
+        let info = self.session.info().clone();
+        let host = info
+            .host(&msg.participant)
+            .ok_or("not a participant of this escrow")?;
+        // Only durable diffs may reach a host: the plan stops at the last acknowledged nonce.
+        let durable = self.durable_nonce;
+        let diffs: Vec<_> = self
+            .session
+            .catch_up(&msg.participant, usize::MAX)
+            .into_iter()
+            .filter(|d| d.nonce <= durable)
+            .collect();
+        let target_nonce = diffs
+            .last()
+            .map_or(self.session.host_sync(&msg.participant).min(durable), |d| {
+                d.nonce
+            });
+        let now = self.clock.now_unix();
+        let mut chunks = Vec::new();
+        for part in diffs.chunks(self.cfg.catch_up_chunk.max(1)) {
+            let request = InferenceRequest {
+                diffs: part.iter().map(|d| DiffJson::from_diff(d)).collect(),
+                nonce: part.last().map_or(0, |d| d.nonce),
+                payload: None,
+                stream: None,
+            };
+            chunks.push(self.sign_body(&request, now).map_err(|e| e.to_string())?);
+        }
+        Ok(RepairPlan {
+            chat_url: info.session_url(host, "chat/completions"),
+            signatures_url: info.session_url(host, "signatures"),
+            chunks,
+            target_nonce,
+        })
+    }
+}
+
+impl Handler<RepairStep> for EscrowActor {
+    type Result = Result<RepairVerdict, SessionError>;
+
+    fn handle(&mut self, msg: RepairStep, _: &mut Self::Context) -> Self::Result {
+        match msg {
+            RepairStep::CatchUp {
+                participant,
+                receipt,
+            } => {
+                self.session.process_receipt(&participant, None, &receipt)?;
+                self.sync_dirty = true;
+                Ok(RepairVerdict::Continue)
+            }
+            RepairStep::SessionLost { participant } => {
+                self.session.reset_host_sync(&participant);
+                self.sync_dirty = true;
+                Ok(RepairVerdict::Continue)
+            }
+            RepairStep::Signature {
+                participant,
+                nonce,
+                signature,
+            } => {
+                self.session
+                    .accept_fetched_signature(&participant, nonce, &signature)?;
+                info!(self.log, "signature over our root verified"; "stage" => "repair_signature_verified",
+                    "host" => participant.short(), "nonce" => nonce);
+                self.unblock(&participant);
+                Ok(RepairVerdict::Unblocked)
+            }
+        }
+    }
+}
+
+impl Handler<RepairGaveUp> for EscrowActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RepairGaveUp, _: &mut Self::Context) {
+        self.gave_up.insert(msg.participant);
+    }
+}
+
+impl Handler<TriggerRepair> for EscrowActor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: TriggerRepair, _: &mut Self::Context) -> bool {
+        match self.repairs.get(&msg.participant) {
+            Some(addr) => {
+                addr.do_send(RepairNow);
+                true
+            }
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! Repair of participants whose state diverged from the escrow's (HEALTH.md §6).
+
+mod actor;
+pub mod messages;
+
+pub use actor::RepairActor;
