@@ -99,6 +99,26 @@ setup_node() {
   PROMQL=$NODE_DIR/promql_check.mjs
 }
 
+# promtool (checks and unit-tests the alert rules): from PATH, else taken out of Debian's
+# prometheus package (downloaded with apt-get, not installed: no service, no dependencies).
+setup_promtool() {
+  PROMTOOL=$(command -v promtool || true)
+  [ -n "$PROMTOOL" ] && return 0
+  local dir=$CACHE/promtool
+  PROMTOOL=$dir/usr/bin/promtool
+  [ -x "$PROMTOOL" ] && return 0
+  command -v apt-get >/dev/null || die "promtool is missing and there is no apt-get to fetch it"
+  say "fetching promtool from Debian's prometheus package into $dir"
+  local dl=$WORK/deb
+  mkdir -p "$dl" "$dir"
+  if ! (cd "$dl" && apt-get download -qq prometheus >/dev/null 2>&1); then
+    [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null
+    (cd "$dl" && apt-get download -qq prometheus >/dev/null 2>&1) || die "apt-get download prometheus failed"
+  fi
+  dpkg-deb --fsys-tarfile "$dl"/prometheus_*.deb | tar -x -C "$dir" ./usr/bin/promtool
+  "$PROMTOOL" --version >/dev/null
+}
+
 # The gateway binary for the smoke stage (empty when there is neither a binary nor cargo).
 find_binary() {
   GATEWAY_BIN=${DEVSHARD_GATEWAY_BIN:-}
@@ -143,6 +163,13 @@ st_render() {
 st_kubectl() {
   if ! command -v kubectl >/dev/null; then
     echo "  note kubectl not installed: kustomize_lite's render is not compared with kubectl kustomize"
+    return 0
+  fi
+  # Debian's kubernetes-client (1.20) embeds kustomize v2, which predates components.
+  local major
+  major=$(kubectl version --client 2>/dev/null | sed -n 's/^Kustomize Version: v\([0-9]*\).*/\1/p')
+  if [ "${major:-0}" -lt 5 ]; then
+    echo "  note kubectl's kustomize is older than v5 (or unknown): the comparison is skipped"
     return 0
   fi
   local rc=0 d
@@ -196,6 +223,17 @@ st_hadolint() { # DOCKERFILE
   fi
 }
 
+st_promtool() { # RULES TESTS: promtool checks the rules, then runs their unit tests
+  if "$PROMTOOL" check rules "$1" >"$WORK/promtool.out" 2>&1 \
+    && "$PROMTOOL" test rules "$2" >>"$WORK/promtool.out" 2>&1; then
+    echo "  ok   promtool check rules + test rules ($(grep -o '[0-9]* rules found' "$WORK/promtool.out"))"
+  else
+    echo "  FAIL promtool:"
+    sed 's/^/         /' "$WORK/promtool.out"
+    return 1
+  fi
+}
+
 st_smoke() { # FILES...
   if [ -z "$GATEWAY_BIN" ]; then
     echo "  note no gateway binary and no cargo: the smoke stage is skipped"
@@ -227,6 +265,8 @@ validate() {
   stage "hadolint" st_hadolint "$DEPLOY/Dockerfile"
   stage "checkov on the Dockerfile" st_checkov_docker "$DEPLOY/Dockerfile"
   stage "Grafana dashboard and alert rules" st_monitoring
+  stage "alert rules: promtool check and unit tests" st_promtool "$DEPLOY/prometheus/alerts.yml" \
+    "$DEPLOY/prometheus/alerts.test.yml"
   stage "smoke test of the binary with the rendered config" st_smoke "$WORK/base.yaml" "$WORK/example.yaml"
 }
 
@@ -299,6 +339,12 @@ self_test() {
   expect_reject "alerts.yml changed without the PrometheusRule" "prometheusrule.yaml differs" \
     st_monitoring --rules "$m-alerts.yml"
 
+  mkdir -p "$WORK/weak-alert"
+  mutate alert-threshold "$DEPLOY/prometheus/alerts.yml" "$WORK/weak-alert/alerts.yml"
+  cp "$DEPLOY/prometheus/alerts.test.yml" "$WORK/weak-alert/"
+  expect_reject "5xx alert threshold raised from 5% to 50% (promtool unit tests)" FAILED \
+    st_promtool "$WORK/weak-alert/alerts.yml" "$WORK/weak-alert/alerts.test.yml"
+
   mkdir -p "$WORK/root-image"
   mutate dockerfile-root "$DEPLOY/Dockerfile" "$WORK/root-image/Dockerfile"
   expect_reject "image running as root (hadolint)" DL3002 st_hadolint "$WORK/root-image/Dockerfile"
@@ -311,6 +357,7 @@ self_test() {
 
 setup_python
 setup_node
+setup_promtool
 find_binary
 say "tools ready in $(($(date +%s) - T0)) s (cache: $CACHE; binary: ${GATEWAY_BIN:-none})"
 

@@ -1065,6 +1065,7 @@ MUTATIONS = {
     "dash-syntax": _mutate_dashboard(lambda p: p["targets"][0].update(expr="sum(rate(devshard_http_requests_total{namespace=~\"$namespace\", pod=~\"$pod\"}[5m])")),
     "dash-bad-label": _mutate_dashboard(lambda p: p["targets"][0].update(expr="sum by (escrow) (rate(devshard_http_requests_total{namespace=~\"$namespace\", pod=~\"$pod\"}[5m]))")),
     "rules-unsynced": _mutate_text("for: 15m", "for: 20m"),
+    "alert-threshold": _mutate_text(") > 0.05", ") > 0.5"),
     "dockerfile-root": _mutate_text("USER 10001:10001", "USER root"),
 }
 
