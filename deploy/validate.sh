@@ -7,7 +7,7 @@
 #                                         check that each one is rejected
 #
 # It installs what it needs (as root on Debian: python3-venv, nodejs, npm when missing) and
-# keeps its Python and Node tools in a cache directory, so later runs start at once:
+# keeps its Python and Node tools and promtool in a cache directory, so later runs start at once:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/devshard-deploy   (override: DEVSHARD_DEPLOY_CACHE)
 # Network: PyPI, the npm registry and Debian's archive on the first run only; nothing after.
 # The smoke stage runs the gateway binary: DEVSHARD_GATEWAY_BIN, else target/debug or
