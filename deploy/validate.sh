@@ -1,0 +1,381 @@
+#!/usr/bin/env bash
+# Offline validation of the deployment artefacts in deploy/ (CI runs it from .ci/run).
+#
+#   bash deploy/validate.sh               validate, then the self-test (default, what CI runs)
+#   bash deploy/validate.sh --no-self-test  validate only
+#   bash deploy/validate.sh --self-test   self-test only: feed deliberately broken inputs and
+#                                         check that each one is rejected
+#
+# It installs what it needs (as root on Debian: python3-venv, nodejs, npm when missing) and
+# keeps its Python and Node tools and promtool in a cache directory, so later runs start at once:
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/devshard-deploy   (override: DEVSHARD_DEPLOY_CACHE)
+# Network: PyPI, the npm registry and Debian's archive on the first run only; nothing after.
+# The smoke stage runs the gateway binary: DEVSHARD_GATEWAY_BIN, else target/debug or
+# target/release (built with cargo when missing or older than the sources).
+#
+# What each stage checks: deploy/README.md, "Validation".
+set -euo pipefail
+
+usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+
+MODE=all
+case "${1:-}" in
+  "") MODE=all ;;
+  --self-test) MODE=self-test ;;
+  --no-self-test) MODE=validate ;;
+  -h | --help) usage; exit 0 ;;
+  *) usage >&2; exit 2 ;;
+esac
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DEPLOY=$ROOT/deploy
+TOOLS=$DEPLOY/tools
+CACHE=${DEVSHARD_DEPLOY_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/devshard-deploy}
+# checkov ids skipped, and why (deploy/README.md has the same list):
+#   CKV_K8S_15  imagePullPolicy Always: releases are immutable version tags (or digests);
+#               Always would make every restart depend on the registry being up.
+#   CKV_K8S_35  secrets as files: the private key is a file; the gateway reads the admin key
+#               and the API keys from the environment only (no *_FILE variant).
+#   CKV_K8S_43  image digest: the example pins a version tag; pin a digest in your overlay
+#               (images: digest:) if your registry's tags are mutable.
+CHECKOV_SKIP=CKV_K8S_15,CKV_K8S_35,CKV_K8S_43
+
+# No __pycache__ in the work tree.
+export PYTHONDONTWRITEBYTECODE=1
+
+T0=$(date +%s)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/devshard-deploy.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+say() { echo "== deploy: $*"; }
+die() { echo "deploy/validate.sh: $*" >&2; exit 1; }
+sha() { cat "$@" | sha256sum | cut -c1-16; }
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+# ---------------------------------------------------------------------------------------------
+
+apt_install() {
+  [ "$(id -u)" = 0 ] || die "missing $*: install them (or run as root)"
+  say "installing Debian packages: $*"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+setup_python() {
+  command -v python3 >/dev/null || apt_install python3 python3-venv
+  python3 -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null \
+    || die "python3 >= 3.11 is needed (tomllib)"
+  python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+  local key
+  key=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')-$(sha "$TOOLS/requirements.txt" "$TOOLS/constraints.txt")
+  VENV=$CACHE/venv-$key
+  if [ ! -f "$VENV/.complete" ]; then
+    say "creating the Python tools virtualenv in $VENV (first run: about 30 s)"
+    rm -rf "$VENV"
+    mkdir -p "$CACHE"
+    python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+      -r "$TOOLS/requirements.txt" -c "$TOOLS/constraints.txt"
+    touch "$VENV/.complete"
+  fi
+  PY=$VENV/bin/python
+}
+
+setup_node() {
+  command -v node >/dev/null && command -v npm >/dev/null || apt_install nodejs npm
+  NODE_DIR=$CACHE/node-$(sha "$TOOLS/package.json")
+  if [ ! -f "$NODE_DIR/.complete" ]; then
+    say "installing the PromQL parser in $NODE_DIR"
+    rm -rf "$NODE_DIR"
+    mkdir -p "$NODE_DIR"
+    cp "$TOOLS/package.json" "$NODE_DIR/"
+    (cd "$NODE_DIR" && npm install --silent --no-package-lock --ignore-scripts --no-audit --no-fund >/dev/null)
+    touch "$NODE_DIR/.complete"
+  fi
+  # ES modules resolve packages from the script's own directory.
+  cp "$TOOLS/promql_check.mjs" "$NODE_DIR/"
+  PROMQL=$NODE_DIR/promql_check.mjs
+}
+
+# promtool (checks and unit-tests the alert rules): from PATH, else taken out of Debian's
+# prometheus package (downloaded with apt-get, not installed: no service, no dependencies).
+setup_promtool() {
+  PROMTOOL=$(command -v promtool || true)
+  [ -n "$PROMTOOL" ] && return 0
+  local dir=$CACHE/promtool
+  PROMTOOL=$dir/usr/bin/promtool
+  [ -x "$PROMTOOL" ] && return 0
+  command -v apt-get >/dev/null || die "promtool is missing and there is no apt-get to fetch it"
+  say "fetching promtool from Debian's prometheus package into $dir"
+  local dl=$WORK/deb
+  mkdir -p "$dl" "$dir"
+  if ! (cd "$dl" && apt-get download -qq prometheus >/dev/null 2>&1); then
+    [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null
+    (cd "$dl" && apt-get download -qq prometheus >/dev/null 2>&1) || die "apt-get download prometheus failed"
+  fi
+  dpkg-deb --fsys-tarfile "$dl"/prometheus_*.deb | tar -x -C "$dir" ./usr/bin/promtool
+  "$PROMTOOL" --version >/dev/null
+}
+
+# The gateway binary for the smoke stage (empty when there is neither a binary nor cargo).
+find_binary() {
+  GATEWAY_BIN=${DEVSHARD_GATEWAY_BIN:-}
+  [ -n "$GATEWAY_BIN" ] && return 0
+  local target=${CARGO_TARGET_DIR:-$ROOT/target} newest candidate
+  newest=$(find "$ROOT/src" "$ROOT/actors/src" "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" "$ROOT/actors/Cargo.toml" \
+    -type f -printf '%T@\n' | sort -n | tail -1)
+  for candidate in "$target/debug/devshard-gateway" "$target/release/devshard-gateway"; do
+    if [ -x "$candidate" ] && [ "$(stat -c %Y "$candidate")" -ge "${newest%.*}" ]; then
+      GATEWAY_BIN=$candidate
+      return 0
+    fi
+  done
+  if command -v cargo >/dev/null; then
+    say "building the gateway (cargo build --locked) for the smoke stage"
+    cargo build --locked --quiet --bin devshard-gateway
+    GATEWAY_BIN=$target/debug/devshard-gateway
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Stages: each returns non-zero on a problem and prints why.
+# ---------------------------------------------------------------------------------------------
+
+render() { # DIR OUT
+  "$PY" "$TOOLS/kustomize_lite.py" "$1" -o "$2"
+}
+
+st_render() {
+  local rc=0 d
+  for d in base overlays/example; do
+    if render "$DEPLOY/k8s/$d" "$WORK/$(basename "$d").yaml"; then
+      echo "  ok   rendered deploy/k8s/$d ($(grep -c '^kind:' "$WORK/$(basename "$d").yaml") objects)"
+    else
+      echo "  FAIL rendering deploy/k8s/$d"
+      rc=1
+    fi
+  done
+  return $rc
+}
+
+st_kubectl() {
+  if ! command -v kubectl >/dev/null; then
+    echo "  note kubectl not installed: kustomize_lite's render is not compared with kubectl kustomize"
+    return 0
+  fi
+  # Debian's kubernetes-client (1.20) embeds kustomize v2, which predates components.
+  local major
+  major=$(kubectl version --client 2>/dev/null | sed -n 's/^Kustomize Version: v\([0-9]*\).*/\1/p')
+  if [ "${major:-0}" -lt 5 ]; then
+    echo "  note kubectl's kustomize is older than v5 (or unknown): the comparison is skipped"
+    return 0
+  fi
+  local rc=0 d
+  for d in base overlays/example; do
+    kubectl kustomize "$DEPLOY/k8s/$d" >"$WORK/kubectl-$(basename "$d").yaml" || { echo "  FAIL kubectl kustomize $d"; rc=1; continue; }
+    "$PY" "$TOOLS/checks.py" same-render "$WORK/$(basename "$d").yaml" "$WORK/kubectl-$(basename "$d").yaml" || rc=1
+  done
+  return $rc
+}
+
+st_schema() { "$PY" "$TOOLS/checks.py" schema "$@"; }
+st_policy() { "$PY" "$TOOLS/checks.py" policy --base "$1" --overlay "$2"; }
+st_config() { "$PY" "$TOOLS/checks.py" config "$@"; }
+st_dockerfile() { "$PY" "$TOOLS/checks.py" dockerfile --dockerfile "$1"; }
+st_monitoring() { "$PY" "$TOOLS/checks.py" monitoring --promql "$PROMQL" "$@"; }
+
+st_checkov_k8s() { # FILE
+  local out=$WORK/checkov.out
+  # --quiet prints nothing when checkov found nothing to scan: demand its "Passed checks" line.
+  if "$VENV/bin/checkov" -f "$1" --framework kubernetes --skip-check "$CHECKOV_SKIP" \
+    --compact --quiet --skip-download >"$out" 2>&1 && grep -q 'Passed checks: [1-9]' "$out"; then
+    echo "  ok   checkov (kubernetes) on $(basename "$1"): $(grep -o 'Passed checks: [0-9]*' "$out"), skipped $CHECKOV_SKIP"
+  else
+    echo "  FAIL checkov (kubernetes) on $(basename "$1"):"
+    sed 's/^/         /' "$out"
+    return 1
+  fi
+}
+
+st_checkov_docker() { # DOCKERFILE
+  local out=$WORK/checkov-docker.out
+  # checkov recognises a Dockerfile by its name: the file must be called Dockerfile.
+  [ "$(basename "$1")" = Dockerfile ] || { echo "  FAIL checkov (dockerfile): $1 is not named Dockerfile"; return 1; }
+  if "$VENV/bin/checkov" -f "$1" --framework dockerfile --compact --quiet --skip-download >"$out" 2>&1 \
+    && grep -q 'Passed checks: [1-9]' "$out"; then
+    echo "  ok   checkov (dockerfile): $(grep -o 'Passed checks: [0-9]*' "$out")"
+  else
+    echo "  FAIL checkov (dockerfile):"
+    sed 's/^/         /' "$out"
+    return 1
+  fi
+}
+
+st_hadolint() { # DOCKERFILE
+  if "$VENV/bin/hadolint" "$1" >"$WORK/hadolint.out" 2>&1; then
+    echo "  ok   hadolint $(basename "$1")"
+  else
+    echo "  FAIL hadolint:"
+    sed 's/^/         /' "$WORK/hadolint.out"
+    return 1
+  fi
+}
+
+st_promtool() { # RULES TESTS: promtool checks the rules, then runs their unit tests
+  if "$PROMTOOL" check rules "$1" >"$WORK/promtool.out" 2>&1 \
+    && "$PROMTOOL" test rules "$2" >>"$WORK/promtool.out" 2>&1; then
+    echo "  ok   promtool check rules + test rules ($(grep -o '[0-9]* rules found' "$WORK/promtool.out"))"
+  else
+    echo "  FAIL promtool:"
+    sed 's/^/         /' "$WORK/promtool.out"
+    return 1
+  fi
+}
+
+st_smoke() { # FILES...
+  if [ -z "$GATEWAY_BIN" ]; then
+    echo "  note no gateway binary and no cargo: the smoke stage is skipped"
+    return 0
+  fi
+  "$PY" "$TOOLS/checks.py" smoke --bin "$GATEWAY_BIN" "$@"
+}
+
+PASSED=0
+FAILED=0
+stage() { # NAME COMMAND...
+  local name=$1
+  shift
+  say "$name"
+  if "$@"; then PASSED=$((PASSED + 1)); else FAILED=$((FAILED + 1)); echo "  -> stage failed: $name"; fi
+}
+
+validate() {
+  stage "render the kustomizations (kustomize_lite)" st_render || true
+  if [ ! -s "$WORK/base.yaml" ] || [ ! -s "$WORK/example.yaml" ]; then
+    return
+  fi
+  stage "kustomize_lite equals kubectl kustomize" st_kubectl
+  stage "Kubernetes schemas" st_schema "$WORK/base.yaml" "$WORK/example.yaml"
+  stage "gateway contract and hardening" st_policy "$WORK/base.yaml" "$WORK/example.yaml"
+  stage "gateway.toml of the ConfigMaps" st_config "$WORK/base.yaml" "$WORK/example.yaml"
+  stage "checkov on the example overlay" st_checkov_k8s "$WORK/example.yaml"
+  stage "Dockerfile consistency" st_dockerfile "$DEPLOY/Dockerfile"
+  stage "hadolint" st_hadolint "$DEPLOY/Dockerfile"
+  stage "checkov on the Dockerfile" st_checkov_docker "$DEPLOY/Dockerfile"
+  stage "Grafana dashboard and alert rules" st_monitoring
+  stage "alert rules: promtool check and unit tests" st_promtool "$DEPLOY/prometheus/alerts.yml" \
+    "$DEPLOY/prometheus/alerts.test.yml"
+  stage "smoke test of the binary with the rendered config" st_smoke "$WORK/base.yaml" "$WORK/example.yaml"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Self-test: every broken input must be rejected by the stage that guards against it.
+# ---------------------------------------------------------------------------------------------
+
+ST_PASSED=0
+ST_FAILED=0
+expect_reject() { # DESCRIPTION PATTERN COMMAND...: COMMAND fails, and says PATTERN (the reason)
+  local what=$1 pattern=$2
+  shift 2
+  if "$@" >"$WORK/selftest.out" 2>&1; then
+    echo "  FAIL self-test: accepted: $what"
+    sed 's/^/         /' "$WORK/selftest.out"
+    ST_FAILED=$((ST_FAILED + 1))
+  elif ! grep -q -- "$pattern" "$WORK/selftest.out"; then
+    echo "  FAIL self-test: rejected for another reason than '$pattern': $what"
+    sed 's/^/         /' "$WORK/selftest.out"
+    ST_FAILED=$((ST_FAILED + 1))
+  else
+    echo "  ok   self-test: rejected: $what ($pattern)"
+    ST_PASSED=$((ST_PASSED + 1))
+  fi
+}
+
+mutate() { "$PY" "$TOOLS/checks.py" mutate "$@"; }
+
+self_test() {
+  say "self-test: broken inputs must be rejected"
+  local base=$WORK/st-base.yaml ex=$WORK/st-example.yaml m=$WORK/mutant
+  render "$DEPLOY/k8s/base" "$base"
+  render "$DEPLOY/k8s/overlays/example" "$ex"
+
+  mutate privileged "$ex" "$m-privileged.yaml"
+  expect_reject "privileged container (checkov)" CKV_K8S_16 st_checkov_k8s "$m-privileged.yaml"
+  expect_reject "privileged container (policy)" "privileged must not be true" st_policy "$base" "$m-privileged.yaml"
+  mutate unknown-field "$ex" "$m-unknown.yaml"
+  expect_reject "misspelt container field (schema)" imagePullPolicyy st_schema "$m-unknown.yaml"
+  mutate replicas-2 "$ex" "$m-replicas.yaml"
+  expect_reject "two replicas (policy)" "replicas must be 1" st_policy "$base" "$m-replicas.yaml"
+  mutate short-grace "$ex" "$m-grace.yaml"
+  expect_reject "termination grace shorter than the drain + flush (policy)" terminationGracePeriodSeconds \
+    st_policy "$base" "$m-grace.yaml"
+  mutate real-key "$ex" "$m-key.yaml"
+  expect_reject "a real-looking private key in a committed Secret (policy)" "not a placeholder" \
+    st_policy "$base" "$m-key.yaml"
+  mutate config-typo "$ex" "$m-config.yaml"
+  expect_reject "unknown key in gateway.toml (config)" "unknown key 'listen_adress'" st_config "$m-config.yaml"
+  if [ -n "$GATEWAY_BIN" ]; then
+    expect_reject "unknown key in gateway.toml (the binary)" "unknown field \`listen_adress\`" st_smoke "$m-config.yaml"
+  fi
+
+  mkdir -p "$WORK/k8s-copy"
+  cp -r "$DEPLOY/k8s/." "$WORK/k8s-copy/"
+  printf 'namePrefix: x-\n' >>"$WORK/k8s-copy/overlays/example/kustomization.yaml"
+  expect_reject "a kustomization field kustomize_lite does not support (render)" namePrefix \
+    render "$WORK/k8s-copy/overlays/example" "$m-render.yaml"
+
+  local dash=$DEPLOY/grafana/devshard-gateway.json
+  mutate dash-unknown-metric "$dash" "$m-dash1.json"
+  expect_reject "dashboard query on a metric the gateway does not export" \
+    "devshard_http_request_total is not a metric" st_monitoring --dashboard "$m-dash1.json"
+  mutate dash-syntax "$dash" "$m-dash2.json"
+  expect_reject "dashboard query with a PromQL syntax error" "syntax error" st_monitoring --dashboard "$m-dash2.json"
+  mutate dash-bad-label "$dash" "$m-dash3.json"
+  expect_reject "dashboard query grouping by a label the metric lacks" "grouping by 'escrow'" \
+    st_monitoring --dashboard "$m-dash3.json"
+  mutate rules-unsynced "$DEPLOY/prometheus/alerts.yml" "$m-alerts.yml"
+  expect_reject "alerts.yml changed without the PrometheusRule" "prometheusrule.yaml differs" \
+    st_monitoring --rules "$m-alerts.yml"
+
+  mkdir -p "$WORK/weak-alert"
+  mutate alert-threshold "$DEPLOY/prometheus/alerts.yml" "$WORK/weak-alert/alerts.yml"
+  cp "$DEPLOY/prometheus/alerts.test.yml" "$WORK/weak-alert/"
+  expect_reject "5xx alert threshold raised from 5% to 50% (promtool unit tests)" FAILED \
+    st_promtool "$WORK/weak-alert/alerts.yml" "$WORK/weak-alert/alerts.test.yml"
+
+  mkdir -p "$WORK/root-image"
+  mutate dockerfile-root "$DEPLOY/Dockerfile" "$WORK/root-image/Dockerfile"
+  expect_reject "image running as root (hadolint)" DL3002 st_hadolint "$WORK/root-image/Dockerfile"
+  expect_reject "image running as root (checkov)" CKV_DOCKER_8 st_checkov_docker "$WORK/root-image/Dockerfile"
+  expect_reject "image running as root (Dockerfile consistency)" "non-root USER" \
+    st_dockerfile "$WORK/root-image/Dockerfile"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+setup_python
+setup_node
+setup_promtool
+find_binary
+say "tools ready in $(($(date +%s) - T0)) s (cache: $CACHE; binary: ${GATEWAY_BIN:-none})"
+
+if [ "$MODE" != self-test ]; then
+  validate
+fi
+if [ "$MODE" != validate ]; then
+  self_test
+fi
+
+say "finished in $(($(date +%s) - T0)) s"
+rc=0
+if [ "$MODE" != self-test ]; then
+  echo "deploy-validation: $PASSED passed, $FAILED failed"
+  [ "$FAILED" = 0 ] || rc=1
+fi
+if [ "$MODE" != validate ]; then
+  echo "deploy-self-test: $ST_PASSED passed, $ST_FAILED failed"
+  [ "$ST_FAILED" = 0 ] || rc=1
+fi
+exit $rc
