@@ -9,6 +9,7 @@
 //! - [`error`]: the one mapping of every error to an OpenAI-shaped answer.
 
 pub mod admin;
+pub mod debug;
 pub mod error;
 pub mod gate;
 pub mod normalize;
@@ -126,6 +127,21 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/chain")
                     .route(web::get().to(gate::debug_chain))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/actors")
+                    .route(web::get().to(debug::actors))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/actors/{kind}/{id}")
+                    .route(web::get().to(debug::actor))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/escrows/{id}")
+                    .route(web::get().to(debug::escrow))
                     .default_service(web::to(method_not_allowed)),
             )
             .default_service(web::to(not_found)),

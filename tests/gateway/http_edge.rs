@@ -203,3 +203,78 @@ async fn a_whole_answer_is_the_hosts_completion_and_bad_input_consumes_no_nonce(
     gw.stop(true).await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+async fn admin_get(url: &str, path: &str, key: Option<&str>) -> (u16, serde_json::Value) {
+    let client = awc::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .finish();
+    let mut req = client.get(format!("{url}{path}"));
+    if let Some(k) = key {
+        req = req.insert_header(("Authorization", format!("Bearer {k}")));
+    }
+    let mut resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (
+        status,
+        resp.json()
+            .limit(16 << 20)
+            .await
+            .unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[actix_rt::test]
+async fn debug_endpoints_show_every_actor_and_repairs_without_secrets() {
+    let (sim, gw, dir) = start(3).await;
+    // Nonce 1 → host 1 lies about its state once: a repair starts.
+    sim.set_faults(
+        1,
+        devshard_gateway::sim::Faults {
+            wrong_state_hash: true,
+            times: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (status, _, _) = post(
+        &gw.url,
+        r#"{"stream":true,"messages":[{"role":"user","content":"x"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, all) = admin_get(&gw.url, "/v1/debug/actors", Some("k")).await;
+    assert_eq!(status, 200);
+    let kinds: Vec<&str> = all["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["kind"].as_str())
+        .collect();
+    for k in ["directory", "escrow", "participant"] {
+        assert!(kinds.contains(&k), "{k} listed: {kinds:?}");
+    }
+    let (_, escrows) = admin_get(&gw.url, "/v1/debug/actors?kind=escrow", Some("k")).await;
+    assert!(escrows["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|a| a["kind"] == "escrow"));
+    let (status, one) = admin_get(&gw.url, "/v1/debug/escrows/42", Some("k")).await;
+    assert_eq!(status, 200);
+    assert!(one["state"]["nonce"].as_u64().unwrap() >= 2);
+    let repairs = one["repairs"].as_array().unwrap();
+    assert_eq!(repairs.len(), 1, "{one}");
+    assert!(
+        repairs[0]["blocked_since_ms"].as_i64().is_some()
+            && repairs[0]["next_tick_ms"].as_i64().is_some()
+    );
+    let (status, _) = admin_get(&gw.url, "/v1/debug/actors", None).await;
+    assert_eq!(status, 401);
+    let text = all.to_string();
+    assert!(
+        !text.contains(&sim.gateway_key().secret_hex()),
+        "no private key in debug output"
+    );
+    gw.stop(true).await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}

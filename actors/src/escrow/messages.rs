@@ -169,3 +169,8 @@ pub struct SyncHosts;
 pub struct TriggerRepair {
     pub participant: Address,
 }
+
+/// The state of every repair of this escrow (debug).
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<crate::repair::messages::RepairState>")]
+pub struct GetRepairStates;

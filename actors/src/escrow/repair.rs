@@ -156,3 +156,25 @@ impl Handler<TriggerRepair> for EscrowActor {
         }
     }
 }
+
+impl Handler<crate::escrow::messages::GetRepairStates> for EscrowActor {
+    type Result = ResponseFuture<Vec<crate::repair::messages::RepairState>>;
+
+    fn handle(
+        &mut self,
+        _: crate::escrow::messages::GetRepairStates,
+        _: &mut Self::Context,
+    ) -> Self::Result {
+        let addrs: Vec<_> = self.repairs.values().cloned().collect();
+        Box::pin(async move {
+            let calls = addrs
+                .iter()
+                .map(|a| a.send(crate::repair::messages::GetRepairState));
+            futures::future::join_all(calls)
+                .await
+                .into_iter()
+                .filter_map(Result::ok)
+                .collect()
+        })
+    }
+}
