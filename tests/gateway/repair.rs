@@ -217,3 +217,76 @@ async fn one_repair_actor_per_participant_and_none_after_the_escrow_is_removed()
         "no repair actor outlives its escrow"
     );
 }
+
+#[actix_rt::test]
+async fn after_giving_up_the_host_is_charged_normally_until_an_admin_forgets_it() {
+    use devshard_actors::{
+        directory::{AdminParticipants, ParticipantOp, SetHealthSettings},
+        policy::settings::HealthSettings,
+        protocol::state::InferenceStatus,
+    };
+    tokio::time::pause();
+    let h = Harness::start(sim()).await;
+    let quick = HealthSettings {
+        repair_give_up_ms: 60_000,
+        ..HealthSettings::default()
+    };
+    h.directory
+        .send(SetHealthSettings(quick))
+        .await
+        .unwrap()
+        .unwrap();
+    h.sim
+        .set_faults(
+            2,
+            Faults {
+                fork_from_nonce: Some(2),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    for i in 0..3 {
+        assert!(h
+            .chat(Harness::body(&format!("r{i}"), true))
+            .await
+            .is_success());
+    }
+    // Ticks at 2 s, 15 s, 30 s, 60 s: past 60 s the repair gives up.
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    let snap = h.snapshot("42").await;
+    assert_eq!(
+        snap.repairs_given_up,
+        vec![h.host(2).to_string()],
+        "{snap:?}"
+    );
+    let before = snap.nonce;
+    for i in 0..14 {
+        assert!(h
+            .chat(Harness::body(&format!("after give-up {i}"), true))
+            .await
+            .is_success());
+    }
+    // The forked host's nonces now carry (never sent) inferences, settled by refused-timeout votes.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    h.escrow_addr("42").await.send(SyncHosts).await.unwrap();
+    let charged = inferences_on(&h, 2, before);
+    assert!(!charged.is_empty(), "charged normally after give-up");
+    let view = h.sim.host_view(0, "42").unwrap();
+    assert!(charged.iter().all(|n| view
+        .state
+        .record(*n)
+        .is_some_and(|r| r.status == InferenceStatus::TimedOut)));
+    h.directory
+        .send(AdminParticipants {
+            address: Some(h.host(2)),
+            op: ParticipantOp::Forget,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let snap = h.snapshot("42").await;
+    assert!(
+        snap.repairs_given_up.is_empty() && snap.repairs.is_empty(),
+        "forget lifts the block: {snap:?}"
+    );
+}

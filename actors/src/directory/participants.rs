@@ -118,6 +118,21 @@ impl Handler<AdminParticipants> for Directory {
     type Result = ResponseFuture<Result<Vec<Arc<ParticipantView>>, DirectoryError>>;
 
     fn handle(&mut self, msg: AdminParticipants, ctx: &mut Self::Context) -> Self::Result {
+        if msg.op == ParticipantOp::Forget {
+            let targets = match &msg.address {
+                Some(a) => vec![a.clone()],
+                None => self.all_addresses(),
+            };
+            for e in self.escrows.values() {
+                if let Some(addr) = &e.slot.addr {
+                    for t in &targets {
+                        addr.do_send(crate::escrow::messages::ForgetDivergence {
+                            participant: t.clone(),
+                        });
+                    }
+                }
+            }
+        }
         let addrs = self.participant_addrs(msg.address, ctx);
         Box::pin(async move {
             let calls = addrs.iter().map(|a| async move {

@@ -174,3 +174,10 @@ pub struct TriggerRepair {
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<crate::repair::messages::RepairState>")]
 pub struct GetRepairStates;
+
+/// Admin `forget` of a participant: lift its divergence block in this escrow.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ForgetDivergence {
+    pub participant: Address,
+}

@@ -107,6 +107,12 @@ impl EscrowActor {
             else {
                 return;
             };
+            if self.gave_up.contains(&host) {
+                if !self.compose_ghost(&host, ctx) {
+                    return;
+                }
+                continue;
+            }
             if self.withheld.contains(&host) {
                 match self.compose_withheld("host_withheld") {
                     Some((diff, ack)) => self.watch_ack(diff.nonce, ack, ctx),

@@ -178,3 +178,89 @@ impl Handler<crate::escrow::messages::GetRepairStates> for EscrowActor {
         })
     }
 }
+
+/// The prompt of a ghost inference (upstream's ghost probe).
+const GHOST_PROMPT: &[u8] = br#"{"messages":[{"role":"user","content":"."}],"max_tokens":1}"#;
+
+impl EscrowActor {
+    /// After its repair gave up, a still-diverged participant is charged normally again: its
+    /// nonces carry an accountable inference that is never sent (it cannot serve it), and the
+    /// refused-timeout vote settles it — so a permanently forked host does not end the epoch
+    /// cleaner than one that served. Returns `false` when nothing could be composed.
+    pub(super) fn compose_ghost(&mut self, host: &Address, ctx: &mut Context<Self>) -> bool {
+        use super::{
+            attempt::AttemptTimings,
+            nonces::{NonceEntry, NonceState},
+            session::StartParams,
+        };
+        let Ok(prompt_hash) = crate::protocol::canonical::prompt_hash(GHOST_PROMPT) else {
+            return false;
+        };
+        let started_at = self.clock.now_unix();
+        let params = StartParams {
+            prompt_hash,
+            model: self.session.info().model.clone(),
+            input_length: GHOST_PROMPT.len() as u64,
+            max_tokens: 1,
+            started_at,
+        };
+        let key = self.key.clone();
+        let Ok(diff) = self.session.compose_start(&params, &key) else {
+            return false;
+        };
+        let ack = self.store.append_diff(self.escrow_id(), &diff);
+        self.watch_ack(diff.nonce, ack, ctx);
+        self.metrics.nonces.with_label_values(&["ghost"]).inc();
+        let payload = crate::protocol::wire::PayloadJson {
+            prompt: GHOST_PROMPT.to_vec(),
+            model: params.model,
+            input_length: params.input_length,
+            max_tokens: 1,
+            started_at,
+        };
+        let cfg = &self.session.info().config;
+        let deadline_ms = started_at
+            .saturating_add(cfg.refusal_timeout)
+            .saturating_mul(1000)
+            .saturating_add(self.cfg.timeout_buffer_ms);
+        self.attempts.insert(
+            diff.nonce,
+            NonceEntry {
+                nonce: diff.nonce,
+                host: host.clone(),
+                race_id: None,
+                request_id: "ghost".into(),
+                started_at,
+                confirmed_at: None,
+                payload: Some(payload),
+                timings: AttemptTimings::default(),
+                state: NonceState::AwaitingTimeout {
+                    deadline_ms,
+                    reason: "ghost".into(),
+                },
+                crowned: false,
+                emitted: true,
+            },
+        );
+        self.arm_nonce_timer(diff.nonce, ctx);
+        true
+    }
+
+    /// An admin `forget` of a participant also lifts its divergence block here.
+    pub(super) fn forget_divergence(&mut self, host: &Address) {
+        if let Some(addr) = self.repairs.remove(host) {
+            addr.do_send(StopRepair);
+        }
+        self.gave_up.remove(host);
+        self.recompute_withheld();
+    }
+}
+
+impl Handler<super::messages::ForgetDivergence> for EscrowActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: super::messages::ForgetDivergence, ctx: &mut Self::Context) {
+        self.forget_divergence(&msg.participant);
+        self.pump(ctx);
+    }
+}
