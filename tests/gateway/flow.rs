@@ -121,3 +121,17 @@ async fn an_attempt_that_never_finishes_is_timed_out_by_vote() {
     let rec = view.state.record(1).expect("inference 1 recorded");
     assert_eq!(rec.status, InferenceStatus::TimedOut);
 }
+
+#[actix_rt::test]
+async fn requests_spread_over_escrows_that_serve_the_same_model() {
+    let mut cfg = sim(3);
+    cfg.escrow_ids = vec!["42".into(), "43".into()];
+    let h = Harness::start(cfg).await;
+    let answers = futures::future::join_all(
+        (0..20).map(|i| h.chat(Harness::body(&format!("spread {i}"), true))),
+    )
+    .await;
+    assert!(answers.iter().all(|a| a.is_success()));
+    let (a, b) = (h.snapshot("42").await.nonce, h.snapshot("43").await.nonce);
+    assert!(a >= 5 && b >= 5, "both escrows serve: {a} and {b} nonces");
+}
