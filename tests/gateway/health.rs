@@ -253,8 +253,10 @@ async fn two_bad_hosts(faults: Faults, label: &str) {
     for i in 0..7 {
         let (state, health) = health_of(&h, i).await;
         if i == 2 || i == 5 {
-            assert_eq!(state, "ejected", "{label}: host {i} ejected");
-            assert!(health.ejections >= 1);
+            // Ejected (or, when the faulty attempts themselves took long, already back on
+            // probation after the ejection expired — and re-ejected at its next fault).
+            assert!(state == "ejected" || state == "probation", "{label}: host {i} ejected, is {state}");
+            assert!(health.ejections >= 1, "{label}: host {i} was ejected");
         } else {
             assert_eq!(state, "healthy", "{label}: host {i} untouched");
         }
@@ -303,4 +305,15 @@ async fn empty_streams_while_peers_succeed_eject_exactly_those_hosts() {
         "empty",
     )
     .await;
+}
+
+#[actix_rt::test]
+async fn stalled_winners_are_ejected_at_once_and_return_through_probation() {
+    tokio::time::pause();
+    let f = Faults {
+        stall_after_chunks: Some(2),
+        stall_ms: Some(3_600_000),
+        ..Default::default()
+    };
+    two_bad_hosts(f, "stalled").await;
 }

@@ -161,11 +161,16 @@ impl RaceActor {
             cancel,
         });
         if idx == 0 {
+            let doubtful = grant.preference != Preference::Healthy;
+            let pair = doubtful && grant.healthy_available && !self.paired;
+            let hedge_in_ms = grant.hedge_due_ms.map(|d| d.saturating_sub(self.now()));
+            info!(self.log, "race shape decided"; "stage" => "decision_made", "nonce" => grant.nonce,
+                "host" => grant.host.short(), "hedge_in_ms" => hedge_in_ms,
+                "decision" => if pair { "pair_with_healthy" } else if hedge_in_ms == Some(0) { "hedge_now" } else { "primary_then_hedge_if_slow" });
             if let Some(due) = grant.hedge_due_ms {
                 self.arm_hedge(due, ctx);
             }
-            let doubtful = grant.preference != Preference::Healthy;
-            if doubtful && grant.healthy_available && !self.paired {
+            if pair {
                 self.paired = true;
                 self.request_attempt(AttemptKind::Pair, ctx);
             }
