@@ -645,7 +645,7 @@ def cmd_dockerfile(path: str) -> int:
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 subprocess.run(["cp", "-r", os.path.join(ROOT, src), dst], check=True)
             r = subprocess.run(["cargo", "metadata", "--no-deps", "--offline", "--format-version", "1"], cwd=ctx, capture_output=True, text=True)
-            if p.check(r.returncode == 0, f"cargo cannot read the build context's workspace: {r.stderr.strip()[-300:]}"):
+            if p.check(r.returncode == 0, f"cargo cannot read the build context's workspace: {r.stderr.strip()[-2000:]}"):
                 targets = {t["name"] for pkg in json.loads(r.stdout)["packages"] for t in pkg["targets"] if "bin" in t["kind"]}
                 p.check("devshard-gateway" in targets, "the build context has no devshard-gateway binary target")
     else:
@@ -951,7 +951,7 @@ def _smoke_one(p: Problems, binary: str, docs: list[dict], label: str) -> None:
                 f.write(placeholder)
             r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
             p.check(r.returncode == 64 and "private key" in r.stderr,
-                    f"{label}: with the placeholder key the gateway must refuse the key (exit 64), got {r.returncode}: {r.stderr.strip()[-300:]}")
+                    f"{label}: with the placeholder key the gateway must refuse the key (exit 64), got {r.returncode}: {r.stderr.strip()[-2000:]}")
 
         # 2. A throwaway key: starts, answers the probes and /metrics, drains on SIGTERM.
         with open(env["DEVSHARD_PRIVATE_KEY_FILE"], "w") as f:
@@ -992,7 +992,7 @@ def _smoke_one(p: Problems, binary: str, docs: list[dict], label: str) -> None:
 def _tail(log) -> str:
     log.flush()
     log.seek(0)
-    return log.read().strip()[-400:]
+    return log.read().strip()[-2000:]
 
 
 def cmd_smoke(binary: str, files: list[str]) -> int:
