@@ -255,7 +255,10 @@ async fn two_bad_hosts(faults: Faults, label: &str) {
         if i == 2 || i == 5 {
             // Ejected (or, when the faulty attempts themselves took long, already back on
             // probation after the ejection expired — and re-ejected at its next fault).
-            assert!(state == "ejected" || state == "probation", "{label}: host {i} ejected, is {state}");
+            assert!(
+                state == "ejected" || state == "probation",
+                "{label}: host {i} ejected, is {state}"
+            );
             assert!(health.ejections >= 1, "{label}: host {i} was ejected");
         } else {
             assert_eq!(state, "healthy", "{label}: host {i} untouched");
