@@ -181,3 +181,10 @@ pub struct GetRepairStates;
 pub struct ForgetDivergence {
     pub participant: Address,
 }
+
+/// A granted nonce the race will not send (its client left, or the hedge came too late).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct GrantUnused {
+    pub nonce: u64,
+}

@@ -298,7 +298,9 @@ impl EscrowActor {
                 act.metrics
                     .diff_durable_seconds
                     .observe(composed.elapsed().as_secs_f64());
-                let _ = w.reply.send(Ok(grant));
+                if w.reply.send(Ok(grant)).is_err() {
+                    act.unclaimed(nonce, ctx);
+                }
             }
             Err(e) => {
                 error!(act.log, "diff not durable; stopping escrow"; "stage" => "store_error",
@@ -374,5 +376,27 @@ impl EscrowActor {
             signature_hex: headers.signature_hex,
             timestamp: headers.timestamp,
         })
+    }
+}
+
+impl Handler<crate::escrow::messages::GrantUnused> for EscrowActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: crate::escrow::messages::GrantUnused, ctx: &mut Self::Context) {
+        self.unclaimed(msg.nonce, ctx);
+    }
+}
+
+impl EscrowActor {
+    /// A granted nonce nobody will send: no host was given work, so no health outcome; the
+    /// protocol still settles it (a refused-timeout vote at its deadline refunds the reserve).
+    pub(super) fn unclaimed(&mut self, nonce: u64, ctx: &mut Context<Self>) {
+        if let Some(entry) = self.attempts.get_mut(&nonce) {
+            if entry.is_in_flight() {
+                entry.emitted = true;
+                entry.race_id = None;
+                self.await_timeout(nonce, "grant_unclaimed", ctx);
+            }
+        }
     }
 }

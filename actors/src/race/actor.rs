@@ -58,6 +58,8 @@ pub struct RaceActor {
     pub(super) tried: Vec<Address>,
     pub(super) winner: Option<usize>,
     pub(super) requesting: usize,
+    /// Hedge and pair requests in flight: the race never waits for them to finish.
+    pub(super) requesting_extra: usize,
     pub(super) last_error: Option<RaceError>,
     /// Attempts with content waiting for the crown decision.
     pub(super) pending_crowns: BTreeMap<usize, oneshot::Sender<Crown>>,
@@ -80,6 +82,7 @@ impl RaceActor {
             tried: Vec::new(),
             winner: None,
             requesting: 0,
+            requesting_extra: 0,
             last_error: None,
             pending_crowns: BTreeMap::new(),
             hold_timer: None,
@@ -98,14 +101,18 @@ impl RaceActor {
         if self.attempts.len() + self.requesting >= self.spec.limits.max_attempts {
             return;
         }
-        self.requesting += 1;
+        let extra = matches!(kind, AttemptKind::Hedge(_) | AttemptKind::Pair);
+        if extra {
+            self.requesting_extra += 1;
+        } else {
+            self.requesting += 1;
+        }
         let msg = RequestNonce {
             race_id: self.spec.race_id,
             params: self.spec.params.clone(),
             exclude: self.tried.clone(),
             kind: kind.clone(),
         };
-        let extra = matches!(kind, AttemptKind::Hedge(_) | AttemptKind::Pair);
         let label = match kind {
             AttemptKind::Primary => "primary",
             AttemptKind::Retry => "retry",
@@ -118,7 +125,11 @@ impl RaceActor {
             .send(msg)
             .into_actor(self)
             .map(move |res, act, ctx| {
-                act.requesting -= 1;
+                if extra {
+                    act.requesting_extra = act.requesting_extra.saturating_sub(1);
+                } else {
+                    act.requesting = act.requesting.saturating_sub(1);
+                }
                 match res {
                     Ok(Ok(grant)) => act.launch(grant, label, ctx),
                     Ok(Err(EscrowError::HedgeWait(until_ms))) => act.arm_hedge(until_ms, ctx),
@@ -139,8 +150,13 @@ impl RaceActor {
     }
 
     fn launch(&mut self, grant: NonceGrant, kind: &'static str, ctx: &mut Context<Self>) {
-        if self.reply.is_none() && self.winner.is_none() {
-            // The client left while the nonce was being granted; the escrow settles it.
+        let late_extra = kind != "primary" && kind != "retry" && self.winner.is_some();
+        if (self.reply.is_none() && self.winner.is_none()) || late_extra {
+            // The client left, or a hedge/pair arrived after the winner: the attempt is not
+            // started; the escrow settles the unclaimed nonce.
+            self.spec
+                .escrow
+                .do_send(crate::escrow::messages::GrantUnused { nonce: grant.nonce });
             return;
         }
         let idx = self.attempts.len();
