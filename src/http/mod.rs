@@ -18,6 +18,7 @@ pub mod ops;
 pub mod participants;
 pub mod settings;
 pub mod sse;
+pub mod ui;
 
 use std::sync::atomic::Ordering;
 
@@ -61,6 +62,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/readyz")
             .route(web::get().to(ops::readyz))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/debug/ui")
+            .route(web::get().to(ui::page))
             .default_service(web::to(method_not_allowed)),
     )
     .service(
