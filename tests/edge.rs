@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "edge/access.rs"]
+mod access;
 #[path = "edge/admin.rs"]
 mod admin;
 #[path = "edge/chain.rs"]
