@@ -15,6 +15,8 @@ mod chain;
 mod chat;
 #[path = "edge/config.rs"]
 mod config;
+#[path = "edge/idempotency.rs"]
+mod idempotency;
 #[path = "edge/ops.rs"]
 mod ops;
 #[path = "edge/persist.rs"]
