@@ -17,6 +17,8 @@ mod chat;
 mod config;
 #[path = "edge/idempotency.rs"]
 mod idempotency;
+#[path = "edge/openapi.rs"]
+mod openapi;
 #[path = "edge/operator.rs"]
 mod operator;
 #[path = "edge/ops.rs"]
