@@ -111,6 +111,45 @@ fn with_replay_header(mut res: HttpResponse, request_id: &str) -> HttpResponse {
     res
 }
 
+/// Ends the record of a request whose handler was dropped before answering (the client left
+/// during the race), so that joined retries do not wait forever.
+pub struct AbandonGuard {
+    acc: Accounting,
+    clock: SharedClock,
+    request_id: String,
+    armed: bool,
+}
+
+impl AbandonGuard {
+    pub fn new(state: &AppState, request_id: &str) -> AbandonGuard {
+        AbandonGuard {
+            acc: state.accounting.clone(),
+            clock: state.clock.clone(),
+            request_id: request_id.to_string(),
+            armed: true,
+        }
+    }
+
+    /// The handler answered: its result ends the record.
+    pub fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let outcome = Outcome::Failed {
+                status: 499,
+                code: "client_closed".into(),
+                message: "the client left before the answer".into(),
+            };
+            self.acc
+                .finish(&self.request_id, outcome, None, self.clock.now_ms());
+        }
+    }
+}
+
 /// Copies the SSE bytes of one request (≤ the replay limit) and ends its record.
 struct Tee {
     acc: Accounting,

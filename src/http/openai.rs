@@ -48,7 +48,9 @@ pub async fn chat(
     let log = state.log.new(o!("request" => rid.clone()));
     let mut escrow: Option<String> = None;
     let mut tracked = false;
+    let guard = accounting::AbandonGuard::new(&state, &rid);
     let result = chat_inner(&req, payload, &state, &rid, &log, &mut escrow, &mut tracked).await;
+    guard.disarm();
     if tracked {
         record_failure(&state, &rid, &result);
     }

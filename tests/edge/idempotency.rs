@@ -174,3 +174,68 @@ async fn a_concurrent_duplicate_joins_the_running_request() {
     gw.stop(true).await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+fn record(id: &str, key: &str, fp: &str) -> devshard_gateway::app::accounting::Record {
+    use devshard_gateway::app::accounting::{Outcome, Record};
+    Record {
+        request_id: id.into(),
+        fingerprint: fp.into(),
+        model: "m".into(),
+        caller: "anonymous".into(),
+        stream: false,
+        idempotency_key: Some(key.into()),
+        escrow: None,
+        started_at_ms: 1_000,
+        finished_at_ms: None,
+        outcome: Outcome::InFlight,
+        replays: 0,
+        replay_truncated: false,
+        stored: None,
+    }
+}
+
+#[actix_rt::test]
+async fn oversized_answers_are_409_and_failures_release_the_key() {
+    use devshard_gateway::{
+        app::accounting::{Accounting, Begin, Outcome},
+        config::AccountingConfig,
+        http::accounting::replay,
+    };
+    let acc = Accounting::new(AccountingConfig::default());
+    assert!(matches!(
+        acc.begin(record("a", "k", "f"), 1_000),
+        Begin::Fresh
+    ));
+    acc.finish_truncated("a", Outcome::Completed { status: 200 }, 2_000);
+    let Begin::Join { request_id, done } = acc.begin(record("b", "k", "f"), 3_000) else {
+        panic!("expected a join");
+    };
+    let mut escrow = None;
+    let res = replay(&acc, &request_id, done, &mut escrow).await;
+    assert_eq!(res.status().as_u16(), 409);
+    assert!(matches!(
+        acc.begin(record("c", "k", "other"), 3_000),
+        Begin::KeyReused { .. }
+    ));
+
+    let failed = Outcome::Failed {
+        status: 502,
+        code: "upstream_error".into(),
+        message: "x".into(),
+    };
+    assert!(matches!(
+        acc.begin(record("d", "k2", "f"), 1_000),
+        Begin::Fresh
+    ));
+    acc.finish("d", failed, None, 2_000);
+    assert!(
+        matches!(acc.begin(record("e", "k2", "f"), 3_000), Begin::Fresh),
+        "a failed request releases its key"
+    );
+    // Past the window the key is free again.
+    let late = 1_000 + 601_000;
+    assert!(matches!(
+        acc.begin(record("f", "k", "g"), late),
+        Begin::Fresh
+    ));
+}
