@@ -1,11 +1,14 @@
 //! `POST /v1/chat/completions`.
 //!
 //! Order of checks (every rejection happens before any escrow is touched): caller identity
-//! ([`access::identify`], 401) → body size (413) → JSON, `messages`, token limits, `stream`, `model` type
-//! (400, [`normalize::parse`]) → model among the served ones (404/400) → phase gating (503 +
-//! `Retry-After` during PoC, [`gate::admit`]) → the concurrent-race limit (429) → escrow choice
-//! (`PickEscrow`) → the race. The race starts here, inside the
-//! handler, so that it lives on this worker's arbiter (awc is `!Send`).
+//! ([`access::identify`], 401) → body size (413) → JSON, `messages`, token limits, `stream`,
+//! `model` type (400, [`normalize::parse`]) → model among the served ones (404/400) → the
+//! model's access mode ([`access::authorize`], 401/403) → the request table and
+//! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
+//! `crate::app::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
+//! the concurrent-race limit (429) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
+//! skipping deactivated escrows) → the race. The race starts here, inside the handler, so that
+//! it lives on this worker's arbiter (awc is `!Send`).
 //!
 //! Answers: streaming → 200 `text/event-stream` with the race's bytes; non-streaming → 200 JSON;
 //! a race failure before the first byte → its status with an OpenAI error body. Every answer
@@ -149,6 +152,7 @@ async fn chat_inner(
         stream: chat.stream,
         idempotency_key: idempotency_key(req)?,
         escrow: None,
+        race_id: None,
         started_at_ms: state.clock.now_ms(),
         finished_at_ms: None,
         outcome: Outcome::InFlight,
@@ -182,8 +186,8 @@ async fn chat_inner(
     let in_flight = InFlight::new(permit, state.metrics.races_in_flight.clone());
     let picked = operator::pick_escrow(state, &chat.model).await?;
     *escrow = Some(picked.escrow_id.clone());
-    state.accounting.set_escrow(rid, &picked.escrow_id);
     let race_id = state.race_ids.fetch_add(1, Ordering::Relaxed);
+    state.accounting.set_escrow(rid, &picked.escrow_id, race_id);
     info!(log, "escrow picked"; "stage" => "escrow_picked", "escrow" => &picked.escrow_id,
         "race" => race_id);
     let stream = chat.stream;

@@ -122,6 +122,7 @@ async fn a_retry_with_the_same_key_replays_without_a_new_nonce() {
 
     let rec = admin_get(&url, &format!("/v1/requests/{rid}")).await;
     assert_eq!(rec["escrow"], "42", "{rec}");
+    assert!(rec["race_id"].is_u64(), "{rec}");
     assert_eq!(rec["outcome"]["state"], "completed", "{rec}");
     assert_eq!(rec["outcome"]["status"], 200, "{rec}");
     assert_eq!(rec["replays"], 1, "{rec}");
@@ -185,6 +186,7 @@ fn record(id: &str, key: &str, fp: &str) -> devshard_gateway::app::accounting::R
         stream: false,
         idempotency_key: Some(key.into()),
         escrow: None,
+        race_id: None,
         started_at_ms: 1_000,
         finished_at_ms: None,
         outcome: Outcome::InFlight,
