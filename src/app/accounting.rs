@@ -70,7 +70,7 @@ pub struct Record {
     pub stream: bool,
     pub idempotency_key: Option<String>,
     pub escrow: Option<String>,
-    /// Race id (logs: `race`), once an escrow was picked.
+    /// Race id (logs: `race_id`), once an escrow was picked.
     pub race_id: Option<u64>,
     pub started_at_ms: i64,
     pub finished_at_ms: Option<i64>,
@@ -157,8 +157,8 @@ impl Accounting {
         Begin::Fresh
     }
 
-    /// Notes the escrow picked for `request_id` and its race id (the `race` field of the logs,
-    /// where each attempt's nonce is).
+    /// Notes the escrow picked for `request_id` and its race id (`race_id` of the race's log
+    /// lines, which carry each attempt's nonce).
     pub fn set_escrow(&self, request_id: &str, escrow: &str, race_id: u64) {
         if let Some((r, _)) = self.lock().by_id.get_mut(request_id) {
             r.escrow = Some(escrow.to_string());
