@@ -70,7 +70,7 @@ pub struct Record {
     pub stream: bool,
     pub idempotency_key: Option<String>,
     pub escrow: Option<String>,
-    /// Race id (logs: `race_id`), once an escrow was picked.
+    /// Race id (log field `race` of `escrow_picked`), once an escrow was picked.
     pub race_id: Option<u64>,
     pub started_at_ms: i64,
     pub finished_at_ms: Option<i64>,
@@ -157,8 +157,8 @@ impl Accounting {
         Begin::Fresh
     }
 
-    /// Notes the escrow picked for `request_id` and its race id (`race_id` of the race's log
-    /// lines, which carry each attempt's nonce).
+    /// Notes the escrow picked for `request_id` and its race id (`race` of the edge's
+    /// `escrow_picked` log line; the race's lines, nonces included, carry the request id).
     pub fn set_escrow(&self, request_id: &str, escrow: &str, race_id: u64) {
         if let Some((r, _)) = self.lock().by_id.get_mut(request_id) {
             r.escrow = Some(escrow.to_string());
