@@ -14,10 +14,10 @@ use devshard_gateway::{
 };
 use serde_json::Value;
 
-async fn start() -> (SimNetwork, RunningGateway, std::path::PathBuf) {
+async fn start(profile: Profile) -> (SimNetwork, RunningGateway, std::path::PathBuf) {
     let mut cfg = SimConfig::with_seed("edge-idempotency");
     cfg.hosts = 3;
-    cfg.profile = Profile::Zero;
+    cfg.profile = profile;
     let clock = TokioClock::new().shared();
     let sim = SimNetwork::start(cfg, clock.clone()).await.unwrap();
     let dir = std::env::temp_dir().join(format!(
@@ -92,7 +92,7 @@ const STREAM: &str =
 
 #[actix_rt::test]
 async fn a_retry_with_the_same_key_replays_without_a_new_nonce() {
-    let (_sim, gw, dir) = start().await;
+    let (_sim, gw, dir) = start(Profile::Zero).await;
     let url = gw.url.clone();
     let (s1, h1, b1) = post(&url, WHOLE, "key-1").await;
     assert_eq!(s1, 200, "{}", String::from_utf8_lossy(&b1));
@@ -151,10 +151,18 @@ async fn a_retry_with_the_same_key_replays_without_a_new_nonce() {
 
 #[actix_rt::test]
 async fn a_concurrent_duplicate_joins_the_running_request() {
-    let (_sim, gw, dir) = start().await;
+    // Hosts with latency: the duplicate arrives while the first request is still racing.
+    let (_sim, gw, dir) = start(Profile::Default).await;
     let url = gw.url.clone();
     let before = nonce(&url).await;
-    let (a, b) = futures::join!(post(&url, WHOLE, "key-c"), post(&url, WHOLE, "key-c"));
+    let t0 = std::time::Instant::now();
+    let second = async {
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+        let r = post(&url, WHOLE, "key-c").await;
+        (r, t0.elapsed())
+    };
+    let (a, (b, b_done)) = futures::join!(post(&url, WHOLE, "key-c"), second);
+    eprintln!("duplicate answered after {b_done:?}");
     assert_eq!((a.0, b.0), (200, 200));
     assert_eq!(a.2, b.2, "both get the same answer");
     let replayed = [&a.1, &b.1]
