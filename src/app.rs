@@ -5,6 +5,7 @@
 //! `shutdown_grace`, flush the store). [`serve`] is the whole process for `main`.
 //! [`polling`]: the chain poller, its cached view and the chain poll settings in force.
 
+pub mod accounting;
 mod lifecycle;
 pub mod polling;
 
@@ -34,7 +35,7 @@ pub use self::{
 };
 use crate::{
     chain::ChainClient,
-    config::{Config, Secret},
+    config::{AccessConfig, Config, Secret},
     http::{self, normalize::ChatLimits},
     metrics::{self, HttpMetrics},
 };
@@ -89,6 +90,12 @@ pub struct AppState {
     pub started_at_s: i64,
     /// Chain poll settings, the poller (when `public_api_url` is set) and its latest view.
     pub polling: ChainPolling,
+    /// Per-model access modes.
+    pub access: AccessConfig,
+    /// The request table and idempotency index (`[accounting]`).
+    pub accounting: crate::app::accounting::Accounting,
+    /// Escrows an admin deactivated (skipped by new requests; see `http::operator`).
+    pub deactivated: http::operator::Deactivated,
 }
 
 impl std::fmt::Debug for AppState {
@@ -145,6 +152,9 @@ impl AppState {
             races: Arc::new(Semaphore::new(config.max_concurrent_races)),
             started_at_s,
             polling,
+            access: config.access.clone(),
+            accounting: crate::app::accounting::Accounting::new(config.accounting),
+            deactivated: Arc::default(),
         }
     }
 }

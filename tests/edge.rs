@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "edge/access.rs"]
+mod access;
 #[path = "edge/admin.rs"]
 mod admin;
 #[path = "edge/chain.rs"]
@@ -13,6 +15,12 @@ mod chain;
 mod chat;
 #[path = "edge/config.rs"]
 mod config;
+#[path = "edge/idempotency.rs"]
+mod idempotency;
+#[path = "edge/openapi.rs"]
+mod openapi;
+#[path = "edge/operator.rs"]
+mod operator;
 #[path = "edge/ops.rs"]
 mod ops;
 #[path = "edge/persist.rs"]

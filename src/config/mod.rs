@@ -9,6 +9,7 @@
 //! are accepted from the environment only (the private key also from a file) and are wrapped so
 //! that they never appear in `Debug` output, logs or responses.
 
+pub mod access;
 pub mod chain_poll;
 pub mod env;
 pub mod raw;
@@ -26,6 +27,7 @@ use devshard_actors::{
     directory::RestartBudget, escrow::EscrowConfig, protocol::crypto::SigningKey, race::RaceLimits,
 };
 
+pub use access::{AccessConfig, AccessMode, AccountingConfig};
 pub use chain_poll::ChainPollConfig;
 pub use env::{process_env, EnvMap};
 pub use raw::RawConfig;
@@ -111,6 +113,10 @@ pub struct Config {
     pub budget: RestartBudget,
     /// `[chain_poll]` with the environment applied (persisted admin changes come at start).
     pub chain_poll: ChainPollConfig,
+    /// Per-model access modes (`default_access_mode`, `[model_access]`).
+    pub access: AccessConfig,
+    /// `[accounting]`: request table and idempotent retries.
+    pub accounting: AccountingConfig,
 }
 
 impl Config {

@@ -129,6 +129,15 @@ pub struct RawConfig {
     /// Not read from the file: field of `chain_poll` → the environment variable that set it.
     #[serde(skip)]
     pub chain_poll_env: BTreeMap<String, String>,
+    /// Access mode of models without a `model_access` entry; empty = auto (see `access`).
+    #[serde(default)]
+    pub default_access_mode: String,
+    /// `[model_access]`: model → `open` | `api_key` | `admin_only`.
+    #[serde(default)]
+    pub model_access: BTreeMap<String, String>,
+    /// `[accounting]`: request table and idempotent retries.
+    #[serde(default)]
+    pub accounting: super::access::RawAccounting,
 }
 
 impl Default for RawConfig {
@@ -161,6 +170,9 @@ impl Default for RawConfig {
             supervisor: RawSupervisor::default(),
             chain_poll: ChainPollSettings::default(),
             chain_poll_env: BTreeMap::new(),
+            default_access_mode: String::new(),
+            model_access: BTreeMap::new(),
+            accounting: super::access::RawAccounting::default(),
         }
     }
 }

@@ -171,6 +171,8 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     };
     let default_model = non_empty(&raw.default_model);
     let chain_poll = chain_poll::validate(&raw)?;
+    let access = super::access::validate_access(&raw, raw.api_keys.iter().any(|k| !k.is_blank()))?;
+    let accounting = super::access::validate_accounting(&raw.accounting)?;
     let mut escrow = raw.escrow.clone();
     escrow.host_timeouts = HostTimeouts {
         inference_headers: positive_ms("host.inference_headers_ms", raw.host.inference_headers_ms)?,
@@ -220,5 +222,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             window_ms: raw.supervisor.window_ms,
         },
         chain_poll,
+        access,
+        accounting,
     })
 }

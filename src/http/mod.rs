@@ -8,12 +8,16 @@
 //! - [`gate`]: phase gating of new chat requests during PoC, and `GET /v1/debug/chain` (admin);
 //! - [`error`]: the one mapping of every error to an OpenAI-shaped answer.
 
+pub mod access;
+pub mod accounting;
 pub mod admin;
 pub mod debug;
 pub mod error;
 pub mod gate;
 pub mod normalize;
 pub mod openai;
+pub mod openapi;
+pub mod operator;
 pub mod ops;
 pub mod participants;
 pub mod settings;
@@ -47,6 +51,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/v1/chat/completions")
             .route(web::post().to(openai::chat))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/v1/requests/{request_id}")
+            .wrap(from_fn(admin::require_admin))
+            .route(web::get().to(accounting::get_request))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/openapi.json")
+            .route(web::get().to(openapi::document))
             .default_service(web::to(method_not_allowed)),
     )
     .service(
@@ -117,6 +132,21 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/escrows/{id}/sync")
                     .route(web::post().to(admin::sync_escrow))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/state")
+                    .route(web::get().to(operator::admin_state))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/escrows/{id}/deactivate")
+                    .route(web::post().to(operator::deactivate))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/escrows/{id}/activate")
+                    .route(web::post().to(operator::activate))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(

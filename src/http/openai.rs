@@ -1,11 +1,14 @@
 //! `POST /v1/chat/completions`.
 //!
-//! Order of checks (every rejection happens before any escrow is touched): API key (when keys
-//! are configured) → body size (413) → JSON, `messages`, token limits, `stream`, `model` type
-//! (400, [`normalize::parse`]) → model among the served ones (404/400) → phase gating (503 +
-//! `Retry-After` during PoC, [`gate::admit`]) → the concurrent-race limit (429) → escrow choice
-//! (`PickEscrow`) → the race. The race starts here, inside the
-//! handler, so that it lives on this worker's arbiter (awc is `!Send`).
+//! Order of checks (every rejection happens before any escrow is touched): caller identity
+//! ([`access::identify`], 401) → body size (413) → JSON, `messages`, token limits, `stream`,
+//! `model` type (400, [`normalize::parse`]) → model among the served ones (404/400) → the
+//! model's access mode ([`access::authorize`], 401/403) → the request table and
+//! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
+//! `crate::app::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
+//! the concurrent-race limit (429) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
+//! skipping deactivated escrows) → the race. The race starts here, inside the handler, so that
+//! it lives on this worker's arbiter (awc is `!Send`).
 //!
 //! Answers: streaming → 200 `text/event-stream` with the race's bytes; non-streaming → 200 JSON;
 //! a race failure before the first byte → its status with an OpenAI error body. Every answer
@@ -19,23 +22,24 @@ use actix_web::{
     web, HttpRequest, HttpResponse, ResponseError,
 };
 use devshard_actors::{
-    directory::{ListModels, PickEscrow},
+    directory::ListModels,
     escrow::messages::InferenceParams,
     race::{RaceActor, RaceError, RaceSpec, RaceStart},
 };
 use slog::{info, o, warn, Logger};
 
 use super::{
-    bearer,
-    error::ApiError,
-    gate, key_matches, normalize, read_body, request_id,
-    sse::{stream_response, InFlight},
-    HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
+    access, accounting, error::ApiError, gate, normalize, operator, read_body, request_id,
+    sse::InFlight, HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
 use crate::{
+    app::accounting::{fingerprint, Begin, Outcome, Record, Stored},
     app::{AppState, ACTOR_TIMEOUT},
     metrics::REJECT_MAX_CONCURRENT,
 };
+
+/// Header naming a client's retry key (see `crate::app::accounting`).
+pub const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The chat handler (see the module docs).
 pub async fn chat(
@@ -46,7 +50,13 @@ pub async fn chat(
     let rid = request_id(&req, &state);
     let log = state.log.new(o!("request" => rid.clone()));
     let mut escrow: Option<String> = None;
-    let result = chat_inner(&req, payload, &state, &rid, &log, &mut escrow).await;
+    let mut tracked = false;
+    let guard = accounting::AbandonGuard::new(&state, &rid);
+    let result = chat_inner(&req, payload, &state, &rid, &log, &mut escrow, &mut tracked).await;
+    guard.disarm();
+    if tracked {
+        record_failure(&state, &rid, &result);
+    }
     let mut res = match result {
         Ok(res) => res,
         Err(e) => {
@@ -72,26 +82,37 @@ pub async fn chat(
     res
 }
 
-/// 401 unless chat is open or the bearer is an API key (or the admin key).
-fn check_api_key(req: &HttpRequest, state: &AppState) -> Result<(), ApiError> {
-    let auth = &state.auth;
-    if auth.api_keys.is_empty() {
-        return Ok(());
-    }
-    let Some(token) = bearer(req) else {
-        return Err(ApiError::Unauthorized(
-            "missing API key: send Authorization: Bearer <key>",
-        ));
+/// Ends the record of a tracked request that did not answer 200 (200s end with their body).
+fn record_failure(state: &AppState, rid: &str, result: &Result<HttpResponse, ApiError>) {
+    let (status, code, message) = match result {
+        Ok(res) if res.status().is_success() => return,
+        Ok(res) => (res.status().as_u16(), "refused".to_string(), String::new()),
+        Err(e) => (e.parts().status, e.parts().code, e.to_string()),
     };
-    let keys = auth
-        .api_keys
-        .iter()
-        .chain(auth.admin.iter())
-        .map(|k| k.expose());
-    if key_matches(token, keys) {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized("invalid API key"))
+    let outcome = Outcome::Failed {
+        status,
+        code,
+        message,
+    };
+    state
+        .accounting
+        .finish(rid, outcome, None, state.clock.now_ms());
+}
+
+/// The `Idempotency-Key` header (1..=255 visible ASCII characters), if any.
+fn idempotency_key(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+    let Some(v) = req.headers().get(HEADER_IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    match v.to_str().map(str::trim) {
+        Ok(s) if !s.is_empty() && s.len() <= 255 && s.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(Some(s.to_string()))
+        }
+        _ => Err(ApiError::invalid(
+            "Idempotency-Key",
+            "invalid_value",
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        )),
     }
 }
 
@@ -102,8 +123,9 @@ async fn chat_inner(
     rid: &str,
     log: &Logger,
     escrow: &mut Option<String>,
+    tracked: &mut bool,
 ) -> Result<HttpResponse, ApiError> {
-    check_api_key(req, state)?;
+    let caller = access::identify(req, state)?;
     let raw = read_body(req, payload, state.limits.max_body_bytes).await?;
     let parsed = normalize::parse(&raw, state.limits.chat)?;
     let served = state
@@ -117,6 +139,36 @@ async fn chat_inner(
         state.limits.default_model.as_deref(),
     )?;
     let chat = normalize::finish(parsed, model)?;
+    if let Err(denied) = access::authorize(&caller, &chat.model, state) {
+        info!(log, "request refused by the model's access mode"; "stage" => "access_denied",
+            "model" => &chat.model, "caller" => caller.label());
+        return Ok(*denied);
+    }
+    let record = Record {
+        request_id: rid.to_string(),
+        fingerprint: fingerprint(&chat.model, &raw, &caller.label()),
+        model: chat.model.clone(),
+        caller: caller.label(),
+        stream: chat.stream,
+        idempotency_key: idempotency_key(req)?,
+        escrow: None,
+        race_id: None,
+        started_at_ms: state.clock.now_ms(),
+        finished_at_ms: None,
+        outcome: Outcome::InFlight,
+        replays: 0,
+        replay_truncated: false,
+        stored: None,
+    };
+    match state.accounting.begin(record, state.clock.now_ms()) {
+        Begin::Fresh => *tracked = true,
+        Begin::KeyReused { request_id } => return Ok(accounting::key_reused(&request_id)),
+        Begin::Join { request_id, done } => {
+            info!(log, "idempotent retry joins its first request"; "stage" => "idempotent_join",
+                "first" => &request_id);
+            return Ok(accounting::replay(&state.accounting, &request_id, done, escrow).await);
+        }
+    }
     info!(log, "request received"; "stage" => "request_received", "model" => &chat.model,
         "stream" => chat.stream, "input_length" => chat.body.len(), "max_tokens" => chat.max_tokens);
     if let Some(refused) = gate::admit(state, &chat.model, log) {
@@ -132,15 +184,10 @@ async fn chat_inner(
         return Err(ApiError::Saturated);
     };
     let in_flight = InFlight::new(permit, state.metrics.races_in_flight.clone());
-    let picked = state
-        .directory
-        .send(PickEscrow {
-            model: chat.model.clone(),
-        })
-        .timeout(ACTOR_TIMEOUT)
-        .await??;
+    let picked = operator::pick_escrow(state, &chat.model).await?;
     *escrow = Some(picked.escrow_id.clone());
     let race_id = state.race_ids.fetch_add(1, Ordering::Relaxed);
+    state.accounting.set_escrow(rid, &picked.escrow_id, race_id);
     info!(log, "escrow picked"; "stage" => "escrow_picked", "escrow" => &picked.escrow_id,
         "race" => race_id);
     let stream = chat.stream;
@@ -182,9 +229,20 @@ async fn chat_inner(
     };
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
     Ok(match started {
-        RaceStart::Stream(rx) => stream_response(rx, in_flight),
+        RaceStart::Stream(rx) => accounting::recording_stream(rx, in_flight, state, rid),
         RaceStart::Whole(body) => {
             drop(in_flight);
+            let stored = Stored {
+                content_type: "application/json",
+                bytes: body.clone(),
+            };
+            let outcome = Outcome::Completed { status: 200 };
+            let now = state.clock.now_ms();
+            if body.len() > state.accounting.config().max_replay_bytes {
+                state.accounting.finish_truncated(rid, outcome, now);
+            } else {
+                state.accounting.finish(rid, outcome, Some(stored), now);
+            }
             HttpResponse::Ok()
                 .insert_header((header::CONTENT_TYPE, "application/json"))
                 .body(body)

@@ -1,0 +1,244 @@
+//! Request accounting: a bounded in-memory table of chat requests (fingerprint, escrow,
+//! outcome, and the completed answer for replay), and the `Idempotency-Key` index.
+//!
+//! Every admitted chat request gets a SHA3-256 [`fingerprint`] of (model, canonical body,
+//! caller). A request carrying an `Idempotency-Key` already seen within the window:
+//! - with a different fingerprint → 422 `idempotency_key_reused`;
+//! - with the same one → joins the first request (waits while it runs) and gets its answer
+//!   (stored JSON body or SSE bytes, ≤ `max_replay_bytes`; beyond → 409
+//!   `idempotent_replay_unavailable`), without a new race, so no new nonce.
+//!
+//! A request that failed releases its key: a later retry starts fresh. The table keeps at most
+//! `max_requests` records and drops those older than the window (oldest first).
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use bytes::Bytes;
+use serde::Serialize;
+use sha3::{Digest, Sha3_256};
+use tokio::sync::watch;
+
+use crate::config::AccountingConfig;
+
+/// SHA3-256 of model, canonical body (the raw bytes when not canonicalisable) and caller, hex.
+pub fn fingerprint(model: &str, raw_body: &[u8], caller: &str) -> String {
+    use devshard_actors::protocol::canonical::canonical_json;
+    let mut h = Sha3_256::new();
+    h.update(model.as_bytes());
+    h.update([0u8]);
+    match canonical_json(raw_body) {
+        Ok(c) => h.update(c.as_bytes()),
+        Err(_) => h.update(raw_body),
+    }
+    h.update([0u8]);
+    h.update(caller.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// State of a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Outcome {
+    InFlight,
+    Completed {
+        status: u16,
+    },
+    Failed {
+        status: u16,
+        code: String,
+        message: String,
+    },
+}
+
+/// A stored answer.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub content_type: &'static str,
+    pub bytes: Bytes,
+}
+
+/// One request of the table (what `GET /v1/requests/{id}` shows, minus the stored bytes).
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub request_id: String,
+    pub fingerprint: String,
+    pub model: String,
+    pub caller: String,
+    pub stream: bool,
+    pub idempotency_key: Option<String>,
+    pub escrow: Option<String>,
+    /// Race id (log field `race` of `escrow_picked`), once an escrow was picked.
+    pub race_id: Option<u64>,
+    pub started_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    pub outcome: Outcome,
+    /// Retries answered from this record.
+    pub replays: u64,
+    /// The answer was larger than `max_replay_bytes` (not stored).
+    pub replay_truncated: bool,
+    #[serde(skip)]
+    pub stored: Option<Stored>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    order: VecDeque<String>,
+    by_id: HashMap<String, (Record, watch::Sender<bool>)>,
+    by_key: HashMap<String, String>,
+}
+
+/// What [`Accounting::begin`] decided.
+#[derive(Debug)]
+pub enum Begin {
+    /// A new request: run it and report through [`Accounting`].
+    Fresh,
+    /// A retry of `request_id`: wait on `done`, then [`Accounting::get`] it.
+    Join {
+        request_id: String,
+        done: watch::Receiver<bool>,
+    },
+    /// Same key, different fingerprint.
+    KeyReused { request_id: String },
+}
+
+/// The table (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Accounting {
+    cfg: AccountingConfig,
+    table: Arc<Mutex<Table>>,
+}
+
+impl Accounting {
+    pub fn new(cfg: AccountingConfig) -> Accounting {
+        Accounting {
+            cfg,
+            table: Arc::new(Mutex::new(Table::default())),
+        }
+    }
+
+    pub fn config(&self) -> AccountingConfig {
+        self.cfg
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers `record` (outcome in flight) unless its idempotency key is bound (see [`Begin`]).
+    pub fn begin(&self, record: Record, now_ms: i64) -> Begin {
+        let window = i64::try_from(self.cfg.idempotency_window.as_millis()).unwrap_or(i64::MAX);
+        let mut t = self.lock();
+        prune(&mut t, now_ms.saturating_sub(window), self.cfg.max_requests);
+        if let Some(key) = &record.idempotency_key {
+            let bound = t.by_key.get(key).and_then(|id| t.by_id.get(id));
+            if let Some((first, tx)) = bound {
+                if first.started_at_ms.saturating_add(window) >= now_ms {
+                    let request_id = first.request_id.clone();
+                    if first.fingerprint != record.fingerprint {
+                        return Begin::KeyReused { request_id };
+                    }
+                    let done = tx.subscribe();
+                    if let Some((r, _)) = t.by_id.get_mut(&request_id) {
+                        r.replays = r.replays.saturating_add(1);
+                    }
+                    return Begin::Join { request_id, done };
+                }
+            }
+            t.by_key.insert(key.clone(), record.request_id.clone());
+        }
+        let id = record.request_id.clone();
+        let (tx, _) = watch::channel(false);
+        if t.by_id.insert(id.clone(), (record, tx)).is_none() {
+            t.order.push_back(id);
+        }
+        Begin::Fresh
+    }
+
+    /// Notes the escrow picked for `request_id` and its race id (`race` of the edge's
+    /// `escrow_picked` log line; the race's lines, nonces included, carry the request id).
+    pub fn set_escrow(&self, request_id: &str, escrow: &str, race_id: u64) {
+        if let Some((r, _)) = self.lock().by_id.get_mut(request_id) {
+            r.escrow = Some(escrow.to_string());
+            r.race_id = Some(race_id);
+        }
+    }
+
+    /// Ends `request_id`: `stored` is kept when within `max_replay_bytes` (`truncated`: it was
+    /// larger). A failure releases the idempotency key.
+    pub fn finish(&self, request_id: &str, outcome: Outcome, stored: Option<Stored>, now_ms: i64) {
+        self.finish_inner(request_id, outcome, stored, false, now_ms);
+    }
+
+    /// Like [`Accounting::finish`] for an answer too large to keep.
+    pub fn finish_truncated(&self, request_id: &str, outcome: Outcome, now_ms: i64) {
+        self.finish_inner(request_id, outcome, None, true, now_ms);
+    }
+
+    fn finish_inner(
+        &self,
+        request_id: &str,
+        outcome: Outcome,
+        stored: Option<Stored>,
+        truncated: bool,
+        now_ms: i64,
+    ) {
+        let mut t = self.lock();
+        let Some((r, tx)) = t.by_id.get_mut(request_id) else {
+            return;
+        };
+        if r.outcome != Outcome::InFlight {
+            return;
+        }
+        let failed = matches!(outcome, Outcome::Failed { .. });
+        r.outcome = outcome;
+        r.finished_at_ms = Some(now_ms);
+        r.replay_truncated = truncated;
+        r.stored = stored.filter(|s| s.bytes.len() <= self.cfg.max_replay_bytes);
+        tx.send_replace(true);
+        let key = r.idempotency_key.clone();
+        if let (true, Some(k)) = (failed, key) {
+            if t.by_key.get(&k).is_some_and(|id| id == request_id) {
+                t.by_key.remove(&k);
+            }
+        }
+    }
+
+    /// A copy of the record of `request_id` (stored bytes included).
+    pub fn get(&self, request_id: &str) -> Option<Record> {
+        self.lock().by_id.get(request_id).map(|(r, _)| r.clone())
+    }
+
+    /// Requests in the table.
+    pub fn len(&self) -> usize {
+        self.lock().by_id.len()
+    }
+
+    /// True when the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Drops records started before `oldest_ms` (finished ones) and beyond `max` (oldest first).
+fn prune(t: &mut Table, oldest_ms: i64, max: usize) {
+    while let Some(id) = t.order.front().cloned() {
+        let old = t
+            .by_id
+            .get(&id)
+            .is_none_or(|(r, _)| r.started_at_ms < oldest_ms && r.outcome != Outcome::InFlight);
+        if !(old || t.order.len() >= max) {
+            break;
+        }
+        t.order.pop_front();
+        if let Some((r, _)) = t.by_id.remove(&id) {
+            if let Some(k) = r.idempotency_key {
+                if t.by_key.get(&k).is_some_and(|v| *v == id) {
+                    t.by_key.remove(&k);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! `GET /openapi.json`: the OpenAPI 3.0 description of every route (hand-written). The edge
+//! test `openapi` probes every documented path/method against the app (none may be an unknown
+//! route or a wrong method) and checks a list of served routes is documented.
+
+use actix_web::HttpResponse;
+use serde_json::{json, Map, Value};
+
+/// Who may call an operation.
+#[derive(Clone, Copy)]
+enum Auth {
+    None,
+    /// Per-model `access_mode` (open / API key / admin key).
+    Model,
+    Admin,
+}
+
+struct Op {
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    auth: Auth,
+    body: Option<Value>,
+    ok: (&'static str, Value),
+}
+
+fn op(
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    auth: Auth,
+    body: Option<Value>,
+    ok: (&'static str, Value),
+) -> Op {
+    Op {
+        method,
+        path,
+        summary,
+        auth,
+        body,
+        ok,
+    }
+}
+
+fn obj() -> Value {
+    json!({"type": "object", "additionalProperties": true})
+}
+
+fn escrow_body() -> Value {
+    json!({"type": "object", "required": ["escrow_id"], "properties": {
+        "escrow_id": {"type": "string"}, "model": {"type": "string"}}})
+}
+
+fn participant_body() -> Value {
+    json!({"type": "object", "properties": {
+        "participant_key": {"type": "string"}, "all": {"type": "boolean"}}})
+}
+
+fn chat_body() -> Value {
+    json!({"type": "object", "required": ["messages"], "properties": {
+        "model": {"type": "string"},
+        "messages": {"type": "array", "items": {"type": "object", "properties": {
+            "role": {"type": "string"}, "content": {}}}},
+        "stream": {"type": "boolean"},
+        "max_tokens": {"type": "integer"},
+        "max_completion_tokens": {"type": "integer"}}})
+}
+
+fn ops() -> Vec<Op> {
+    use Auth::{Admin, Model, None as Open};
+    let list = || json!({"type": "object", "properties": {"object": {"type": "string"}, "data": {"type": "array", "items": obj()}}});
+    vec![
+        op("post", "/v1/chat/completions", "OpenAI chat completion (JSON, or SSE with stream=true). Optional Idempotency-Key header.", Model, Some(chat_body()), ("200", obj())),
+        op("get", "/v1/models", "Served models", Open, None, ("200", list())),
+        op("get", "/healthz", "Liveness", Open, None, ("200", obj())),
+        op("get", "/readyz", "Readiness (503 until an escrow is routable)", Open, None, ("200", obj())),
+        op("get", "/metrics", "Prometheus metrics (text)", Open, None, ("200", json!({"type": "string"}))),
+        op("get", "/openapi.json", "This document", Open, None, ("200", obj())),
+        op("get", "/v1/requests/{request_id}", "A request of the accounting table: fingerprint, escrow, outcome, replays", Admin, None, ("200", obj())),
+        op("get", "/v1/admin/state", "Settings in force, escrows with snapshots, participants by state", Admin, None, ("200", obj())),
+        op("get", "/v1/admin/escrows", "Registered escrows with live snapshots", Admin, None, ("200", list())),
+        op("post", "/v1/admin/escrows", "Register an escrow (201, 200 when already registered)", Admin, Some(escrow_body()), ("201", obj())),
+        op("get", "/v1/admin/escrows/{id}", "One registered escrow", Admin, None, ("200", obj())),
+        op("delete", "/v1/admin/escrows/{id}", "Unregister an escrow (?purge=true deletes its state)", Admin, None, ("200", obj())),
+        op("post", "/v1/admin/escrows/{id}/deactivate", "Stop routing new requests to the escrow (running ones finish)", Admin, None, ("200", obj())),
+        op("post", "/v1/admin/escrows/{id}/activate", "Route new requests to the escrow again", Admin, None, ("200", obj())),
+        op("post", "/v1/admin/escrows/{id}/sync", "Sequence pending txs and catch every host up", Admin, None, ("200", obj())),
+        op("post", "/v1/admin/escrows/{id}/participants/{address}/repair", "Run a repair tick now", Admin, None, ("202", obj())),
+        op("get", "/v1/admin/participants", "Participant health", Admin, None, ("200", list())),
+        op("post", "/v1/admin/participants/unquarantine", "End an ejection, start probation", Admin, Some(participant_body()), ("200", obj())),
+        op("post", "/v1/admin/participants/forget", "Clear a participant's record", Admin, Some(participant_body()), ("200", obj())),
+        op("post", "/v1/admin/participants/eject", "Eject a participant now", Admin, Some(participant_body()), ("200", obj())),
+        op("get", "/v1/admin/settings", "Runtime settings (chain polling)", Admin, None, ("200", obj())),
+        op("put", "/v1/admin/settings", "Change runtime settings (persisted)", Admin, Some(obj()), ("200", obj())),
+        op("get", "/v1/debug/chain", "The chain poller's view and admission per model", Admin, None, ("200", obj())),
+        op("get", "/v1/debug/actors", "Actor tree", Admin, None, ("200", obj())),
+        op("get", "/v1/debug/actors/{kind}/{id}", "One actor", Admin, None, ("200", obj())),
+        op("get", "/v1/debug/escrows/{id}", "One escrow's debug view with repair state", Admin, None, ("200", obj())),
+    ]
+}
+
+fn error_response(description: &str) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+fn operation(o: &Op) -> Value {
+    let mut params: Vec<Value> = o
+        .path
+        .split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+        .collect();
+    if o.path == "/v1/chat/completions" {
+        params.push(json!({"name": "Idempotency-Key", "in": "header", "required": false,
+            "schema": {"type": "string", "maxLength": 255},
+            "description": "Retries with the same key (and same body, model, caller) within the window get the first answer; a different body → 422 idempotency_key_reused"}));
+    }
+    let mut responses = Map::new();
+    responses.insert(
+        o.ok.0.into(),
+        json!({"description": "OK", "content": {"application/json": {"schema": o.ok.1}}}),
+    );
+    let security = match o.auth {
+        Auth::None => json!([]),
+        Auth::Model => {
+            responses.insert(
+                "401".into(),
+                error_response("missing or invalid key (invalid_api_key)"),
+            );
+            responses.insert(
+                "403".into(),
+                error_response("the model's access_mode refuses this key (model_access_denied)"),
+            );
+            responses.insert(
+                "409".into(),
+                error_response("idempotent_replay_unavailable"),
+            );
+            responses.insert("422".into(), error_response("idempotency_key_reused"));
+            json!([{}, {"apiKey": []}, {"adminKey": []}])
+        }
+        Auth::Admin => {
+            responses.insert("401".into(), error_response("missing or invalid admin key"));
+            responses.insert(
+                "404".into(),
+                error_response("not found, or the admin surface is off"),
+            );
+            json!([{"adminKey": []}])
+        }
+    };
+    let mut v = json!({"summary": o.summary, "parameters": params, "responses": responses, "security": security});
+    if let (Some(body), Some(m)) = (&o.body, v.as_object_mut()) {
+        m.insert(
+            "requestBody".into(),
+            json!({"required": true, "content": {"application/json": {"schema": body}}}),
+        );
+    }
+    v
+}
+
+/// The document.
+pub fn spec() -> Value {
+    let mut paths = Map::new();
+    for o in ops() {
+        let entry = paths.entry(o.path).or_insert_with(|| json!({}));
+        if let Some(m) = entry.as_object_mut() {
+            m.insert(o.method.into(), operation(&o));
+        }
+    }
+    json!({
+        "openapi": "3.0.3",
+        "info": {"title": "devshard-gateway", "version": env!("CARGO_PKG_VERSION"),
+            "description": "OpenAI-compatible gateway in front of Gonka devshard hosts. See docs/operator-surface.md."},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer", "description": "A key of DEVSHARD_API_KEYS"},
+                "adminKey": {"type": "http", "scheme": "bearer", "description": "DEVSHARD_ADMIN_API_KEY"}
+            },
+            "schemas": {"Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
+                "message": {"type": "string"}, "type": {"type": "string"},
+                "param": {"type": "string", "nullable": true}, "code": {"type": "string"}}}}}}
+        }
+    })
+}
+
+/// `GET /openapi.json`.
+pub async fn document() -> HttpResponse {
+    HttpResponse::Ok().json(spec())
+}
