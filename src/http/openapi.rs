@@ -74,6 +74,7 @@ fn ops() -> Vec<Op> {
         op("get", "/healthz", "Liveness", Open, None, ("200", obj())),
         op("get", "/readyz", "Readiness (503 until an escrow is routable)", Open, None, ("200", obj())),
         op("get", "/metrics", "Prometheus metrics (text)", Open, None, ("200", json!({"type": "string"}))),
+        op("get", "/debug/ui", "Live actor dashboard (HTML; data fetched with the admin key)", Open, None, ("200", json!({"type": "string"}))),
         op("get", "/openapi.json", "This document", Open, None, ("200", obj())),
         op("get", "/v1/requests/{request_id}", "A request of the accounting table: fingerprint, escrow, outcome, replays", Admin, None, ("200", obj())),
         op("get", "/v1/admin/state", "Settings in force, escrows with snapshots, participants by state", Admin, None, ("200", obj())),

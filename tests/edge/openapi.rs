@@ -13,6 +13,7 @@ const SERVED: &[(&str, &str)] = &[
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
+    ("get", "/debug/ui"),
     ("get", "/openapi.json"),
     ("get", "/v1/requests/{request_id}"),
     ("get", "/v1/admin/state"),
