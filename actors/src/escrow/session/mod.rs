@@ -17,19 +17,16 @@ use std::{
     sync::Arc,
 };
 
-use super::{
-    attempt::AttemptTimings,
-    info::EscrowInfo,
-    nonces::{NonceEntry, NonceState},
-    pending::PendingTxs,
-};
+use super::{info::EscrowInfo, pending::PendingTxs};
 use crate::protocol::{
     crypto::{self, Address, SigningKey},
     diff::Diff,
     proto::{self, DevshardTx, MsgConfirmStart, MsgStartInference, Tx},
-    state::{self, InferenceStatus, StateError, StateMachine},
+    state::{self, StateError, StateMachine},
     wire::ReceiptBody,
 };
+
+mod unsettled;
 
 /// Errors of the session layer (protocol facts about hosts and our own state).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -401,61 +398,5 @@ impl Session {
             },
         );
         Ok(())
-    }
-}
-
-impl Session {
-    /// Nonces whose inference is neither finished nor timed out in our own state (after a
-    /// restart: attempts whose race died with the process). They are settled like a pending
-    /// finish: reconciliation polls, then a timeout vote at the protocol deadline.
-    pub fn unsettled_entries(&self, now_ms: i64) -> Vec<NonceEntry> {
-        let mut out = Vec::new();
-        for (nonce, diff) in &self.diffs {
-            let Some(start) = self.start_of(*nonce) else {
-                continue;
-            };
-            if self.finished.contains(nonce) {
-                continue;
-            }
-            let open = self.sm.record(*nonce).is_some_and(|r| {
-                matches!(
-                    r.status,
-                    InferenceStatus::Pending | InferenceStatus::Started
-                )
-            });
-            if !open {
-                continue;
-            }
-            let confirmed_at = self
-                .sm
-                .record(*nonce)
-                .map(|r| r.confirmed_at)
-                .filter(|c| *c > 0);
-            let Some(host) = self
-                .info
-                .slot_for_nonce(*nonce)
-                .map(|s| s.validator.clone())
-            else {
-                continue;
-            };
-            let _ = diff;
-            out.push(NonceEntry {
-                nonce: *nonce,
-                host,
-                race_id: None,
-                request_id: String::new(),
-                started_at: start.started_at,
-                confirmed_at,
-                payload: None,
-                timings: AttemptTimings::default(),
-                state: NonceState::PendingFinish {
-                    ended_ms: now_ms,
-                    next_poll_ms: 1_000,
-                },
-                crowned: false,
-                emitted: true,
-            });
-        }
-        out
     }
 }
