@@ -2,7 +2,7 @@
 //! future runs on the poller's arbiter. The answer is classified once, here: success (the body),
 //! throttled (429/503, with the parsed `Retry-After`), or failed.
 
-use std::{cell::RefCell, time::Duration};
+use std::time::Duration;
 
 use awc::error::SendRequestError;
 use bytes::Bytes;
@@ -16,24 +16,6 @@ const USER_AGENT: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " chain-poller"
 );
-
-thread_local! {
-    static CLIENT: RefCell<Option<awc::Client>> = const { RefCell::new(None) };
-}
-
-fn client() -> awc::Client {
-    CLIENT.with(|c| {
-        c.borrow_mut()
-            .get_or_insert_with(|| {
-                awc::Client::builder()
-                    .disable_redirects()
-                    .add_default_header((awc::http::header::USER_AGENT, USER_AGENT))
-                    .timeout(Duration::from_secs(3_600))
-                    .finish()
-            })
-            .clone()
-    })
-}
 
 /// How a poll request ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,8 +51,9 @@ fn failed(status: &str, error: impl ToString) -> Fetched {
 
 /// `GET url` with a total timeout.
 pub async fn get(url: String, timeout: Duration) -> Fetched {
-    let request = client()
+    let request = crate::host::client::client()
         .get(&url)
+        .insert_header((awc::http::header::USER_AGENT, USER_AGENT))
         .insert_header((awc::http::header::ACCEPT, "application/json"))
         .timeout(timeout);
     let mut response = match request.send().await {

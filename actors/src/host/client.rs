@@ -49,8 +49,8 @@ thread_local! {
     static CLIENT: RefCell<Option<awc::Client>> = const { RefCell::new(None) };
 }
 
-/// The thread's awc client (created on first use).
-fn client() -> awc::Client {
+/// The thread's awc client (created on first use), shared by every caller on this thread.
+pub(crate) fn client() -> awc::Client {
     CLIENT.with(|c| {
         c.borrow_mut()
             .get_or_insert_with(|| {

@@ -232,64 +232,6 @@ impl HealthSettings {
     }
 }
 
-/// Polling of the chain's public API (HEALTH.md §7).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ChainPollSettings {
-    /// `epochs/latest`.
-    pub chain_phase_poll_interval_ms: i64,
-    /// `epochs/current/participants` (also on epoch change).
-    pub participants_poll_interval_ms: i64,
-    /// Each miner's `/v1/versions`.
-    pub versions_poll_interval_ms: i64,
-    /// Budget shared by every poller of one API host.
-    pub public_api_requests_per_minute: u32,
-}
-
-impl Default for ChainPollSettings {
-    fn default() -> Self {
-        ChainPollSettings {
-            chain_phase_poll_interval_ms: 20_000,
-            participants_poll_interval_ms: 60_000,
-            versions_poll_interval_ms: 300_000,
-            public_api_requests_per_minute: 6,
-        }
-    }
-}
-
-/// A snapshot is stale (routing stops trusting it) after this many of its poll intervals.
-pub const SNAPSHOT_STALE_INTERVALS: i64 = 5;
-
-impl ChainPollSettings {
-    /// Checks every field; returns all problems at once.
-    pub fn validate(&self) -> Result<(), Vec<SettingError>> {
-        let mut c = Checker::default();
-        c.positive_ms(
-            "chain_phase_poll_interval_ms",
-            self.chain_phase_poll_interval_ms,
-        );
-        c.positive_ms(
-            "participants_poll_interval_ms",
-            self.participants_poll_interval_ms,
-        );
-        c.positive_ms("versions_poll_interval_ms", self.versions_poll_interval_ms);
-        c.count(
-            "public_api_requests_per_minute",
-            self.public_api_requests_per_minute,
-        );
-        if c.0.is_empty() {
-            Ok(())
-        } else {
-            Err(c.0)
-        }
-    }
-
-    /// `snapshot_stale_after_ms` of an endpoint polled every `interval_ms` (5 × the interval).
-    pub fn snapshot_stale_after_ms(interval_ms: i64) -> i64 {
-        interval_ms.saturating_mul(SNAPSHOT_STALE_INTERVALS)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,7 +242,6 @@ mod tests {
         assert_eq!(s.validate(), Ok(()));
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(serde_json::from_value::<HealthSettings>(json).unwrap(), s);
-        assert_eq!(ChainPollSettings::default().validate(), Ok(()));
     }
 
     #[test]
@@ -309,7 +250,6 @@ mod tests {
         assert_eq!(s.eject_strikes, 4.0);
         assert_eq!(s.base_ejection_ms, 30_000);
         assert!(serde_json::from_str::<HealthSettings>(r#"{"eject_strike": 4}"#).is_err());
-        assert!(serde_json::from_str::<ChainPollSettings>(r#"{"x": 1}"#).is_err());
     }
 
     #[test]
