@@ -1,7 +1,8 @@
 //! secp256k1 signing and recovery, `gonka` bech32 addresses and SHA-256 (PROTOCOL.md §0, §2).
 //!
 //! `sign(m)` is recoverable ECDSA over `sha256(m)` (RFC 6979, low-S) serialised as
-//! `R(32) ‖ S(32) ‖ V(1)` with `V ∈ {0,1}`. Verification is always recover-and-compare.
+//! `R(32) ‖ S(32) ‖ V(1)` with `V ∈ {0,1}`. Verification is always recover-and-compare; successful
+//! recoveries are memoised ([`super::recovered`]).
 
 use std::fmt;
 
@@ -12,6 +13,8 @@ use secp256k1::{
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use super::recovered;
 
 /// Human-readable part of every address on the network.
 pub const ADDRESS_HRP: &str = "gonka";
@@ -209,6 +212,9 @@ pub fn recover_address_digest(digest: [u8; 32], sig: &[u8]) -> Result<Address, C
     if sig.len() != SIGNATURE_LEN {
         return Err(CryptoError::BadSignatureLength(sig.len()));
     }
+    if let Some(signer) = recovered::lookup(digest, sig) {
+        return Ok(signer);
+    }
     let v = sig[64];
     let recid = RecoveryId::try_from(i32::from(v)).map_err(|_| CryptoError::BadRecoveryId(v))?;
     let rs = RecoverableSignature::from_compact(&sig[..64], recid)
@@ -216,7 +222,9 @@ pub fn recover_address_digest(digest: [u8; 32], sig: &[u8]) -> Result<Address, C
     let pk = SECP256K1
         .recover_ecdsa(&Message::from_digest(digest), &rs)
         .map_err(|e| CryptoError::Recover(e.to_string()))?;
-    Ok(Address::from_public_key(&pk))
+    let signer = Address::from_public_key(&pk);
+    recovered::remember(digest, sig, &signer);
+    Ok(signer)
 }
 
 /// Recover-and-compare: `Ok` iff `sig` over `message` recovers to `expected`.

@@ -7,6 +7,7 @@ pub mod canonical;
 pub mod crypto;
 pub mod diff;
 pub mod proto;
+pub mod recovered;
 pub mod sse;
 pub mod state;
 pub mod wire;
