@@ -35,6 +35,10 @@ pub struct BenchArgs {
     /// Simulated hosts.
     #[arg(long, default_value_t = 7)]
     pub hosts: usize,
+    /// Open loop: start requests at this rate (per second) instead of back to back, with at most
+    /// `--concurrency` in flight.
+    #[arg(long)]
+    pub rate: Option<f64>,
 }
 
 /// One phase's measurements.
@@ -127,24 +131,34 @@ async fn bench(args: BenchArgs) -> ExitCode {
         .collect();
     let via = vec![format!("{gateway}/v1/chat/completions")];
     let warm = (args.requests / 10).max(args.concurrency);
-    let _ = drive("warmup", &direct, warm, args.concurrency).await;
-    let _ = drive("warmup", &via, warm, args.concurrency).await;
-    let mut d = drive("direct", &direct, args.requests, args.concurrency).await;
+    let load = Load {
+        concurrency: args.concurrency,
+        rate: args.rate,
+    };
+    let _ = drive("warmup", &direct, warm, load).await;
+    let _ = drive("warmup", &via, warm, load).await;
+    let mut d = drive("direct", &direct, args.requests, load).await;
     d.peak_rss_kib = peak_rss_kib(std::process::id());
     let cpu_before = cpu_seconds(child.id());
-    let mut g = drive("gateway", &via, args.requests, args.concurrency).await;
+    let mut g = drive("gateway", &via, args.requests, load).await;
     g.peak_rss_kib = peak_rss_kib(child.id());
     let cpu = cpu_seconds(child.id()).zip(cpu_before).map(|(a, b)| a - b);
     let added = pct_sorted(&g.ttfb_ms, 0.99) - pct_sorted(&d.ttfb_ms, 0.99);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "bench: concurrency={} requests={} output_tokens={} hosts={}",
-        args.concurrency, args.requests, args.output_tokens, args.hosts
+        "bench: concurrency={} requests={} output_tokens={} hosts={} rate={}",
+        args.concurrency,
+        args.requests,
+        args.output_tokens,
+        args.hosts,
+        args.rate
+            .map_or("closed loop".to_string(), |r| format!("{r}/s open loop"))
     );
     let _ = writeln!(out, "{}", d.line());
     let _ = writeln!(out, "{}", g.line());
     let _ = writeln!(out, "gateway adds {added:.2} ms at p99 time to first byte (direct peak RSS is this process: client + simulator)");
+    let _ = writeln!(out, "{}", crypto_floor());
     if let Some(cpu) = cpu {
         let per = cpu * 1e3 / args.requests.max(1) as f64;
         let _ = writeln!(out, "gateway process CPU: {cpu:.2} s for {} requests = {per:.3} ms/request (≈ {:.0} requests/s per core)", args.requests, 1e3 / per.max(1e-9));
@@ -154,6 +168,39 @@ async fn bench(args: BenchArgs) -> ExitCode {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
     ExitCode::SUCCESS
+}
+
+/// Signature operations one request costs in this benchmark, gateway and hosts together: the
+/// gateway signs the diff and the request (2) and recovers the state signature, receipt and finish
+/// marker (3); the serving host recovers the request's auth, the diff's user signature and, when it
+/// applies them, the confirm and finish txs (4), and signs receipt, state and finish marker (3).
+const RECOVERIES_PER_REQUEST: f64 = 7.0;
+const SIGNATURES_PER_REQUEST: f64 = 5.0;
+
+/// Measures secp256k1 signing and recovery on this machine (fresh messages, so the recovery memo
+/// never answers) and prints the throughput ceiling they alone impose on the whole benchmark.
+fn crypto_floor() -> String {
+    const N: u32 = 2_000;
+    let Ok(key) = devshard_actors::protocol::crypto::SigningKey::from_bytes(&[7u8; 32]) else {
+        return "crypto floor: n/a".to_string();
+    };
+    let started = Instant::now();
+    let sigs: Vec<_> = (0..N)
+        .map(|i| key.sign(format!("bench floor {i}").as_bytes()))
+        .collect();
+    let sign_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(N);
+    let started = Instant::now();
+    for (i, sig) in sigs.iter().enumerate() {
+        let message = format!("bench floor {i}");
+        let _ = devshard_actors::protocol::crypto::recover_address(message.as_bytes(), sig);
+    }
+    let recover_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(N);
+    let floor_us = RECOVERIES_PER_REQUEST * recover_us + SIGNATURES_PER_REQUEST * sign_us;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!(
+        "crypto floor: sign {sign_us:.1} µs, recover {recover_us:.1} µs; {RECOVERIES_PER_REQUEST} recoveries + {SIGNATURES_PER_REQUEST} signatures = {floor_us:.0} µs per request → at most {:.0} req/s on {cores} cores before any HTTP, JSON or storage work",
+        cores as f64 * 1e6 / floor_us.max(1e-9)
+    )
 }
 
 fn pct_sorted(v: &[f64], q: f64) -> f64 {
@@ -191,8 +238,18 @@ async fn wait_ready(url: &str) -> bool {
     false
 }
 
-/// `n` streaming requests at `concurrency`, round-robin over `urls`.
-async fn drive(name: &'static str, urls: &[String], n: usize, concurrency: usize) -> Phase {
+/// How requests are started.
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    /// At most this many in flight (closed loop: exactly this many, back to back).
+    concurrency: usize,
+    /// Open loop: request `i` is due at `i / rate` seconds after the start.
+    rate: Option<f64>,
+}
+
+/// `n` streaming requests, round-robin over `urls`.
+async fn drive(name: &'static str, urls: &[String], n: usize, load: Load) -> Phase {
+    let concurrency = load.concurrency.max(1);
     let phase = Rc::new(RefCell::new(Phase {
         name,
         ttfb_ms: Vec::with_capacity(n),
@@ -213,6 +270,13 @@ async fn drive(name: &'static str, urls: &[String], n: usize, concurrency: usize
             let url = urls.get(i % urls.len().max(1)).cloned().unwrap_or_default();
             async move {
                 let body = format!(r#"{{"stream":true,"max_tokens":16,"messages":[{{"role":"user","content":"bench {i}"}}]}}"#);
+                if let Some(rate) = load.rate.filter(|r| *r > 0.0) {
+                    let due = started + Duration::from_secs_f64(i as f64 / rate);
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                // From the actual start: the timer wheel wakes up to 1 ms late, which would
+                // otherwise dominate both phases' figures (the in-flight cap is never reached at
+                // the rates we report, so no queueing is hidden).
                 let t0 = Instant::now();
                 let ok = match client.post(url).insert_header(("Content-Type", "application/json")).send_body(body).await {
                     Ok(mut resp) if resp.status().is_success() => {
