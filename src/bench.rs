@@ -39,6 +39,9 @@ pub struct BenchArgs {
     /// `--concurrency` in flight.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Save the gateway's `/metrics` (stage histograms) to this file before it stops.
+    #[arg(long)]
+    pub metrics_out: Option<std::path::PathBuf>,
 }
 
 /// One phase's measurements.
@@ -164,6 +167,9 @@ async fn bench(args: BenchArgs) -> ExitCode {
         let _ = writeln!(out, "gateway process CPU: {cpu:.2} s for {} requests = {per:.3} ms/request (≈ {:.0} requests/s per core)", args.requests, 1e3 / per.max(1e-9));
     }
     drop(out);
+    if let Some(path) = &args.metrics_out {
+        save_metrics(&gateway, path).await;
+    }
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
@@ -223,6 +229,23 @@ fn spawn_gateway(sim: &SimNetwork, dir: &std::path::Path, port: u16) -> std::io:
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
+}
+
+async fn save_metrics(gateway: &str, path: &std::path::Path) {
+    let client = awc::Client::default();
+    let body = match client.get(format!("{gateway}/metrics")).send().await {
+        Ok(mut r) => r.body().limit(64 << 20).await.ok(),
+        Err(_) => None,
+    };
+    match body.map(|b| std::fs::write(path, b)) {
+        Some(Ok(())) => {}
+        _ => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "bench: could not save the gateway's metrics"
+            );
+        }
+    }
 }
 
 async fn wait_ready(url: &str) -> bool {

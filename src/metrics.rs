@@ -32,9 +32,11 @@ use prometheus::{
 pub const METRICS_NAMESPACE: &str = "devshard";
 /// `path` label of requests that matched no route.
 pub const UNMATCHED_PATH: &str = "unmatched";
-/// Request duration buckets (seconds): non-streaming inference can take minutes.
-const DURATION_BUCKETS: [f64; 15] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+/// Request duration buckets (seconds): from the gateway's own millisecond overhead (short answers
+/// from fast hosts) to non-streaming inference that takes minutes.
+const DURATION_BUCKETS: [f64; 17] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0,
 ];
 
 /// `reason` label of a rejection by the concurrent-race limit (upstream name).

@@ -79,7 +79,8 @@ impl ActorMetrics {
             attempt_seconds: HistogramVec::new(
                 HistogramOpts::new("attempt_phase_seconds", "Attempt phases from send").buckets(
                     vec![
-                        0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
+                        0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                        30.0, 120.0,
                     ],
                 ),
                 &["phase"],
