@@ -20,11 +20,14 @@
 //! When the queue is full, the issuing thread blocks until the writer has taken a group
 //! (back-pressure; with the capacity used this means thousands of writes are waiting on disk).
 //!
+//! WAL checkpoints run on their own thread, never inside a group commit (`checkpoint.rs`).
+//!
 //! # Reads
 //! Reads use a separate read-only connection behind a mutex; in WAL mode they never block the
 //! writer nor wait for it. Each read is one statement, i.e. one consistent snapshot, and sees
 //! every write whose ack has resolved (and possibly later ones that committed meanwhile).
 
+mod checkpoint;
 mod codec;
 mod schema;
 mod writer;
@@ -46,6 +49,7 @@ use devshard_actors::{
 use rusqlite::{params, Connection};
 
 use self::{
+    checkpoint::Checkpointer,
     codec::{decode_diff, decode_value, encode_diff, encode_value, now_ms, sql_err, DiffRow},
     writer::{Counters, Msg, Op, Writer},
 };
@@ -72,6 +76,7 @@ pub struct SqliteStore {
     path: PathBuf,
     sender: SyncSender<Msg>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    checkpointer: Mutex<Option<Checkpointer>>,
     closed: AtomicBool,
     reader: Mutex<Connection>,
     counters: Arc<Counters>,
@@ -101,10 +106,12 @@ impl SqliteStore {
             .name("store-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| StoreError::Io(format!("spawning the store writer: {e}")))?;
+        let checkpointer = Checkpointer::spawn(&path)?;
         Ok(SqliteStore {
             path,
             sender,
             writer: Mutex::new(Some(handle)),
+            checkpointer: Mutex::new(Some(checkpointer)),
             closed: AtomicBool::new(false),
             reader: Mutex::new(reader),
             counters,
@@ -130,6 +137,14 @@ impl SqliteStore {
     /// run on drop. Reads keep working.
     pub fn close(&self) -> Result<(), StoreError> {
         self.closed.store(true, Ordering::SeqCst);
+        if let Some(checkpointer) = self
+            .checkpointer
+            .lock()
+            .map_err(|_| StoreError::Io("store checkpointer mutex poisoned".into()))?
+            .take()
+        {
+            checkpointer.stop();
+        }
         let handle = self
             .writer
             .lock()

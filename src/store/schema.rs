@@ -56,6 +56,9 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     }
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(sql_err)?;
+    // Checkpoints run on their own thread (`checkpoint.rs`), never inside a group commit.
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(sql_err)?;
     migrate(&mut conn)?;
     Ok(conn)
 }
