@@ -37,13 +37,11 @@ impl Checkpointer {
         let (stop, rx) = sync_channel::<()>(1);
         let handle = std::thread::Builder::new()
             .name("store-checkpoint".into())
-            .spawn(move || loop {
-                match rx.recv_timeout(CHECKPOINT_INTERVAL) {
-                    Err(RecvTimeoutError::Timeout) => {
-                        // Best effort: a checkpoint that cannot finish now is retried next time.
-                        let _ = checkpoint(&conn);
-                    }
-                    Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+            .spawn(move || {
+                // Until told to stop (or the store is gone): a checkpoint per interval. Best
+                // effort: one that cannot finish now is retried next time.
+                while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(CHECKPOINT_INTERVAL) {
+                    let _ = checkpoint(&conn);
                 }
             })
             .map_err(|e| StoreError::Io(format!("spawning the store checkpointer: {e}")))?;
