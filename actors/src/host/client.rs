@@ -45,6 +45,11 @@ impl Default for HostTimeouts {
 /// Largest host response body we read whole (catch-up answers, mempools).
 const MAX_QUERY_BODY: usize = 16 * 1024 * 1024;
 
+/// Simultaneous connections of one thread's client to all hosts. awc's default (100) would make
+/// the 101st concurrent stream of a worker wait for a free connection until its receipt timeout;
+/// the concurrent-race limit (`max_concurrent_races`) is what bounds host connections.
+const HOST_CONNECTIONS_PER_THREAD: usize = 4096;
+
 thread_local! {
     static CLIENT: RefCell<Option<awc::Client>> = const { RefCell::new(None) };
 }
@@ -55,6 +60,7 @@ pub(crate) fn client() -> awc::Client {
         c.borrow_mut()
             .get_or_insert_with(|| {
                 awc::Client::builder()
+                    .connector(awc::Connector::new().limit(HOST_CONNECTIONS_PER_THREAD))
                     .disable_redirects()
                     .timeout(Duration::from_secs(3600))
                     .finish()
