@@ -15,7 +15,7 @@
 //!   back-off gauges), each shown with its due time in the poller's stats. No timer ever sends a
 //!   request without passing the host's gate.
 //! - **Who holds its `Addr`**: the process (HTTP edge: admission, settings, debug), as a counted
-//!   [`TrackedAddr`]; listed in the actor registry as `chain_poller` `public_api`.
+//!   [`crate::stats::TrackedAddr`]; listed in the actor registry as `chain_poller` `public_api`.
 
 use std::{
     collections::{BTreeMap, BTreeSet},

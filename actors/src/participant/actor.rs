@@ -9,8 +9,9 @@
 //! - **Timers**: `health_tick`, one tick at the record's next deadline (strike decay to Healthy,
 //!   ejection expiry into probation, probation time bound, level decay), re-armed in `started()`;
 //!   shown with its due time in the actor's stats.
-//! - **Who holds its `Addr`**: the `Directory` (a counted [`TrackedAddr`]), which routes outcomes
-//!   and admin calls to it and forwards its `HealthChanged` notices to the escrows of the address.
+//! - **Who holds its `Addr`**: the `Directory` (a counted [`crate::stats::TrackedAddr`]), which
+//!   routes outcomes and admin calls to it and forwards its `HealthChanged` notices to the escrows
+//!   of the address.
 //!   Admin, settings and fault-injection handlers are in `handlers.rs`.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -214,24 +215,20 @@ impl ParticipantActor {
         };
         let delay =
             Duration::from_millis(u64::try_from(at.saturating_sub(self.now())).unwrap_or(0));
-        let stats = self.stats.clone();
-        self.tick = Some(timers::run_later(
-            &stats,
-            ctx,
-            "health_tick",
-            delay,
-            |act, ctx| {
-                act.tick = None;
-                let (next, effects) =
-                    health::tick(&act.record.health, &act.deps.settings, act.now());
-                if next != act.record.health {
-                    act.commit(next, effects, ctx);
-                    act.persist_in_background();
-                } else {
-                    act.arm_tick(ctx);
-                }
-            },
-        ));
+        let timer = timers::run_later(&self.stats, ctx, "health_tick", delay, Self::tick_due);
+        self.tick = Some(timer);
+    }
+
+    /// The health tick fired: apply the deadline that came due, or re-arm.
+    fn tick_due(&mut self, ctx: &mut Context<Self>) {
+        self.tick = None;
+        let (next, effects) = health::tick(&self.record.health, &self.deps.settings, self.now());
+        if next != self.record.health {
+            self.commit(next, effects, ctx);
+            self.persist_in_background();
+        } else {
+            self.arm_tick(ctx);
+        }
     }
 
     fn context(&self) -> EjectionContext {

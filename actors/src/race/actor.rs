@@ -10,8 +10,9 @@
 //!   client gets an error and its escrow still settles every nonce it was given.
 //! - **Timers** (named as in its stats): `hedge`, the primary's hedge timer; `crown_hold`, the
 //!   hold of a Suspect/Probation content (`suspect_hold_ms`); and the 1 s `client_check` interval.
-//! - **Who holds its `Addr`**: its own attempt tasks only (counted [`TrackedAddr`]s). Listed in
-//!   the actor registry as `race` `<race id>` with its escrow and request id.
+//! - **Who holds its `Addr`**: its own attempt tasks only (counted
+//!   [`crate::stats::TrackedAddr`]s). Listed in the actor registry as `race` `<race id>` with its
+//!   escrow and request id.
 //! - **Reports**: when it stops, its nonces and attempts ([`RaceReport`]) go to `spec.report`
 //!   (the HTTP edge's request accounting). Handlers are in `handlers.rs`.
 
@@ -251,34 +252,31 @@ impl RaceActor {
         }
         let delay =
             Duration::from_millis(u64::try_from(due_ms.saturating_sub(self.now())).unwrap_or(0));
-        let stats = self.stats.clone();
-        self.hedge_timer = Some(timers::run_later(
-            &stats,
-            ctx,
-            "hedge",
-            delay,
-            |act, ctx| {
-                act.hedge_timer = None;
-                let Some(primary) = act.attempts.first() else {
-                    return;
-                };
-                if act.winner.is_some()
-                    || primary.ended
-                    || primary.first_content_ms.is_some()
-                    || act.reply.is_none()
-                {
-                    return;
-                }
-                let req = HedgeRequest {
-                    primary: primary.host.clone(),
-                    sent_ms: primary.sent_ms,
-                    got_receipt: primary.receipt,
-                    got_first_content: false,
-                    attempts: u32::try_from(act.attempts.len()).unwrap_or(u32::MAX),
-                };
-                act.request_attempt(AttemptKind::Hedge(req), ctx);
-            },
-        ));
+        let timer = timers::run_later(&self.stats, ctx, "hedge", delay, Self::hedge_due);
+        self.hedge_timer = Some(timer);
+    }
+
+    /// The primary's hedge timer fired: ask the escrow for a hedge if the primary is still slow.
+    fn hedge_due(&mut self, ctx: &mut Context<Self>) {
+        self.hedge_timer = None;
+        let Some(primary) = self.attempts.first() else {
+            return;
+        };
+        if self.winner.is_some()
+            || primary.ended
+            || primary.first_content_ms.is_some()
+            || self.reply.is_none()
+        {
+            return;
+        }
+        let req = HedgeRequest {
+            primary: primary.host.clone(),
+            sent_ms: primary.sent_ms,
+            got_receipt: primary.receipt,
+            got_first_content: false,
+            attempts: u32::try_from(self.attempts.len()).unwrap_or(u32::MAX),
+        };
+        self.request_attempt(AttemptKind::Hedge(req), ctx);
     }
 
     /// No further attempt will run: fail the client if nothing was delivered.
