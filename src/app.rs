@@ -14,7 +14,6 @@ use std::{
     time::Duration,
 };
 
-use actix::Addr;
 use actix_web::{
     body::MessageBody,
     dev::{ServiceFactory, ServiceRequest, ServiceResponse},
@@ -22,8 +21,13 @@ use actix_web::{
     web, App,
 };
 use devshard_actors::{
-    clock::SharedClock, directory::Directory, metrics::ActorMetrics, protocol::crypto::Address,
-    race::RaceLimits, store::SharedStore,
+    clock::SharedClock,
+    directory::Directory,
+    metrics::ActorMetrics,
+    protocol::crypto::Address,
+    race::RaceLimits,
+    stats::{ActorRegistry, TrackedAddr},
+    store::SharedStore,
 };
 use prometheus::Registry;
 use slog::Logger;
@@ -67,7 +71,9 @@ pub struct EdgeLimits {
 /// only its address.
 #[derive(Clone)]
 pub struct AppState {
-    pub directory: Addr<Directory>,
+    pub directory: TrackedAddr<Directory>,
+    /// Every live actor's stats (the debug listing reads it without messaging the actors).
+    pub actors: ActorRegistry,
     pub store: SharedStore,
     pub chain: ChainClient,
     pub limits: EdgeLimits,
@@ -110,7 +116,9 @@ impl std::fmt::Debug for AppState {
 
 /// The parts of [`AppState`] that are not in the [`Config`].
 pub struct StateParts {
-    pub directory: Addr<Directory>,
+    pub directory: TrackedAddr<Directory>,
+    /// The registry the directory was given (races register here too).
+    pub actors: ActorRegistry,
     pub store: SharedStore,
     pub metrics: HttpMetrics,
     pub actor_metrics: ActorMetrics,
@@ -126,6 +134,7 @@ impl AppState {
         let polling = ChainPolling::load(&config.chain_poll, &parts.store, &parts.log);
         AppState {
             directory: parts.directory,
+            actors: parts.actors,
             store: parts.store,
             chain: ChainClient::new(config.chain.clone(), parts.log.clone()),
             limits: EdgeLimits {

@@ -6,11 +6,11 @@
 //! which persists it before starting the escrow's actor. Registering an escrow that is already
 //! registered is a no-op that returns the existing record.
 
-use actix::Addr;
 use devshard_actors::{
     directory::{ActorKind, AddEscrow, Directory, EntityStatus, GetEscrow, GetStatus},
     escrow::{messages::GetSnapshot, EscrowInfo},
     protocol::crypto::Address,
+    stats::TrackedAddr,
     store::{ns, SharedStore},
 };
 use serde_json::{json, Value};
@@ -31,7 +31,7 @@ pub struct Registered {
 }
 
 /// Status of every registered escrow, from the directory.
-pub async fn statuses(directory: &Addr<Directory>) -> Result<Vec<EntityStatus>, ApiError> {
+pub async fn statuses(directory: &TrackedAddr<Directory>) -> Result<Vec<EntityStatus>, ApiError> {
     let status = directory.send(GetStatus).timeout(ACTOR_TIMEOUT).await?;
     Ok(status
         .entities
@@ -54,7 +54,7 @@ pub fn stored_info(store: &SharedStore, escrow_id: &str) -> Result<Option<Escrow
 /// Registers `escrow_id` (see the module docs).
 pub async fn register(
     chain: &ChainClient,
-    directory: &Addr<Directory>,
+    directory: &TrackedAddr<Directory>,
     store: &SharedStore,
     signer: &Address,
     escrow_id: &str,
@@ -84,7 +84,7 @@ pub async fn register(
 /// skipped: the gateway keeps serving the others. Returns how many were added.
 pub async fn register_configured(
     chain: &ChainClient,
-    directory: &Addr<Directory>,
+    directory: &TrackedAddr<Directory>,
     store: &SharedStore,
     signer: &Address,
     ids: &[String],
@@ -110,7 +110,7 @@ pub async fn register_configured(
 
 /// The admin view of one escrow: registration, actor status and (when alive) a live snapshot.
 pub async fn summary(
-    directory: &Addr<Directory>,
+    directory: &TrackedAddr<Directory>,
     info: &EscrowInfo,
     status: Option<&EntityStatus>,
 ) -> Value {

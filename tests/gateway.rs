@@ -2,6 +2,8 @@
 //! loopback, real signatures, every host with its own state machine).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "gateway/debug_stats.rs"]
+mod debug_stats;
 #[path = "gateway/flow.rs"]
 mod flow;
 #[path = "gateway/harness.rs"]
@@ -14,7 +16,13 @@ mod hedging;
 mod http_edge;
 #[path = "gateway/late_finish.rs"]
 mod late_finish;
+#[path = "gateway/live.rs"]
+mod live;
+#[path = "gateway/load.rs"]
+mod load;
 #[path = "gateway/repair.rs"]
 mod repair;
+#[path = "gateway/requests.rs"]
+mod requests;
 #[path = "gateway/supervision.rs"]
 mod supervision;

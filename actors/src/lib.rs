@@ -10,6 +10,9 @@
 //! - [`chain`]: the chain poller (epoch/phase, participants, versions), its budget and phase gating.
 //! - [`host`]: the awc client for devshard hosts and its typed errors.
 //! - [`store`], [`clock`]: what actors are given (traits), so tests can use memory and paused time.
+//! - [`stats`]: per-actor mailbox depth, message counts and armed timers, read by the debug
+//!   endpoint without messaging the actors; actors are addressed through counted
+//!   [`stats::TrackedAddr`]s.
 //!
 //! ## Supervision tree and restart contract
 //! ```text
@@ -33,4 +36,5 @@ pub mod policy;
 pub mod protocol;
 pub mod race;
 pub mod repair;
+pub mod stats;
 pub mod store;

@@ -2,7 +2,7 @@
 //! the outcome is final; every consumer (health, perf, hedging statistics, metrics, logs) reads
 //! this same value.
 
-use actix::{Message, Recipient};
+use actix::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -76,4 +76,4 @@ pub struct ParticipantOutcome {
 }
 
 /// Where escrows send final outcomes.
-pub type OutcomeSink = Recipient<ParticipantOutcome>;
+pub type OutcomeSink = crate::stats::TrackedRecipient<ParticipantOutcome>;

@@ -1,5 +1,8 @@
-//! Request accounting: a bounded in-memory table of chat requests (fingerprint, escrow,
-//! outcome, and the completed answer for replay), and the `Idempotency-Key` index.
+//! Request accounting: a bounded in-memory table of chat requests (fingerprint, escrow, the
+//! nonces and attempts of its race, outcome, and the completed answer for replay), and the
+//! `Idempotency-Key` index. The race reports its nonces and attempts when it ends (after the
+//! client's answer, for a stream: the winner still drains its finish marker), through a
+//! `RaceReport` the HTTP edge writes here ([`Accounting::set_race_report`]).
 //!
 //! Every admitted chat request gets a SHA3-256 [`fingerprint`] of (model, canonical body,
 //! caller). A request carrying an `Idempotency-Key` already seen within the window:
@@ -17,6 +20,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use devshard_actors::race::{AttemptRecord, RaceReport};
 use serde::Serialize;
 use sha3::{Digest, Sha3_256};
 use tokio::sync::watch;
@@ -72,6 +76,12 @@ pub struct Record {
     pub escrow: Option<String>,
     /// Race id (log field `race` of `escrow_picked`), once an escrow was picked.
     pub race_id: Option<u64>,
+    /// Every nonce the escrow granted this request's race (set when the race ends).
+    pub nonces: Vec<u64>,
+    /// Every attempt of the race: nonce, host, role, timing, result (set when the race ends).
+    pub attempts: Vec<AttemptRecord>,
+    /// When the race ended and reported its nonces and attempts.
+    pub race_ended_at_ms: Option<i64>,
     pub started_at_ms: i64,
     pub finished_at_ms: Option<i64>,
     pub outcome: Outcome,
@@ -163,6 +173,15 @@ impl Accounting {
         if let Some((r, _)) = self.lock().by_id.get_mut(request_id) {
             r.escrow = Some(escrow.to_string());
             r.race_id = Some(race_id);
+        }
+    }
+
+    /// Records the nonces and attempts of `request_id`'s race (it ended at `now_ms`).
+    pub fn set_race_report(&self, request_id: &str, report: RaceReport, now_ms: i64) {
+        if let Some((r, _)) = self.lock().by_id.get_mut(request_id) {
+            r.nonces = report.nonces;
+            r.attempts = report.attempts;
+            r.race_ended_at_ms = Some(now_ms);
         }
     }
 

@@ -15,19 +15,19 @@ use std::{
     sync::Arc,
 };
 
-use actix::{Actor, Addr};
 use actix_web::{dev::ServerHandle, HttpServer};
 use devshard_actors::{
     chain::{ChainPoller, StopPoller},
     clock::{SharedClock, SystemClock},
     directory::{Directory, DirectoryDeps},
     metrics::ActorMetrics,
+    stats::{ActorRegistry, TrackedActor, TrackedAddr},
     store::{SharedStore, Store},
 };
 use prometheus::Registry;
 use slog::{crit, info, warn, Logger};
 
-use super::{build_app, AppState, StateParts};
+use super::{build_app, polling::PollerWiring, AppState, StateParts};
 use crate::{
     config::{process_env, Config, ConfigError, ENV_CONFIG},
     escrows, logging,
@@ -88,10 +88,12 @@ pub struct RunningGateway {
     pub addr: SocketAddr,
     /// `http://{addr}`.
     pub url: String,
-    pub directory: Addr<Directory>,
+    pub directory: TrackedAddr<Directory>,
     pub store: Arc<SqliteStore>,
     /// The chain poller (when `public_api_url` is set).
-    pub poller: Option<Addr<ChainPoller>>,
+    pub poller: Option<TrackedAddr<ChainPoller>>,
+    /// Every live actor's stats (what `GET /v1/debug/actors` lists).
+    pub actors: ActorRegistry,
     handle: ServerHandle,
     server: actix_web::rt::task::JoinHandle<std::io::Result<()>>,
     log: Logger,
@@ -175,6 +177,7 @@ pub async fn start_with(
     let shared: SharedStore = store.clone();
     info!(log, "store opened"; "stage" => "store_opened", "path" => %path.display());
 
+    let actors = ActorRegistry::default();
     let directory = Directory::new(DirectoryDeps {
         key: config.key.clone(),
         store: shared.clone(),
@@ -184,12 +187,14 @@ pub async fn start_with(
         budget: config.budget,
         fault_injection: config.fault_injection,
         metrics: actor_metrics.clone(),
+        actors: actors.clone(),
     })
-    .start();
+    .start_tracked();
     let mut state = AppState::new(
         &config,
         StateParts {
             directory: directory.clone(),
+            actors: actors.clone(),
             store: shared.clone(),
             metrics: http_metrics,
             actor_metrics,
@@ -224,11 +229,14 @@ pub async fn start_with(
     let poller = match &config.chain.public_api_url {
         Some(api) => Some(state.polling.start_poller(
             api,
-            &state.registry,
-            state.clock.clone(),
-            &log,
-            directory.clone(),
-            shared.clone(),
+            PollerWiring {
+                registry: &state.registry,
+                clock: state.clock.clone(),
+                log: &log,
+                directory: directory.clone(),
+                store: shared.clone(),
+                actors: &actors,
+            },
         )?),
         None => None,
     };
@@ -254,6 +262,7 @@ pub async fn start_with(
         directory,
         store,
         poller,
+        actors,
         handle,
         server,
         log,

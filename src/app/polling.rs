@@ -28,6 +28,7 @@ use devshard_actors::{
     },
     clock::SharedClock,
     directory::Directory,
+    stats::{ActorRegistry, TrackedActor, TrackedAddr},
     store::{ns, SharedStore},
 };
 use prometheus::Registry;
@@ -59,7 +60,7 @@ struct Live {
 pub struct ChainPolling {
     /// File + environment: what a field returns to when its persisted change is removed.
     configured: Arc<ChainPollSettings>,
-    poller: Option<Addr<ChainPoller>>,
+    poller: Option<TrackedAddr<ChainPoller>>,
     view: Arc<RwLock<Option<Arc<ChainView>>>>,
     live: Arc<RwLock<Live>>,
     pinned: Arc<BTreeMap<String, String>>,
@@ -140,7 +141,7 @@ impl ChainPolling {
     }
 
     /// The poller, when `public_api_url` is set.
-    pub fn poller(&self) -> Option<&Addr<ChainPoller>> {
+    pub fn poller(&self) -> Option<&TrackedAddr<ChainPoller>> {
         self.poller.as_ref()
     }
 
@@ -196,12 +197,16 @@ impl ChainPolling {
     pub fn start_poller(
         &mut self,
         api: &str,
-        registry: &Registry,
-        clock: SharedClock,
-        log: &Logger,
-        directory: Addr<Directory>,
-        store: SharedStore,
-    ) -> Result<Addr<ChainPoller>, AppError> {
+        wiring: PollerWiring<'_>,
+    ) -> Result<TrackedAddr<ChainPoller>, AppError> {
+        let PollerWiring {
+            registry,
+            clock,
+            log,
+            directory,
+            store,
+            actors,
+        } = wiring;
         let settings = self.settings();
         let gates = HostGates::new(&settings);
         let metrics =
@@ -211,6 +216,7 @@ impl ChainPolling {
             log: log.clone(),
             metrics,
             gates,
+            actors: actors.clone(),
         };
         let poller = ChainPoller::new(api, settings, deps)
             .map_err(|e| {
@@ -219,7 +225,7 @@ impl ChainPolling {
                     message: e.to_string(),
                 })
             })?
-            .start();
+            .start_tracked();
         let cache = ViewCache {
             view: self.view.clone(),
             poller: poller.clone(),
@@ -235,12 +241,25 @@ impl ChainPolling {
     }
 }
 
+/// What [`ChainPolling::start_poller`] wires the poller and its view cache to.
+pub struct PollerWiring<'a> {
+    /// The process registry (chain metrics).
+    pub registry: &'a Registry,
+    pub clock: SharedClock,
+    pub log: &'a Logger,
+    /// For the versions scope (hosts of the registered escrows).
+    pub directory: TrackedAddr<Directory>,
+    pub store: SharedStore,
+    /// The actor registry (the poller's stats).
+    pub actors: &'a ActorRegistry,
+}
+
 /// Keeps the latest pushed view, and the poller's versions scope in line with the registered
 /// escrows' hosts. Stops once the poller is gone.
 struct ViewCache {
     view: Arc<RwLock<Option<Arc<ChainView>>>>,
-    poller: Addr<ChainPoller>,
-    directory: Addr<Directory>,
+    poller: TrackedAddr<ChainPoller>,
+    directory: TrackedAddr<Directory>,
     store: SharedStore,
     scope: Option<BTreeSet<String>>,
     log: Logger,
@@ -265,7 +284,7 @@ impl ViewCache {
 
 /// Addresses of every host of every registered escrow (`None` if the directory did not answer).
 async fn escrow_hosts(
-    directory: &Addr<Directory>,
+    directory: &TrackedAddr<Directory>,
     store: &SharedStore,
 ) -> Option<BTreeSet<String>> {
     let statuses = escrows::statuses(directory).await.ok()?;

@@ -1,31 +1,46 @@
 //! Actor-level inspection under `/v1/debug` (admin key):
 //!
 //! - `GET /v1/debug/actors[?kind=escrow|participant|race|repair|chain_poller|directory][&state=…]`
-//!   lists every live actor with its kind, id, a state summary, whether it is alive, restarts and
-//!   races in flight; each actor is asked with a short deadline and reported as `unresponsive`
-//!   instead of being waited for.
+//!   lists every live actor with its kind, id, a state summary, whether it is alive, restarts,
+//!   races in flight, and its statistics: `mailbox_depth`, `messages_enqueued`,
+//!   `messages_handled`, `last_message_at` (unix ms), `started_at` and the armed `timers`
+//!   (`name`, `due_at` unix ms, `due_in_ms`).
 //! - `GET /v1/debug/actors/{kind}/{id}`: one actor's full state (escrow: nonce, phase, root,
 //!   per-host sync nonce, pending txs, signatures, attempts in flight, pending finishes and
 //!   timeouts, repairs; participant: health state, decayed strikes, level, deadlines, perf).
-//! - `GET /v1/debug/escrows/{id}`: the escrow's session and the state of each of its repairs
-//!   (blocked since, attempts, last result, next tick).
+//! - `GET /v1/debug/escrows/{id}`: the escrow's session, its stats and the state of each of its
+//!   repairs (blocked since, attempts, last result, next tick).
+//!
+//! The statistics come from the actor registry ([`devshard_actors::stats`]), read without
+//! messaging any actor, so a stuck actor is still listed, with its growing mailbox depth. The
+//! state details come from probes sent **concurrently**, each with a [`PROBE_TIMEOUT`] deadline:
+//! one round to the directory (status, live addresses, health settings) and the chain poller,
+//! then one round to every escrow and participant. An actor that misses its deadline is
+//! reported `unresponsive`; the listing answers within about two deadlines whatever the load.
 //!
 //! No secret (private key, API keys) is in any of these answers.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use devshard_actors::{
-    directory::{ActorKind, GetEscrow, GetHealthSettings, GetStatus, ListParticipants},
+    directory::{
+        ActorKind, DirectoryStatus, GetEscrow, GetHealthSettings, GetLiveActors, GetStatus,
+        LiveActors,
+    },
     escrow::messages::{GetRepairStates, GetSnapshot},
+    participant::messages::{GetParticipant, ParticipantView},
+    policy::settings::HealthSettings,
+    stats::{ActorStats, Kind, StatsView},
 };
+use futures::future::join_all;
 use serde_json::{json, Value};
 
 use super::{error::ApiError, participants::participant_json};
 use crate::app::{AppState, ACTOR_TIMEOUT};
 
-/// How long one actor may take to answer a listing before it is reported `unresponsive`.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+/// How long one actor may take to answer a probe before it is reported `unresponsive`.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
 
 fn query_param<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
     req.query_string().split('&').find_map(|kv| {
@@ -43,94 +58,248 @@ async fn escrow_detail(state: &AppState, id: &str) -> Result<Value, ApiError> {
         .timeout(ACTOR_TIMEOUT)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("escrow {id} is not running")))?;
-    let snapshot = match addr.send(GetSnapshot).timeout(PROBE_TIMEOUT).await {
+    let (snapshot, repairs) = futures::join!(
+        addr.send(GetSnapshot).timeout(PROBE_TIMEOUT),
+        addr.send(GetRepairStates).timeout(PROBE_TIMEOUT)
+    );
+    let snapshot = match snapshot {
         Ok(s) => serde_json::to_value(s).unwrap_or(Value::Null),
         Err(_) => json!({"state": "unresponsive"}),
     };
-    let repairs = match addr.send(GetRepairStates).timeout(PROBE_TIMEOUT).await {
+    let repairs = match repairs {
         Ok(r) => serde_json::to_value(r).unwrap_or(Value::Null),
         Err(_) => json!("unresponsive"),
     };
-    Ok(json!({"kind": "escrow", "id": id, "state": snapshot, "repairs": repairs}))
+    let stats = addr.stats().view(state.clock.now_ms());
+    Ok(json!({"kind": "escrow", "id": id, "state": snapshot, "repairs": repairs, "stats": stats}))
 }
 
-/// Every actor, as `{kind, id, state, alive, restarts, in_flight, detail}`.
-async fn all_actors(state: &AppState) -> Result<Vec<Value>, ApiError> {
-    let status = state
-        .directory
-        .send(GetStatus)
-        .timeout(ACTOR_TIMEOUT)
-        .await?;
-    let mut out = vec![
-        json!({"kind": "directory", "id": "directory", "state": "running", "alive": true,
-        "escrows": status.entities.iter().filter(|e| e.kind == ActorKind::Escrow).count(),
-        "races_in_flight": status.races.len()}),
-    ];
-    for e in status
-        .entities
-        .iter()
-        .filter(|e| e.kind == ActorKind::Escrow)
-    {
-        let detail = escrow_detail(state, &e.id)
-            .await
-            .unwrap_or(json!({"state": "not running"}));
-        let summary = if e.failed {
-            "failed"
-        } else if e.alive {
-            "active"
+/// What the probes found (`None`: no answer in time).
+#[derive(Default)]
+struct Probed {
+    status: Option<DirectoryStatus>,
+    settings: Option<Arc<HealthSettings>>,
+    /// Escrow id → (snapshot, repair states).
+    escrows: BTreeMap<String, (Option<Value>, Option<Vec<Value>>)>,
+    participants: BTreeMap<String, Option<Arc<ParticipantView>>>,
+    poller: Option<Value>,
+}
+
+/// Which probes a listing needs (a `?kind=` filter skips the others).
+fn wants(kind: Option<&str>, k: Kind) -> bool {
+    kind.is_none_or(|w| w == k.as_str())
+}
+
+async fn probe(state: &AppState, kind: Option<&str>) -> Probed {
+    let dir = &state.directory;
+    let need_escrows = wants(kind, Kind::Escrow) || wants(kind, Kind::Repair);
+    let need_participants = wants(kind, Kind::Participant);
+    let live = async {
+        if need_escrows || need_participants {
+            dir.send(GetLiveActors).timeout(PROBE_TIMEOUT).await.ok()
         } else {
-            "restarting"
-        };
-        if let Some(repairs) = detail["repairs"].as_array() {
-            for r in repairs {
-                out.push(json!({"kind": "repair", "id": format!("{}/{}", e.id, r["participant"].as_str().unwrap_or("")),
-                    "state": if r["gave_up"].as_bool() == Some(true) { "gave_up" } else { "repairing" },
-                    "alive": true, "detail": r}));
-            }
+            None
         }
-        out.push(
-            json!({"kind": "escrow", "id": e.id, "state": summary, "alive": e.alive,
-            "restarts": e.restarts, "in_flight": e.in_flight, "detail": detail["state"]}),
-        );
-    }
-    let settings = state
-        .directory
-        .send(GetHealthSettings)
-        .timeout(ACTOR_TIMEOUT)
-        .await?;
-    let now = state.clock.now_ms();
-    let views = state
-        .directory
-        .send(ListParticipants)
-        .timeout(ACTOR_TIMEOUT)
-        .await
-        .unwrap_or_default();
-    for e in status
-        .entities
+    };
+    let poller = async {
+        match state.polling.poller() {
+            Some(p) if wants(kind, Kind::ChainPoller) => {
+                let view = p
+                    .send(devshard_actors::chain::GetSnapshot)
+                    .timeout(PROBE_TIMEOUT);
+                view.await.ok().and_then(|v| serde_json::to_value(&*v).ok())
+            }
+            _ => None,
+        }
+    };
+    let (status, live, settings, poller) = futures::join!(
+        dir.send(GetStatus).timeout(PROBE_TIMEOUT),
+        live,
+        dir.send(GetHealthSettings).timeout(PROBE_TIMEOUT),
+        poller
+    );
+    let live = live.unwrap_or_else(LiveActors::default);
+    let escrow_probes = live
+        .escrows
         .iter()
-        .filter(|e| e.kind == ActorKind::Participant)
-    {
-        let view = views.iter().find(|v| v.address.as_str() == e.id);
-        out.push(json!({"kind": "participant", "id": e.id,
-            "state": view.map_or("unresponsive", |v| v.state), "alive": e.alive, "restarts": e.restarts,
-            "detail": view.map(|v| participant_json(v, &settings, now))}));
+        .filter(|_| need_escrows)
+        .map(|(id, a)| async move {
+            let (snap, repairs) = futures::join!(
+                a.send(GetSnapshot).timeout(PROBE_TIMEOUT),
+                a.send(GetRepairStates).timeout(PROBE_TIMEOUT)
+            );
+            let snap = snap.ok().and_then(|s| serde_json::to_value(s).ok());
+            let repairs = repairs.ok().map(|r| {
+                r.iter()
+                    .filter_map(|s| serde_json::to_value(s).ok())
+                    .collect()
+            });
+            (id.clone(), (snap, repairs))
+        });
+    let participant_probes =
+        live.participants
+            .iter()
+            .filter(|_| need_participants)
+            .map(|(address, a)| async move {
+                let view = a.send(GetParticipant).timeout(PROBE_TIMEOUT).await.ok();
+                (address.to_string(), view)
+            });
+    let (escrows, participants) =
+        futures::join!(join_all(escrow_probes), join_all(participant_probes));
+    Probed {
+        status: status.ok(),
+        settings: settings.ok(),
+        escrows: escrows.into_iter().collect(),
+        participants: participants.into_iter().collect(),
+        poller,
     }
-    for (race_id, escrow, request) in &status.races {
-        out.push(
-            json!({"kind": "race", "id": race_id.to_string(), "state": "racing", "alive": true,
-            "detail": {"escrow": escrow, "request_id": request}}),
-        );
+}
+
+/// `entry` with the actor's statistics merged in.
+fn with_stats(mut entry: Value, stats: Option<&StatsView>) -> Value {
+    if let (Some(o), Some(s)) = (entry.as_object_mut(), stats) {
+        o.insert("mailbox_depth".into(), json!(s.mailbox_depth));
+        o.insert("messages_enqueued".into(), json!(s.messages_enqueued));
+        o.insert("messages_handled".into(), json!(s.messages_handled));
+        o.insert("last_message_at".into(), json!(s.last_message_at));
+        o.insert("started_at".into(), json!(s.started_at));
+        o.insert("timers".into(), json!(s.timers));
     }
-    if let Some(poller) = state.polling.poller() {
-        let view = poller
-            .send(devshard_actors::chain::GetSnapshot)
-            .timeout(PROBE_TIMEOUT)
-            .await;
-        let detail = view.ok().and_then(|v| serde_json::to_value(&*v).ok());
-        out.push(json!({"kind": "chain_poller", "id": "public_api",
-            "state": if detail.is_some() { "polling" } else { "unresponsive" }, "alive": true, "detail": detail}));
+    entry
+}
+
+fn escrow_entry(id: &str, p: &Probed) -> Value {
+    let entity = p.status.as_ref().and_then(|s| {
+        s.entities
+            .iter()
+            .find(|e| e.kind == ActorKind::Escrow && e.id == id)
+    });
+    let snapshot = p.escrows.get(id).and_then(|(s, _)| s.clone());
+    let summary = match (entity, &snapshot) {
+        (Some(e), _) if e.failed => "failed",
+        (Some(e), _) if !e.alive => "restarting",
+        (_, None) => "unresponsive",
+        _ => "active",
+    };
+    json!({"kind": "escrow", "id": id, "state": summary,
+        "alive": entity.is_none_or(|e| e.alive), "restarts": entity.map(|e| e.restarts),
+        "in_flight": entity.map(|e| e.in_flight), "detail": snapshot})
+}
+
+fn repair_entry(s: &StatsView, p: &Probed) -> Value {
+    let escrow = s.labels.get("escrow").map_or("", String::as_str);
+    let participant = s.labels.get("participant").map_or("", String::as_str);
+    let detail = p
+        .escrows
+        .get(escrow)
+        .and_then(|(_, r)| r.as_ref())
+        .and_then(|r| r.iter().find(|d| d["participant"] == participant).cloned());
+    let summary = match &detail {
+        Some(d) if d["gave_up"].as_bool() == Some(true) => "gave_up",
+        Some(_) => "repairing",
+        None => "unresponsive",
+    };
+    json!({"kind": "repair", "id": s.id, "state": summary, "alive": true, "detail": detail})
+}
+
+fn participant_entry(id: &str, p: &Probed, now: i64) -> Value {
+    let entity = p.status.as_ref().and_then(|s| {
+        s.entities
+            .iter()
+            .find(|e| e.kind == ActorKind::Participant && e.id == id)
+    });
+    let view = p.participants.get(id).and_then(Option::as_ref);
+    let settings = p.settings.clone().unwrap_or_default();
+    json!({"kind": "participant", "id": id,
+        "state": view.map_or("unresponsive", |v| v.state),
+        "alive": entity.is_none_or(|e| e.alive), "restarts": entity.map(|e| e.restarts),
+        "detail": view.map(|v| participant_json(v, &settings, now))})
+}
+
+fn entry(s: &StatsView, p: &Probed, races: usize, now: i64) -> Value {
+    let e = match s.kind {
+        Kind::Directory => {
+            let escrows = p.status.as_ref().map(|st| {
+                st.entities
+                    .iter()
+                    .filter(|e| e.kind == ActorKind::Escrow)
+                    .count()
+            });
+            json!({"kind": "directory", "id": s.id,
+                "state": if p.status.is_some() { "running" } else { "unresponsive" },
+                "alive": true, "escrows": escrows, "races_in_flight": races})
+        }
+        Kind::Escrow => escrow_entry(&s.id, p),
+        Kind::Participant => participant_entry(&s.id, p, now),
+        Kind::Race => json!({"kind": "race", "id": s.id, "state": "racing", "alive": true,
+            "detail": {"escrow": s.labels.get("escrow"), "request_id": s.labels.get("request_id")}}),
+        Kind::Repair => repair_entry(s, p),
+        Kind::ChainPoller => json!({"kind": "chain_poller", "id": s.id,
+            "state": if p.poller.is_some() { "polling" } else { "unresponsive" },
+            "alive": true, "detail": p.poller}),
+    };
+    with_stats(e, Some(s))
+}
+
+fn kind_rank(v: &Value) -> usize {
+    const ORDER: [&str; 6] = [
+        "directory",
+        "escrow",
+        "repair",
+        "participant",
+        "race",
+        "chain_poller",
+    ];
+    let k = v["kind"].as_str().unwrap_or_default();
+    ORDER.iter().position(|o| *o == k).unwrap_or(ORDER.len())
+}
+
+/// Every actor (see the module docs); `kind` limits the probes to what that kind needs.
+async fn all_actors(state: &AppState, kind: Option<&str>) -> Vec<Value> {
+    let probed = probe(state, kind).await;
+    let now = state.clock.now_ms();
+    // Read after the probes: participants the directory started for them are listed too.
+    let listed: Vec<Arc<ActorStats>> = state
+        .actors
+        .list()
+        .into_iter()
+        .filter(|s| wants(kind, s.kind()))
+        .collect();
+    let views: Vec<StatsView> = listed.iter().map(|s| s.view(now)).collect();
+    let races = state
+        .actors
+        .list()
+        .iter()
+        .filter(|s| s.kind() == Kind::Race)
+        .count();
+    let mut out: Vec<Value> = views
+        .iter()
+        .map(|s| entry(s, &probed, races, now))
+        .collect();
+    // Entities the directory knows that have no running actor (restarting, failed).
+    let running: Vec<(&str, &str)> = views
+        .iter()
+        .map(|s| (s.kind.as_str(), s.id.as_str()))
+        .collect();
+    for e in probed.status.iter().flat_map(|s| s.entities.iter()) {
+        let k = match e.kind {
+            ActorKind::Escrow => Kind::Escrow,
+            ActorKind::Participant => Kind::Participant,
+            ActorKind::Race => continue,
+        };
+        if wants(kind, k) && !running.contains(&(k.as_str(), e.id.as_str())) {
+            out.push(match k {
+                Kind::Escrow => escrow_entry(&e.id, &probed),
+                _ => participant_entry(&e.id, &probed, now),
+            });
+        }
     }
-    Ok(out)
+    out.sort_by(|a, b| {
+        kind_rank(a)
+            .cmp(&kind_rank(b))
+            .then_with(|| a["id"].as_str().cmp(&b["id"].as_str()))
+    });
+    out
 }
 
 /// `GET /v1/debug/actors`.
@@ -140,8 +309,8 @@ pub async fn actors(
 ) -> Result<HttpResponse, ApiError> {
     let kind = query_param(&req, "kind");
     let wanted_state = query_param(&req, "state");
-    let data: Vec<Value> = all_actors(&state)
-        .await?
+    let data: Vec<Value> = all_actors(&state, kind)
+        .await
         .into_iter()
         .filter(|a| kind.is_none_or(|k| a["kind"] == k))
         .filter(|a| wanted_state.is_none_or(|s| a["state"] == s))
@@ -158,8 +327,8 @@ pub async fn actor(
     if kind == "escrow" {
         return Ok(HttpResponse::Ok().json(escrow_detail(&state, &id).await?));
     }
-    let found = all_actors(&state)
-        .await?
+    let found = all_actors(&state, Some(&kind))
+        .await
         .into_iter()
         .find(|a| a["kind"] == kind.as_str() && a["id"] == id.as_str())
         .ok_or_else(|| ApiError::NotFound(format!("no {kind} actor with id {id}")))?;

@@ -153,6 +153,9 @@ async fn chat_inner(
         idempotency_key: idempotency_key(req)?,
         escrow: None,
         race_id: None,
+        nonces: Vec::new(),
+        attempts: Vec::new(),
+        race_ended_at_ms: None,
         started_at_ms: state.clock.now_ms(),
         finished_at_ms: None,
         outcome: Outcome::InFlight,
@@ -199,6 +202,7 @@ async fn chat_inner(
         max_tokens: chat.max_tokens,
         stream,
     };
+    let (report, reported) = tokio::sync::oneshot::channel();
     let reply = RaceActor::start_race(RaceSpec {
         race_id,
         escrow_id: picked.escrow_id,
@@ -209,6 +213,19 @@ async fn chat_inner(
         clock: state.clock.clone(),
         log: state.log.clone(),
         metrics: state.actor_metrics.clone(),
+        actors: state.actors.clone(),
+        report: Some(report),
+    });
+    // The race outlives this handler for a stream: its nonces and attempts arrive when it ends.
+    let (acc, clock, id) = (
+        state.accounting.clone(),
+        state.clock.clone(),
+        rid.to_string(),
+    );
+    actix_web::rt::spawn(async move {
+        if let Ok(report) = reported.await {
+            acc.set_race_report(&id, report, clock.now_ms());
+        }
     });
     let started = match reply.await {
         Ok(Ok(start)) => start,

@@ -65,6 +65,26 @@ fn chat_body() -> Value {
         "max_completion_tokens": {"type": "integer"}}})
 }
 
+/// One entry of `GET /v1/debug/actors`.
+fn actor() -> Value {
+    let int = || json!({"type": "integer"});
+    json!({"type": "object", "properties": {
+        "kind": {"type": "string", "enum": ["directory", "escrow", "participant", "race", "repair", "chain_poller"]},
+        "id": {"type": "string"}, "state": {"type": "string"}, "alive": {"type": "boolean"},
+        "restarts": int(), "in_flight": int(),
+        "mailbox_depth": int(), "messages_enqueued": int(), "messages_handled": int(),
+        "last_message_at": {"type": "integer", "nullable": true, "description": "unix ms"},
+        "started_at": {"type": "integer", "description": "unix ms"},
+        "timers": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "due_at": {"type": "integer", "description": "unix ms"},
+            "due_in_ms": int()}}},
+        "detail": {}}})
+}
+
+fn actor_list() -> Value {
+    json!({"type": "object", "properties": {"object": {"type": "string"}, "data": {"type": "array", "items": actor()}}})
+}
+
 fn ops() -> Vec<Op> {
     use Auth::{Admin, Model, None as Open};
     let list = || json!({"type": "object", "properties": {"object": {"type": "string"}, "data": {"type": "array", "items": obj()}}});
@@ -76,7 +96,7 @@ fn ops() -> Vec<Op> {
         op("get", "/metrics", "Prometheus metrics (text)", Open, None, ("200", json!({"type": "string"}))),
         op("get", "/debug/ui", "Live actor dashboard (HTML; data fetched with the admin key)", Open, None, ("200", json!({"type": "string"}))),
         op("get", "/openapi.json", "This document", Open, None, ("200", obj())),
-        op("get", "/v1/requests/{request_id}", "A request of the accounting table: fingerprint, escrow, outcome, replays", Admin, None, ("200", obj())),
+        op("get", "/v1/requests/{request_id}", "A request of the accounting table: fingerprint, escrow, race id, the nonces its race consumed, every attempt (nonce, host, role, start offset, duration, result, error kind; set when the race ends), outcome, replays", Admin, None, ("200", obj())),
         op("get", "/v1/admin/state", "Settings in force, escrows with snapshots, participants by state", Admin, None, ("200", obj())),
         op("get", "/v1/admin/escrows", "Registered escrows with live snapshots", Admin, None, ("200", list())),
         op("post", "/v1/admin/escrows", "Register an escrow (201, 200 when already registered)", Admin, Some(escrow_body()), ("201", obj())),
@@ -93,9 +113,9 @@ fn ops() -> Vec<Op> {
         op("get", "/v1/admin/settings", "Runtime settings (chain polling)", Admin, None, ("200", obj())),
         op("put", "/v1/admin/settings", "Change runtime settings (persisted)", Admin, Some(obj()), ("200", obj())),
         op("get", "/v1/debug/chain", "The chain poller's view and admission per model", Admin, None, ("200", obj())),
-        op("get", "/v1/debug/actors", "Actor tree", Admin, None, ("200", obj())),
-        op("get", "/v1/debug/actors/{kind}/{id}", "One actor", Admin, None, ("200", obj())),
-        op("get", "/v1/debug/escrows/{id}", "One escrow's debug view with repair state", Admin, None, ("200", obj())),
+        op("get", "/v1/debug/actors", "Every live actor (?kind=directory|escrow|participant|race|repair|chain_poller, ?state=): state, restarts, mailbox depth, messages handled, last message time, armed timers with due times, detail; an actor that does not answer within 300 ms is `unresponsive`", Admin, None, ("200", actor_list())),
+        op("get", "/v1/debug/actors/{kind}/{id}", "One actor (same fields as the listing; an escrow's full session)", Admin, None, ("200", actor())),
+        op("get", "/v1/debug/escrows/{id}", "One escrow's debug view with its stats and repair state", Admin, None, ("200", obj())),
     ]
 }
 

@@ -83,6 +83,7 @@ impl Polling {
             log: logger(),
             metrics: ChainMetrics::register(&registry).unwrap(),
             gates,
+            actors: devshard_actors::stats::ActorRegistry::default(),
         };
         let poller = ChainPoller::new(api, settings, deps)
             .unwrap()

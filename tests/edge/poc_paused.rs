@@ -6,16 +6,16 @@
 
 use std::{sync::Arc, time::Duration};
 
-use actix::Actor;
 use actix_web::{http::StatusCode, test};
 use devshard_actors::{
     clock::TokioClock,
     directory::{Directory, DirectoryDeps},
     metrics::ActorMetrics,
+    stats::{ActorRegistry, TrackedActor},
     store::{MemoryStore, SharedStore},
 };
 use devshard_gateway::{
-    app::{build_app, AppState, StateParts},
+    app::{build_app, polling::PollerWiring, AppState, StateParts},
     config::{Config, RawConfig, Secret},
     escrows, logging,
     metrics::{self, HttpMetrics},
@@ -59,6 +59,7 @@ async fn retry_after_is_the_remaining_poc_and_the_request_is_served_after_it() {
     let log = logging::discard();
     let store: SharedStore = Arc::new(MemoryStore::new());
     let actor_metrics = ActorMetrics::detached().unwrap();
+    let actors = ActorRegistry::default();
     let directory = Directory::new(DirectoryDeps {
         key: config.key.clone(),
         store: store.clone(),
@@ -68,11 +69,13 @@ async fn retry_after_is_the_remaining_poc_and_the_request_is_served_after_it() {
         budget: config.budget,
         fault_injection: false,
         metrics: actor_metrics.clone(),
+        actors: actors.clone(),
     })
-    .start();
+    .start_tracked();
     let registry = metrics::new_registry().unwrap();
     let parts = StateParts {
         directory: directory.clone(),
+        actors: actors.clone(),
         store: store.clone(),
         metrics: HttpMetrics::register(&registry).unwrap(),
         actor_metrics,
@@ -91,11 +94,14 @@ async fn retry_after_is_the_remaining_poc_and_the_request_is_served_after_it() {
         .polling
         .start_poller(
             &chain_url,
-            &registry,
-            clock.clone(),
-            &log,
-            directory.clone(),
-            store,
+            PollerWiring {
+                registry: &registry,
+                clock: clock.clone(),
+                log: &log,
+                directory: directory.clone(),
+                store,
+                actors: &actors,
+            },
         )
         .unwrap();
     let polling = state.polling.clone();

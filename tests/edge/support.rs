@@ -3,7 +3,6 @@
 
 use std::{collections::BTreeMap, net::TcpListener, sync::Arc};
 
-use actix::{Actor, Addr};
 use actix_web::{
     body::MessageBody,
     dev::{Service, ServiceResponse},
@@ -22,6 +21,7 @@ use devshard_actors::{
         crypto::SigningKey,
         state::{SessionConfig, Slot},
     },
+    stats::{ActorRegistry, TrackedActor, TrackedAddr},
     store::{MemoryStore, SharedStore},
 };
 use devshard_gateway::{
@@ -110,6 +110,7 @@ pub async fn gateway(opts: Opts) -> AppState {
     let config = config(&opts);
     let store: SharedStore = Arc::new(MemoryStore::new());
     let log = logging::discard();
+    let actors = ActorRegistry::default();
     let directory = Directory::new(DirectoryDeps {
         key: config.key.clone(),
         store: store.clone(),
@@ -119,8 +120,9 @@ pub async fn gateway(opts: Opts) -> AppState {
         budget: RestartBudget::default(),
         fault_injection: false,
         metrics: devshard_actors::metrics::ActorMetrics::detached().unwrap(),
+        actors: actors.clone(),
     })
-    .start();
+    .start_tracked();
     for info in &opts.escrows {
         directory
             .send(AddEscrow { info: info.clone() })
@@ -135,6 +137,7 @@ pub async fn gateway(opts: Opts) -> AppState {
         StateParts {
             actor_metrics: devshard_actors::metrics::ActorMetrics::detached().unwrap(),
             directory,
+            actors,
             store,
             metrics: http_metrics,
             registry,
@@ -145,7 +148,7 @@ pub async fn gateway(opts: Opts) -> AppState {
 }
 
 /// Snapshot of a registered escrow's actor.
-pub async fn snapshot(directory: &Addr<Directory>, id: &str) -> EscrowSnapshot {
+pub async fn snapshot(directory: &TrackedAddr<Directory>, id: &str) -> EscrowSnapshot {
     let addr = directory
         .send(GetEscrow {
             escrow_id: id.to_string(),

@@ -9,7 +9,6 @@ use std::sync::{
     Arc,
 };
 
-use actix::prelude::*;
 use bytes::Bytes;
 use devshard_actors::{
     clock::{SharedClock, TokioClock},
@@ -20,6 +19,7 @@ use devshard_actors::{
     },
     protocol::{canonical::prompt_hash, crypto::Address, state::Slot},
     race::{RaceActor, RaceError, RaceLimits, RaceSpec, RaceStart},
+    stats::{ActorRegistry, TrackedActor, TrackedAddr},
     store::{MemoryStore, SharedStore},
 };
 use devshard_gateway::sim::{SimConfig, SimNetwork};
@@ -29,12 +29,14 @@ static RACE_IDS: AtomicU64 = AtomicU64::new(1);
 /// The gateway's actors over a simulated network.
 pub struct Harness {
     pub sim: SimNetwork,
-    pub directory: Addr<Directory>,
+    pub directory: TrackedAddr<Directory>,
     pub store: SharedStore,
     pub clock: SharedClock,
     pub limits: RaceLimits,
     pub log: slog::Logger,
     pub metrics: devshard_actors::metrics::ActorMetrics,
+    /// Every live actor's stats.
+    pub actors: ActorRegistry,
 }
 
 /// What a test's request ended as.
@@ -164,6 +166,7 @@ impl Harness {
             .expect("simulator starts");
         let log = logger();
         let metrics = devshard_actors::metrics::ActorMetrics::detached().expect("metrics");
+        let actors = ActorRegistry::default();
         let deps = DirectoryDeps {
             key,
             store: store.clone(),
@@ -173,8 +176,9 @@ impl Harness {
             budget: RestartBudget::default(),
             fault_injection: true,
             metrics: metrics.clone(),
+            actors: actors.clone(),
         };
-        let directory = Directory::new(deps).start();
+        let directory = Directory::new(deps).start_tracked();
         for id in escrows {
             let info = escrow_info(&sim, &id);
             directory
@@ -191,6 +195,7 @@ impl Harness {
             limits: RaceLimits::default(),
             log,
             metrics,
+            actors,
         }
     }
 
@@ -274,6 +279,8 @@ impl Harness {
             clock: self.clock.clone(),
             log: self.log.clone(),
             metrics: self.metrics.clone(),
+            actors: self.actors.clone(),
+            report: None,
         };
         let started = tokio::time::Instant::now();
         match RaceActor::start_race(spec).await {
@@ -351,7 +358,10 @@ impl Harness {
     }
 
     /// The escrow's actor.
-    pub async fn escrow_addr(&self, escrow_id: &str) -> Addr<devshard_actors::escrow::EscrowActor> {
+    pub async fn escrow_addr(
+        &self,
+        escrow_id: &str,
+    ) -> TrackedAddr<devshard_actors::escrow::EscrowActor> {
         self.directory
             .send(GetEscrow {
                 escrow_id: escrow_id.to_string(),

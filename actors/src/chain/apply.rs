@@ -204,8 +204,8 @@ impl ChainPoller {
             .map(|(a, _)| a.clone())
             .collect();
         for addr in gone {
-            if let Some(h) = self.miners.remove(&addr).and_then(|ep| ep.timer) {
-                ctx.cancel_future(h);
+            if let Some(t) = self.miners.remove(&addr).and_then(|ep| ep.timer) {
+                t.cancel(&self.stats, ctx);
             }
             self.versions.remove(&addr);
         }

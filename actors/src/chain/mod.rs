@@ -46,7 +46,7 @@ pub use self::{
         Subscribe,
     },
     metrics::ChainMetrics,
-    poller::{ChainPoller, ChainPollerDeps, ChainPollerError, HOUSEKEEPING_INTERVAL},
+    poller::{ChainPoller, ChainPollerDeps, ChainPollerError, HOUSEKEEPING_INTERVAL, POLLER_ID},
     settings::{ChainPollSettings, PocMode, SettingsError},
     snapshot::PhaseKind,
     view::{ChainView, EndpointStatus},

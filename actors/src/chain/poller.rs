@@ -10,10 +10,12 @@
 //! - **Survives a restart**: nothing of its own; snapshots are refetched within one interval. The
 //!   budget windows and back-off deadlines live in the caller's `HostGates`, so a poller started
 //!   again with the same gates still honours them (invariant 10 holds across restarts).
-//! - **Timers**: one per endpoint (next poll, or the end of a budget/back-off wait) and a 5 s
-//!   housekeeping tick (staleness transitions, age and back-off gauges). No timer ever sends a
+//! - **Timers**: one per endpoint (`poll <endpoint>[ <miner>]`: next poll, or the end of a
+//!   budget/back-off wait) and the 5 s `housekeeping` interval (staleness transitions, age and
+//!   back-off gauges), each shown with its due time in the poller's stats. No timer ever sends a
 //!   request without passing the host's gate.
-//! - **Who holds its `Addr`**: the process (HTTP edge: admission, settings, debug).
+//! - **Who holds its `Addr`**: the process (HTTP edge: admission, settings, debug), as a counted
+//!   [`crate::stats::TrackedAddr`]; listed in the actor registry as `chain_poller` `public_api`.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -36,7 +38,13 @@ use super::{
     settings::{ChainPollSettings, SettingsError},
     view::{BlockClock, EpochSnapshot, ParticipantsSnapshot, VersionsSnapshot},
 };
-use crate::clock::SharedClock;
+use crate::{
+    clock::SharedClock,
+    stats::{timers, tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor},
+};
+
+/// The poller's id in the actor registry (one per process).
+pub const POLLER_ID: &str = "public_api";
 
 /// Staleness checks and gauge updates.
 pub const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(5);
@@ -49,6 +57,8 @@ pub struct ChainPollerDeps {
     pub metrics: ChainMetrics,
     /// Budget and back-off per host; share one `HostGates` between every poller of the process.
     pub gates: HostGates,
+    /// Where the poller registers its stats (debug listing).
+    pub actors: ActorRegistry,
 }
 
 /// Why a poller could not be built.
@@ -80,6 +90,7 @@ pub struct ChainPoller {
     pub(super) versions: BTreeMap<String, VersionsSnapshot>,
     pub(super) scope: Option<BTreeSet<String>>,
     pub(super) subscribers: Vec<Recipient<ChainChanged>>,
+    pub(super) stats: StatsSlot,
 }
 
 impl ChainPoller {
@@ -97,7 +108,12 @@ impl ChainPoller {
             .log
             .new(o!("actor" => "chain_poller", "api" => api_host.clone()));
         deps.gates.apply(&settings);
+        let labels = [("api", api_host.clone())].into_iter().collect();
+        let stats = deps
+            .actors
+            .register_with(Kind::ChainPoller, POLLER_ID, labels, &deps.clock);
         Ok(ChainPoller {
+            stats,
             epochs: Endpoint::new(
                 Target::Epochs,
                 format!("{api}/v1/epochs/latest"),
@@ -187,17 +203,32 @@ impl Actor for ChainPoller {
             "budget_per_minute" => self.settings.public_api_requests_per_minute);
         self.arm(Target::Epochs, now, ctx);
         self.arm(Target::Participants, now, ctx);
-        ctx.run_interval(HOUSEKEEPING_INTERVAL, |act, _| {
-            let now = act.now();
-            let changes = act.refresh_health(now);
-            act.notify(changes);
-        });
+        let stats = self.stats.clone();
+        let _ = timers::run_interval(
+            &stats,
+            ctx,
+            "housekeeping",
+            HOUSEKEEPING_INTERVAL,
+            |act, _| {
+                let now = act.now();
+                let changes = act.refresh_health(now);
+                act.notify(changes);
+            },
+        );
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
         info!(self.log, "chain poller stopped"; "stage" => "chain_poller_stopped");
     }
 }
+
+impl TrackedActor for ChainPoller {
+    fn stats(&self) -> &Arc<ActorStats> {
+        &self.stats
+    }
+}
+
+tracked_handlers!(ChainPoller);
 
 impl Handler<GetSnapshot> for ChainPoller {
     type Result = MessageResult<GetSnapshot>;

@@ -14,7 +14,10 @@ use super::{
     poller::ChainPoller,
     view::{ENDPOINT_EPOCHS, ENDPOINT_PARTICIPANTS, ENDPOINT_VERSIONS},
 };
-use crate::chain::budget::WaitReason;
+use crate::{
+    chain::budget::WaitReason,
+    stats::timers::{self, Timer},
+};
 
 /// Which endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +34,14 @@ impl Target {
             Target::Epochs => ENDPOINT_EPOCHS,
             Target::Participants => ENDPOINT_PARTICIPANTS,
             Target::Versions(_) => ENDPOINT_VERSIONS,
+        }
+    }
+
+    /// The name of this endpoint's timer in the poller's stats.
+    pub fn timer_name(&self) -> String {
+        match self {
+            Target::Versions(addr) => format!("poll {} {addr}", self.label()),
+            _ => format!("poll {}", self.label()),
         }
     }
 
@@ -53,7 +64,8 @@ pub struct Endpoint {
     pub host: String,
     pub created_ms: i64,
     pub next_due_ms: Option<i64>,
-    pub timer: Option<SpawnHandle>,
+    /// The armed poll timer (`poll <endpoint>` in the poller's stats).
+    pub timer: Option<Timer>,
     pub in_flight: bool,
     /// Poll again as soon as the request in flight ends (an epoch change arrived meanwhile).
     pub again: bool,
@@ -121,17 +133,21 @@ impl ChainPoller {
     /// (Re)arms `target`'s timer for `at_ms`.
     pub(super) fn arm(&mut self, target: Target, at_ms: i64, ctx: &mut Context<Self>) {
         let now = self.now();
+        let stats = self.stats.clone();
         let Some(ep) = self.endpoint_mut(&target) else {
             return;
         };
-        if let Some(h) = ep.timer.take() {
-            ctx.cancel_future(h);
+        if let Some(t) = ep.timer.take() {
+            t.cancel(&stats, ctx);
         }
         ep.next_due_ms = Some(at_ms.max(now));
         let t = target.clone();
-        let handle = ctx.run_later(delay_until(at_ms, now), move |act, ctx| act.fire(t, ctx));
+        let delay = delay_until(at_ms, now);
+        let timer = timers::run_later(&stats, ctx, target.timer_name(), delay, move |act, ctx| {
+            act.fire(t, ctx)
+        });
         if let Some(ep) = self.endpoint_mut(&target) {
-            ep.timer = Some(handle);
+            ep.timer = Some(timer);
         }
     }
 

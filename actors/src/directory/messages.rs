@@ -1,6 +1,6 @@
 //! Messages of the `Directory`.
 
-use actix::{Addr, Message};
+use actix::Message;
 use serde::Serialize;
 
 use super::DirectoryError;
@@ -8,6 +8,7 @@ use crate::{
     escrow::{EscrowActor, EscrowInfo},
     participant::ParticipantActor,
     protocol::crypto::Address,
+    stats::TrackedAddr,
 };
 
 /// Registers (and persists) an escrow and starts its actor. Idempotent for the same info.
@@ -36,19 +37,19 @@ pub struct PickEscrow {
 #[derive(Debug, Clone)]
 pub struct PickedEscrow {
     pub escrow_id: String,
-    pub addr: Addr<EscrowActor>,
+    pub addr: TrackedAddr<EscrowActor>,
 }
 
 /// One escrow's actor, if live.
 #[derive(Debug, Message)]
-#[rtype(result = "Option<Addr<EscrowActor>>")]
+#[rtype(result = "Option<TrackedAddr<EscrowActor>>")]
 pub struct GetEscrow {
     pub escrow_id: String,
 }
 
 /// One participant's actor (spawned on demand).
 #[derive(Debug, Message)]
-#[rtype(result = "Result<Addr<ParticipantActor>, DirectoryError>")]
+#[rtype(result = "Result<TrackedAddr<ParticipantActor>, DirectoryError>")]
 pub struct GetParticipantActor {
     pub address: Address,
 }
@@ -121,4 +122,27 @@ pub struct DirectoryStatus {
 pub struct InjectPanicInto {
     pub kind: ActorKind,
     pub id: String,
+}
+
+/// Fault injection: makes one entity actor stop reading its mailbox for `ms`, as if stuck (only
+/// when fault injection is enabled).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), DirectoryError>")]
+pub struct InjectStallInto {
+    pub kind: ActorKind,
+    pub id: String,
+    pub ms: u64,
+}
+
+/// The running escrow and participant actors (the debug listing probes each with a deadline).
+/// Participants of every registered escrow are started first, as `ListParticipants` does.
+#[derive(Debug, Message)]
+#[rtype(result = "LiveActors")]
+pub struct GetLiveActors;
+
+/// What `GetLiveActors` returns.
+#[derive(Debug, Clone, Default)]
+pub struct LiveActors {
+    pub escrows: Vec<(String, TrackedAddr<EscrowActor>)>,
+    pub participants: Vec<(Address, TrackedAddr<ParticipantActor>)>,
 }

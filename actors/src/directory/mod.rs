@@ -5,9 +5,13 @@
 //! that need it get 503 instead of a crash loop).
 //!
 //! - **Survives**: it is the root; if it dies the process is unhealthy (`/healthz` fails).
-//! - **Timers**: none.
-//! - **Who holds its `Addr`**: the HTTP edge (`web::Data`), races, escrows (as an outcome router).
+//! - **Timers**: `respawn <kind> <id>`: the short delay (and store flush) before a dead actor is
+//!   respawned (shown in its stats while pending).
+//! - **Who holds its `Addr`**: the HTTP edge (`web::Data`), races, escrows (as an outcome router),
+//!   always as a counted [`TrackedAddr`] (its mailbox depth and message counts are in the actor
+//!   registry, see [`crate::stats`]).
 
+mod debug;
 mod messages;
 mod participants;
 mod pick;
@@ -29,6 +33,9 @@ use crate::{
     participant::ParticipantActor,
     policy::settings::HealthSettings,
     protocol::crypto::{Address, SigningKey},
+    stats::{
+        tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor, TrackedAddr,
+    },
     store::{ns, SharedStore, StoreError},
 };
 pub use messages::*;
@@ -83,14 +90,16 @@ pub struct DirectoryDeps {
     pub log: Logger,
     pub escrow_cfg: EscrowConfig,
     pub budget: RestartBudget,
-    /// Enables the `InjectPanic` hooks (tests and chaos drills only).
+    /// Enables the `InjectPanic`/`InjectStall` hooks (tests and chaos drills only).
     pub fault_injection: bool,
     pub metrics: ActorMetrics,
+    /// Where every actor of this gateway registers its stats (debug listing).
+    pub actors: ActorRegistry,
 }
 
 /// One supervised entity.
 pub(crate) struct Slot<A: Actor> {
-    pub addr: Option<Addr<A>>,
+    pub addr: Option<TrackedAddr<A>>,
     pub restarts: VecDeque<i64>,
     pub failed: bool,
 }
@@ -121,11 +130,17 @@ pub struct Directory {
     pub(crate) rotation: usize,
     /// Live health settings (persisted; pushed to every escrow and participant on change).
     pub(crate) settings: Arc<HealthSettings>,
+    /// This actor's entry in the actor registry.
+    pub(crate) stats: StatsSlot,
 }
 
 impl Directory {
     pub fn new(deps: DirectoryDeps) -> Directory {
+        let stats = deps
+            .actors
+            .register(Kind::Directory, "directory", &deps.clock);
         Directory {
+            stats,
             deps,
             escrows: BTreeMap::new(),
             participants: BTreeMap::new(),
@@ -174,6 +189,14 @@ impl Actor for Directory {
     }
 }
 
+impl TrackedActor for Directory {
+    fn stats(&self) -> &Arc<ActorStats> {
+        &self.stats
+    }
+}
+
+tracked_handlers!(Directory);
+
 impl Handler<ParticipantOutcome> for Directory {
     type Result = ();
 
@@ -188,7 +211,7 @@ impl Handler<ParticipantOutcome> for Directory {
 }
 
 impl Handler<GetParticipantActor> for Directory {
-    type Result = Result<Addr<ParticipantActor>, DirectoryError>;
+    type Result = Result<TrackedAddr<ParticipantActor>, DirectoryError>;
 
     fn handle(&mut self, msg: GetParticipantActor, ctx: &mut Self::Context) -> Self::Result {
         self.participant(&msg.address, ctx)
@@ -196,7 +219,7 @@ impl Handler<GetParticipantActor> for Directory {
 }
 
 impl Handler<GetEscrow> for Directory {
-    type Result = Option<Addr<EscrowActor>>;
+    type Result = Option<TrackedAddr<EscrowActor>>;
 
     fn handle(&mut self, msg: GetEscrow, _: &mut Self::Context) -> Self::Result {
         self.escrows.get(&msg.escrow_id)?.slot.addr.clone()
@@ -275,30 +298,5 @@ impl Handler<GetStatus> for Directory {
             .map(|(id, (e, r))| (*id, e.clone(), r.clone()))
             .collect();
         MessageResult(DirectoryStatus { entities, races })
-    }
-}
-
-impl Handler<InjectPanicInto> for Directory {
-    type Result = Result<(), DirectoryError>;
-
-    fn handle(&mut self, msg: InjectPanicInto, ctx: &mut Self::Context) -> Self::Result {
-        use crate::escrow::messages::InjectPanic;
-        match msg.kind {
-            ActorKind::Escrow => {
-                let addr = self
-                    .escrows
-                    .get(&msg.id)
-                    .and_then(|e| e.slot.addr.clone())
-                    .ok_or_else(|| DirectoryError::UnknownEscrow(msg.id.clone()))?;
-                addr.do_send(InjectPanic);
-            }
-            ActorKind::Participant => {
-                let address = Address::parse(&msg.id)
-                    .map_err(|e| DirectoryError::Start(msg.id.clone(), e.to_string()))?;
-                self.participant(&address, ctx)?.do_send(InjectPanic);
-            }
-            ActorKind::Race => {}
-        }
-        Ok(())
     }
 }

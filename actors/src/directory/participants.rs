@@ -18,6 +18,7 @@ use crate::{
     },
     policy::settings::HealthSettings,
     protocol::crypto::Address,
+    stats::{TrackedActor, TrackedAddr},
     store::ns,
 };
 
@@ -65,8 +66,9 @@ impl Directory {
             settings: self.settings.clone(),
             metrics: self.deps.metrics.clone(),
             fault_injection: self.deps.fault_injection,
-            changes: ctx.address().recipient(),
-            on_stop: ctx.address().recipient(),
+            changes: self.tracked_address(ctx).recipient(),
+            on_stop: self.tracked_address(ctx).recipient(),
+            actors: self.deps.actors.clone(),
         }
     }
 
@@ -84,11 +86,11 @@ impl Directory {
         out
     }
 
-    fn participant_addrs(
+    pub(super) fn participant_addrs(
         &mut self,
         only: Option<Address>,
         ctx: &mut Context<Self>,
-    ) -> Vec<Addr<ParticipantActor>> {
+    ) -> Vec<TrackedAddr<ParticipantActor>> {
         let targets = match only {
             Some(a) => vec![a],
             None => self.all_addresses(),

@@ -12,6 +12,7 @@ use crate::{
     escrow::{messages::Retire, EscrowActor, EscrowDeps, EscrowInfo, Session},
     participant::ParticipantActor,
     protocol::crypto::Address,
+    stats::{TrackedActor, TrackedAddr},
     store::ns,
 };
 
@@ -30,7 +31,7 @@ impl Directory {
         };
         let info = entry.info.clone();
         let actor = self.build_escrow(info, ctx)?;
-        let addr = actor.start();
+        let addr = actor.start_tracked();
         if let Some(e) = self.escrows.get_mut(escrow_id) {
             e.slot.addr = Some(addr);
         }
@@ -63,14 +64,15 @@ impl Directory {
             clock: self.deps.clock.clone(),
             log: self.deps.log.clone(),
             cfg: self.deps.escrow_cfg.clone(),
-            outcomes: ctx.address().recipient(),
+            outcomes: self.tracked_address(ctx).recipient(),
             fault_injection: self.deps.fault_injection,
             metrics: self.deps.metrics.clone(),
             settings: self.settings.clone(),
+            actors: self.deps.actors.clone(),
         };
         Ok(EscrowActor::new(session, deps)
             .with_orphans(orphans)
-            .with_death_notice(ctx.address().recipient()))
+            .with_death_notice(self.tracked_address(ctx).recipient()))
     }
 
     /// The participant's actor, spawned (from its stored record) on first use.
@@ -78,7 +80,7 @@ impl Directory {
         &mut self,
         address: &Address,
         ctx: &mut Context<Self>,
-    ) -> Result<Addr<ParticipantActor>, DirectoryError> {
+    ) -> Result<TrackedAddr<ParticipantActor>, DirectoryError> {
         let slot = self.participants.entry(address.clone()).or_default();
         if slot.failed {
             return Err(DirectoryError::Start(
@@ -90,7 +92,7 @@ impl Directory {
             return Ok(addr.clone());
         }
         let deps = self.participant_deps(ctx);
-        let addr = ParticipantActor::load(address.clone(), deps).start();
+        let addr = ParticipantActor::load(address.clone(), deps).start_tracked();
         let slot = self.participants.entry(address.clone()).or_default();
         slot.addr = Some(addr.clone());
         Ok(addr)
@@ -98,17 +100,23 @@ impl Directory {
 
     /// Runs `f` once every write issued so far is durable (so a respawned actor reads everything
     /// its predecessor wrote), and not before `RESPAWN_DELAY` (so a crash loop cannot spin).
+    /// Shown in the directory's stats as timer `name` while pending.
     fn after_flush(
         &mut self,
         ctx: &mut Context<Self>,
+        name: String,
         f: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
     ) {
         let flush = self.deps.store.flush();
+        let delay_ms = i64::try_from(RESPAWN_DELAY.as_millis()).unwrap_or(i64::MAX);
+        let due = self.deps.clock.now_ms().saturating_add(delay_ms);
+        let generation = self.stats.arm_timer(name.clone(), due);
         let fut = async move {
             tokio::time::sleep(RESPAWN_DELAY).await;
             flush.await
         };
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            act.stats.disarm_timer(&name, generation);
             if let Err(e) = res {
                 warn!(act.deps.log, "store flush before respawn failed"; "error" => %e);
             }
@@ -168,7 +176,7 @@ impl Handler<Died> for Directory {
                 warn!(self.deps.log, "escrow actor died; respawning from the store";
                     "stage" => "actor_respawn", "kind" => "escrow", "escrow" => &msg.id);
                 let id = msg.id.clone();
-                self.after_flush(ctx, move |act, ctx| {
+                self.after_flush(ctx, format!("respawn escrow {id}"), move |act, ctx| {
                     if let Err(e) = act.spawn_escrow(&id, ctx) {
                         error!(act.deps.log, "escrow respawn failed"; "escrow" => &id, "error" => %e);
                     }
@@ -203,7 +211,8 @@ impl Handler<Died> for Directory {
                     .inc();
                 warn!(self.deps.log, "participant actor died; respawning from the store";
                     "stage" => "actor_respawn", "kind" => "participant", "participant" => &msg.id);
-                self.after_flush(ctx, move |act, ctx| {
+                let name = format!("respawn participant {}", msg.id);
+                self.after_flush(ctx, name, move |act, ctx| {
                     let _ = act.participant(&address, ctx);
                 });
             }

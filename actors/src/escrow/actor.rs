@@ -8,9 +8,12 @@
 //!   the store: the diff log replays into a fresh session, sync nonces come from their record, and
 //!   every nonce that was handed out without a finish or timeout in the log is re-registered so it
 //!   is still settled (finish reconciliation, then timeout votes).
-//! - **Timers**: picker hold (a nonce nobody may take waits `picker_hold_ms` before it is
-//!   withheld), per-attempt finish reconciliation ticks and timeout deadlines, and a sync-nonce
-//!   persistence tick.
+//! - **Timers** (named as in its stats, `GET /v1/debug/actors`): `picker_hold` (a nonce nobody
+//!   may take waits `picker_hold_ms` before it is withheld), `nonce <n>` per unsettled nonce
+//!   (finish reconciliation poll or timeout deadline), `fault_release` (held host faults confirmed
+//!   by the correlation guard), and the 1 s `sync_persist` interval (dirty host sync nonces).
+//! - **Stats**: its mailbox depth and message counts are counted by the [`TrackedAddr`]s that
+//!   every sender holds; a respawned actor starts with fresh stats.
 //! - **Durable before visible**: a grant is answered only after the store acknowledged its diff.
 
 use std::{
@@ -27,7 +30,8 @@ use super::{
     config::EscrowConfig,
     error::EscrowError,
     messages::{
-        AttemptKind, EscrowSnapshot, GetSnapshot, InferenceParams, InjectPanic, NonceGrant, Retire,
+        AttemptKind, EscrowSnapshot, GetSnapshot, InferenceParams, InjectPanic, InjectStall,
+        NonceGrant, Retire,
     },
     nonces::NonceEntry,
     outcomes::HeldOutcome,
@@ -44,6 +48,11 @@ use crate::{
     },
     protocol::crypto::{Address, SigningKey},
     repair::RepairActor,
+    stats::{
+        timers::{self, Timer},
+        tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor, TrackedAddr,
+        TrackedRecipient,
+    },
     store::{ns, SharedStore},
 };
 
@@ -64,6 +73,8 @@ pub struct EscrowDeps {
     pub fault_injection: bool,
     pub metrics: ActorMetrics,
     pub settings: Arc<HealthSettings>,
+    /// Where this actor and its repairs register their stats.
+    pub actors: ActorRegistry,
 }
 
 /// What the escrow knows about one participant's health.
@@ -103,9 +114,9 @@ pub struct EscrowActor {
     /// Sync nonces changed since they were last persisted.
     pub(super) sync_dirty: bool,
     /// The picker-hold timer, while armed.
-    pub(super) hold_timer: Option<SpawnHandle>,
+    pub(super) hold_timer: Option<Timer>,
     /// Timers per nonce (finish reconciliation or timeout deadline).
-    pub(super) nonce_timers: BTreeMap<u64, SpawnHandle>,
+    pub(super) nonce_timers: BTreeMap<u64, Timer>,
     /// Timeout votes run one nonce at a time (one RPC per verifier at a time).
     pub(super) timeout_queue: VecDeque<u64>,
     pub(super) timeout_running: bool,
@@ -119,7 +130,7 @@ pub struct EscrowActor {
     pub(super) detector: SharedFaultDetector<Address>,
     /// Host faults waiting for confirmation.
     pub(super) held: Vec<HeldOutcome>,
-    pub(super) release_timer: Option<SpawnHandle>,
+    pub(super) release_timer: Option<Timer>,
     /// Last success per participant (relative evidence).
     pub(super) last_success: BTreeMap<Address, i64>,
     /// This escrow has seen a success.
@@ -129,13 +140,17 @@ pub struct EscrowActor {
     /// No participant is routable: the least-bad hosts are raced anyway.
     pub(super) panic_mode: bool,
     /// One repair actor per diverged participant (HEALTH.md §6).
-    pub(super) repairs: BTreeMap<Address, Addr<RepairActor>>,
+    pub(super) repairs: BTreeMap<Address, TrackedAddr<RepairActor>>,
     /// Diverged participants whose repair gave up (still withheld).
     pub(super) gave_up: BTreeSet<Address>,
     /// Told when this actor stops, so the directory can respawn it.
-    pub(super) on_stop: Option<Recipient<Died>>,
+    pub(super) on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
     pub(super) retired: bool,
+    /// This actor's entry in the actor registry (mailbox, messages, timers).
+    pub(super) stats: StatsSlot,
+    /// The registry, for the repair actors this escrow starts.
+    pub(super) actors: ActorRegistry,
 }
 
 impl EscrowActor {
@@ -145,6 +160,9 @@ impl EscrowActor {
         let durable_nonce = session.nonce();
         let detector = SharedFaultDetector::new(&deps.settings);
         let budget = HedgeBudget::new(&deps.settings);
+        let stats = deps
+            .actors
+            .register(Kind::Escrow, escrow_id.clone(), &deps.clock);
         EscrowActor {
             session,
             key: deps.key,
@@ -177,11 +195,13 @@ impl EscrowActor {
             gave_up: BTreeSet::new(),
             on_stop: None,
             retired: false,
+            stats,
+            actors: deps.actors,
         }
     }
 
     /// Tells `recipient` when the actor stops (panics included).
-    pub fn with_death_notice(mut self, recipient: Recipient<Died>) -> Self {
+    pub fn with_death_notice(mut self, recipient: TrackedRecipient<Died>) -> Self {
         self.on_stop = Some(recipient);
         self
     }
@@ -229,7 +249,14 @@ impl Actor for EscrowActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(MAILBOX_CAPACITY);
-        ctx.run_interval(SYNC_PERSIST_INTERVAL, |act, _| act.persist_syncs());
+        let stats = self.stats.clone();
+        let _ = timers::run_interval(
+            &stats,
+            ctx,
+            "sync_persist",
+            SYNC_PERSIST_INTERVAL,
+            |act, _| act.persist_syncs(),
+        );
         let nonces: Vec<u64> = self.attempts.keys().copied().collect();
         for nonce in nonces {
             self.arm_nonce_timer(nonce, ctx);
@@ -262,6 +289,14 @@ impl Actor for EscrowActor {
     }
 }
 
+impl TrackedActor for EscrowActor {
+    fn stats(&self) -> &Arc<ActorStats> {
+        &self.stats
+    }
+}
+
+tracked_handlers!(EscrowActor);
+
 impl Handler<Retire> for EscrowActor {
     type Result = ();
 
@@ -289,6 +324,19 @@ impl Handler<InjectPanic> for EscrowActor {
                 "fault injection: escrow {} panics on request",
                 self.escrow_id()
             );
+        }
+    }
+}
+
+impl Handler<InjectStall> for EscrowActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: InjectStall, ctx: &mut Self::Context) {
+        if self.fault_injection {
+            warn!(self.log, "fault injection: the mailbox stalls"; "stage" => "fault_injected",
+                "stall_ms" => msg.ms);
+            let stall = tokio::time::sleep(Duration::from_millis(msg.ms));
+            ctx.wait(stall.into_actor(self));
         }
     }
 }

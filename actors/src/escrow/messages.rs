@@ -152,6 +152,14 @@ pub struct EscrowSnapshot {
 #[rtype(result = "()")]
 pub struct InjectPanic;
 
+/// Test and operator hook: the actor stops taking messages from its mailbox for `ms` (it awaits
+/// a timer under `ctx.wait`), as if stuck; only when fault injection is enabled.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct InjectStall {
+    pub ms: u64,
+}
+
 /// Stops the actor for good (escrow removed); it is not respawned.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]

@@ -14,6 +14,7 @@ use crate::{
         health::EscrowView,
     },
     protocol::crypto::Address,
+    stats::timers,
 };
 
 /// A host fault waiting for confirmation.
@@ -212,8 +213,8 @@ impl EscrowActor {
     }
 
     fn arm_release(&mut self, ctx: &mut Context<Self>) {
-        if let Some(h) = self.release_timer.take() {
-            ctx.cancel_future(h);
+        if let Some(t) = self.release_timer.take() {
+            t.cancel(&self.stats, ctx);
         }
         let Some(at) = self.detector.next_release() else {
             return;
@@ -221,12 +222,13 @@ impl EscrowActor {
         let delay = std::time::Duration::from_millis(
             u64::try_from(at.saturating_sub(self.now_ms())).unwrap_or(0),
         );
-        self.release_timer = Some(ctx.run_later(delay, |act, ctx| {
+        let timer = timers::run_later(&self.stats, ctx, "fault_release", delay, |act, ctx| {
             act.release_timer = None;
             let released = act.detector.release_due(act.now_ms());
             act.release(released);
             act.arm_release(ctx);
-        }));
+        });
+        self.release_timer = Some(timer);
     }
 
     fn send_outcome(&mut self, msg: ParticipantOutcome, request: &str) {

@@ -28,6 +28,7 @@ use crate::{
         state::Phase,
         wire::{DiffJson, InferenceRequest, PayloadJson},
     },
+    stats::timers,
     store::Ack,
 };
 
@@ -163,29 +164,32 @@ impl EscrowActor {
             return;
         }
         let hold = Duration::from_millis(self.cfg.picker_hold_ms);
-        self.hold_timer = Some(ctx.run_later(hold, |act, ctx| {
-            act.hold_timer = None;
-            let next = act.session.nonce().saturating_add(1);
-            let host = act
-                .session
-                .info()
-                .host_for_nonce(next)
-                .map(|h| h.address.clone());
-            let still_blocked = host.is_some_and(|h| {
-                !act.waiting.is_empty() && act.waiting.iter().all(|w| w.exclude.contains(&h))
-            });
-            if still_blocked {
-                if let Some((diff, ack)) = act.compose_withheld("no_taker") {
-                    act.watch_ack(diff.nonce, ack, ctx);
-                }
+        let timer = timers::run_later(&self.stats, ctx, "picker_hold", hold, Self::hold_expired);
+        self.hold_timer = Some(timer);
+    }
+
+    fn hold_expired(&mut self, ctx: &mut Context<Self>) {
+        self.hold_timer = None;
+        let next = self.session.nonce().saturating_add(1);
+        let host = self
+            .session
+            .info()
+            .host_for_nonce(next)
+            .map(|h| h.address.clone());
+        let still_blocked = host.is_some_and(|h| {
+            !self.waiting.is_empty() && self.waiting.iter().all(|w| w.exclude.contains(&h))
+        });
+        if still_blocked {
+            if let Some((diff, ack)) = self.compose_withheld("no_taker") {
+                self.watch_ack(diff.nonce, ack, ctx);
             }
-            act.pump(ctx);
-        }));
+        }
+        self.pump(ctx);
     }
 
     fn cancel_hold(&mut self, ctx: &mut Context<Self>) {
-        if let Some(h) = self.hold_timer.take() {
-            ctx.cancel_future(h);
+        if let Some(t) = self.hold_timer.take() {
+            t.cancel(&self.stats, ctx);
         }
     }
 

@@ -16,8 +16,9 @@ use crate::{
         messages::{
             PlanRepair, RepairGaveUp, RepairNow, RepairPlan, RepairStep, RepairVerdict, StopRepair,
         },
-        RepairActor,
+        RepairActor, RepairDeps,
     },
+    stats::TrackedActor,
 };
 
 impl EscrowActor {
@@ -32,16 +33,19 @@ impl EscrowActor {
         warn!(self.log, "participant state diverged; withheld in this escrow";
             "stage" => "escrow_participant_state_blocked", "host" => host.short());
         let actor = RepairActor::new(
-            ctx.address(),
+            RepairDeps {
+                escrow: self.tracked_address(ctx),
+                clock: self.clock.clone(),
+                log: self.log.clone(),
+                metrics: self.metrics.clone(),
+                settings: self.settings.clone(),
+                actors: self.actors.clone(),
+            },
             self.escrow_id(),
             host.clone(),
             slots,
-            self.clock.clone(),
-            &self.log,
-            self.metrics.clone(),
-            self.settings.clone(),
         );
-        self.repairs.insert(host.clone(), actor.start());
+        self.repairs.insert(host.clone(), actor.start_tracked());
         self.recompute_withheld();
     }
 

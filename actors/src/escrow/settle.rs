@@ -18,6 +18,7 @@ use crate::{
     outcome::OutcomeClass,
     policy::{attribution, correlation},
     protocol::proto::DevshardTx,
+    stats::timers,
 };
 
 impl Handler<AttemptReceipt> for EscrowActor {
@@ -157,8 +158,8 @@ impl EscrowActor {
 
     fn settle_removed(&mut self, nonce: u64, ctx: &mut Context<Self>) {
         self.attempts.remove(&nonce);
-        if let Some(h) = self.nonce_timers.remove(&nonce) {
-            ctx.cancel_future(h);
+        if let Some(t) = self.nonce_timers.remove(&nonce) {
+            t.cancel(&self.stats, ctx);
         }
     }
 
@@ -185,13 +186,15 @@ impl EscrowActor {
                 u64::try_from(deadline_ms.saturating_sub(self.now_ms())).unwrap_or(0),
             ),
         };
-        let handle = ctx.run_later(delay, move |act, ctx| {
+        if let Some(old) = self.nonce_timers.remove(&nonce) {
+            old.cancel(&self.stats, ctx);
+        }
+        let name = format!("nonce {nonce}");
+        let timer = timers::run_later(&self.stats, ctx, name, delay, move |act, ctx| {
             act.nonce_timers.remove(&nonce);
             act.nonce_timer_fired(nonce, ctx);
         });
-        if let Some(old) = self.nonce_timers.insert(nonce, handle) {
-            ctx.cancel_future(old);
-        }
+        self.nonce_timers.insert(nonce, timer);
     }
 
     fn nonce_timer_fired(&mut self, nonce: u64, ctx: &mut Context<Self>) {

@@ -6,10 +6,13 @@
 //!   latest view each escrow reported (for the floor and the relative-evidence rule).
 //! - **Survives a restart**: the record is written to the store on every change (admin changes
 //!   are durable before they answer) and reloaded when the directory respawns the actor.
-//! - **Timers**: one health tick at the record's next deadline (strike decay to Healthy, ejection
-//!   expiry into probation, probation time bound, level decay), re-armed in `started()`.
-//! - **Who holds its `Addr`**: the `Directory`, which routes outcomes and admin calls to it and
-//!   forwards its `HealthChanged` notices to the escrows of the address.
+//! - **Timers**: `health_tick`, one tick at the record's next deadline (strike decay to Healthy,
+//!   ejection expiry into probation, probation time bound, level decay), re-armed in `started()`;
+//!   shown with its due time in the actor's stats.
+//! - **Who holds its `Addr`**: the `Directory` (a counted [`crate::stats::TrackedAddr`]), which
+//!   routes outcomes and admin calls to it and forwards its `HealthChanged` notices to the escrows
+//!   of the address.
+//!   Admin, settings and fault-injection handlers are in `handlers.rs`.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -17,24 +20,25 @@ use actix::prelude::*;
 use slog::{info, o, warn, Logger};
 
 use super::{
-    messages::{
-        ApplyHealthSettings, ForceEject, Forget, GetParticipant, HealthChanged, ParticipantView,
-        Unquarantine,
-    },
+    messages::{GetParticipant, HealthChanged, ParticipantView},
     record::ParticipantRecord,
 };
 use crate::{
     clock::SharedClock,
     directory::{ActorKind, Died},
-    escrow::messages::InjectPanic,
     metrics::ActorMetrics,
     outcome::ParticipantOutcome,
     policy::{
-        health::{self, EjectionContext, EscrowView, HealthEffect, HealthStatus, OutcomeFacts},
+        health::{self, EjectionContext, EscrowView, HealthEffect, OutcomeFacts},
         perf::{self, PerfSample},
         settings::HealthSettings,
     },
     protocol::crypto::Address,
+    stats::{
+        timers::{self, Timer},
+        tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor,
+        TrackedRecipient,
+    },
     store::{ns, Ack, SharedStore},
 };
 
@@ -48,19 +52,22 @@ pub struct ParticipantDeps {
     pub metrics: ActorMetrics,
     pub fault_injection: bool,
     /// Where health changes go (the directory forwards them to escrows).
-    pub changes: Recipient<HealthChanged>,
-    pub on_stop: Recipient<Died>,
+    pub changes: TrackedRecipient<HealthChanged>,
+    pub on_stop: TrackedRecipient<Died>,
+    /// Where this actor registers its stats.
+    pub actors: ActorRegistry,
 }
 
 /// The participant actor (see the module docs).
 pub struct ParticipantActor {
-    address: Address,
-    record: ParticipantRecord,
-    deps: ParticipantDeps,
-    log: Logger,
+    pub(super) address: Address,
+    pub(super) record: ParticipantRecord,
+    pub(super) deps: ParticipantDeps,
+    pub(super) log: Logger,
     views: BTreeMap<String, (EscrowView, bool)>,
     handled: u64,
-    tick: Option<SpawnHandle>,
+    tick: Option<Timer>,
+    stats: StatsSlot,
 }
 
 impl ParticipantActor {
@@ -78,6 +85,9 @@ impl ParticipantActor {
                 ParticipantRecord::new(address.clone())
             }
         };
+        let stats = deps
+            .actors
+            .register(Kind::Participant, address.to_string(), &deps.clock);
         ParticipantActor {
             address,
             record,
@@ -86,14 +96,15 @@ impl ParticipantActor {
             views: BTreeMap::new(),
             handled: 0,
             tick: None,
+            stats,
         }
     }
 
-    fn now(&self) -> i64 {
+    pub(super) fn now(&self) -> i64 {
         self.deps.clock.now_ms()
     }
 
-    fn persist(&self) -> Ack {
+    pub(super) fn persist(&self) -> Ack {
         let value = serde_json::to_value(&self.record).unwrap_or_default();
         self.deps
             .store
@@ -112,7 +123,7 @@ impl ParticipantActor {
 
     /// Commits a new health state: logs and counts its effects, tells the escrows, re-arms the
     /// tick.
-    fn commit(
+    pub(super) fn commit(
         &mut self,
         next: health::HealthState,
         effects: Vec<HealthEffect>,
@@ -195,25 +206,29 @@ impl ParticipantActor {
         });
     }
 
-    fn arm_tick(&mut self, ctx: &mut Context<Self>) {
-        if let Some(h) = self.tick.take() {
-            ctx.cancel_future(h);
+    pub(super) fn arm_tick(&mut self, ctx: &mut Context<Self>) {
+        if let Some(t) = self.tick.take() {
+            t.cancel(&self.stats, ctx);
         }
         let Some(at) = health::next_deadline(&self.record.health, &self.deps.settings) else {
             return;
         };
         let delay =
             Duration::from_millis(u64::try_from(at.saturating_sub(self.now())).unwrap_or(0));
-        self.tick = Some(ctx.run_later(delay, |act, ctx| {
-            act.tick = None;
-            let (next, effects) = health::tick(&act.record.health, &act.deps.settings, act.now());
-            if next != act.record.health {
-                act.commit(next, effects, ctx);
-                act.persist_in_background();
-            } else {
-                act.arm_tick(ctx);
-            }
-        }));
+        let timer = timers::run_later(&self.stats, ctx, "health_tick", delay, Self::tick_due);
+        self.tick = Some(timer);
+    }
+
+    /// The health tick fired: apply the deadline that came due, or re-arm.
+    fn tick_due(&mut self, ctx: &mut Context<Self>) {
+        self.tick = None;
+        let (next, effects) = health::tick(&self.record.health, &self.deps.settings, self.now());
+        if next != self.record.health {
+            self.commit(next, effects, ctx);
+            self.persist_in_background();
+        } else {
+            self.arm_tick(ctx);
+        }
     }
 
     fn context(&self) -> EjectionContext {
@@ -223,7 +238,7 @@ impl ParticipantActor {
         }
     }
 
-    fn view(&self) -> Arc<ParticipantView> {
+    pub(super) fn view(&self) -> Arc<ParticipantView> {
         let now = self.now();
         let s = &self.deps.settings;
         Arc::new(ParticipantView {
@@ -239,7 +254,7 @@ impl ParticipantActor {
     }
 
     /// Applies an admin change, persists it, and answers only once it is durable.
-    fn admin_change(
+    pub(super) fn admin_change(
         &mut self,
         next: health::HealthState,
         effects: Vec<HealthEffect>,
@@ -281,6 +296,14 @@ impl Actor for ParticipantActor {
     }
 }
 
+impl TrackedActor for ParticipantActor {
+    fn stats(&self) -> &Arc<ActorStats> {
+        &self.stats
+    }
+}
+
+tracked_handlers!(ParticipantActor);
+
 impl Handler<ParticipantOutcome> for ParticipantActor {
     type Result = ();
 
@@ -319,82 +342,5 @@ impl Handler<GetParticipant> for ParticipantActor {
 
     fn handle(&mut self, _: GetParticipant, _: &mut Self::Context) -> Self::Result {
         MessageResult(self.view())
-    }
-}
-
-impl Handler<Unquarantine> for ParticipantActor {
-    type Result = ResponseActFuture<Self, Result<Arc<ParticipantView>, String>>;
-
-    fn handle(&mut self, _: Unquarantine, ctx: &mut Self::Context) -> Self::Result {
-        let next = health::unquarantine(&self.record.health, &self.deps.settings, self.now());
-        info!(self.log, "unquarantined by an admin"; "stage" => "participant_unquarantined");
-        self.admin_change(next, vec![], ctx)
-    }
-}
-
-impl Handler<Forget> for ParticipantActor {
-    type Result = ResponseActFuture<Self, Result<Arc<ParticipantView>, String>>;
-
-    fn handle(&mut self, _: Forget, ctx: &mut Self::Context) -> Self::Result {
-        info!(self.log, "forgotten by an admin"; "stage" => "participant_forgotten");
-        self.record = ParticipantRecord {
-            health: self.record.health.clone(),
-            ..ParticipantRecord::new(self.address.clone())
-        };
-        self.commit(health::forget(), vec![], ctx);
-        let ack = self
-            .deps
-            .store
-            .delete(ns::PARTICIPANTS, self.address.as_str());
-        Box::pin(ack.into_actor(self).map(|res, act, _| {
-            res.map_err(|e| e.to_string())?;
-            Ok(act.view())
-        }))
-    }
-}
-
-impl Handler<ForceEject> for ParticipantActor {
-    type Result = ResponseActFuture<Self, Result<Arc<ParticipantView>, String>>;
-
-    fn handle(&mut self, _: ForceEject, ctx: &mut Self::Context) -> Self::Result {
-        let now = self.now();
-        let mut next = self.record.health.clone();
-        let until_ms = now.saturating_add(self.deps.settings.base_ejection_ms);
-        next.state = HealthStatus::Ejected {
-            until_ms,
-            level: next.level,
-        };
-        next.ejections = next.ejections.saturating_add(1);
-        self.admin_change(
-            next,
-            vec![HealthEffect::Ejected {
-                until_ms,
-                level: self.record.health.level,
-            }],
-            ctx,
-        )
-    }
-}
-
-impl Handler<ApplyHealthSettings> for ParticipantActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: ApplyHealthSettings, ctx: &mut Self::Context) {
-        self.deps.settings = msg.0;
-        self.arm_tick(ctx);
-    }
-}
-
-impl Handler<InjectPanic> for ParticipantActor {
-    type Result = ();
-
-    #[allow(clippy::panic)]
-    fn handle(&mut self, _: InjectPanic, _: &mut Self::Context) {
-        if self.deps.fault_injection {
-            panic!(
-                "fault injection: participant {} panics on request",
-                self.address
-            );
-        }
     }
 }

@@ -1,6 +1,7 @@
 //! Participants: process-wide health of each host address.
 
 mod actor;
+mod handlers;
 pub mod messages;
 pub mod record;
 

@@ -8,9 +8,13 @@
 //! - **Owns**: the attempts of this request and the reply to the HTTP edge.
 //! - **Survives a restart**: nothing; a race is never restarted or respawned. If it dies, its
 //!   client gets an error and its escrow still settles every nonce it was given.
-//! - **Timers**: the hedge timer of the primary, the crown hold (`suspect_hold_ms`), and a 1 s
-//!   client-gone check.
-//! - **Who holds its `Addr`**: its own attempt tasks only.
+//! - **Timers** (named as in its stats): `hedge`, the primary's hedge timer; `crown_hold`, the
+//!   hold of a Suspect/Probation content (`suspect_hold_ms`); and the 1 s `client_check` interval.
+//! - **Who holds its `Addr`**: its own attempt tasks only (counted
+//!   [`crate::stats::TrackedAddr`]s). Listed in the actor registry as `race` `<race id>` with its
+//!   escrow and request id.
+//! - **Reports**: when it stops, its nonces and attempts ([`RaceReport`]) go to `spec.report`
+//!   (the HTTP edge's request accounting). Handlers are in `handlers.rs`.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -19,19 +23,24 @@ use slog::{info, o, warn, Logger};
 use tokio::sync::{oneshot, watch};
 
 use super::{
-    api::{RaceError, RaceReply, RaceSpec, RaceStart},
+    api::{RaceError, RaceReply, RaceReport, RaceSpec, RaceStart},
     attempt::AttemptTask,
-    errors::{end_error, escrow_error},
-    messages::{AttemptFinished, Crown, Delivered, GetRace, RaceSnapshot, ReceiptSeen},
+    errors::escrow_error,
+    messages::Crown,
 };
 use crate::{
     directory::{RaceEnded, RaceStarted},
     escrow::{
+        attempt::AttemptEnd,
         error::EscrowError,
         messages::{AttemptKind, HedgeRequest, NonceGrant, RaceGone, RequestNonce},
     },
     policy::health::Preference,
     protocol::crypto::Address,
+    stats::{
+        timers::{self, Timer},
+        Kind, StatsSlot, TrackedActor,
+    },
 };
 
 const CLIENT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -47,6 +56,15 @@ pub(super) struct AttemptSlot {
     pub kind: &'static str,
     /// Tells this attempt's task to stop (it then reports `Cancelled`).
     pub cancel: watch::Sender<bool>,
+    /// How the attempt ended and when (unix ms), once its task reported.
+    pub end: Option<(AttemptEnd, i64)>,
+}
+
+/// A nonce granted to the race that no attempt used (client gone, or a hedge after the winner).
+pub(super) struct UnusedGrant {
+    pub nonce: u64,
+    pub host: Address,
+    pub kind: &'static str,
 }
 
 /// The race actor (see the module docs).
@@ -63,9 +81,13 @@ pub struct RaceActor {
     pub(super) last_error: Option<RaceError>,
     /// Attempts with content waiting for the crown decision.
     pub(super) pending_crowns: BTreeMap<usize, oneshot::Sender<Crown>>,
-    pub(super) hold_timer: Option<SpawnHandle>,
-    hedge_timer: Option<SpawnHandle>,
+    pub(super) hold_timer: Option<Timer>,
+    pub(super) hedge_timer: Option<Timer>,
     paired: bool,
+    /// When the race started (unix ms): attempt offsets are relative to it.
+    pub(super) started_ms: i64,
+    pub(super) unused: Vec<UnusedGrant>,
+    pub(super) stats: StatsSlot,
 }
 
 impl RaceActor {
@@ -74,6 +96,16 @@ impl RaceActor {
         let (tx, rx) = oneshot::channel();
         let log = spec.log.new(o!("request" => spec.params.request_id.clone(),
             "escrow" => spec.escrow_id.clone()));
+        let labels = [
+            ("escrow", spec.escrow_id.clone()),
+            ("request_id", spec.params.request_id.clone()),
+        ]
+        .into_iter()
+        .collect();
+        let stats =
+            spec.actors
+                .register_with(Kind::Race, spec.race_id.to_string(), labels, &spec.clock);
+        let started_ms = spec.clock.now_ms();
         RaceActor {
             spec,
             log,
@@ -88,16 +120,19 @@ impl RaceActor {
             hold_timer: None,
             hedge_timer: None,
             paired: false,
+            started_ms,
+            unused: Vec::new(),
+            stats,
         }
         .start();
         rx
     }
 
-    fn now(&self) -> i64 {
+    pub(super) fn now(&self) -> i64 {
         self.spec.clock.now_ms()
     }
 
-    fn request_attempt(&mut self, kind: AttemptKind, ctx: &mut Context<Self>) {
+    pub(super) fn request_attempt(&mut self, kind: AttemptKind, ctx: &mut Context<Self>) {
         if self.attempts.len() + self.requesting >= self.spec.limits.max_attempts {
             return;
         }
@@ -157,6 +192,11 @@ impl RaceActor {
             self.spec
                 .escrow
                 .do_send(crate::escrow::messages::GrantUnused { nonce: grant.nonce });
+            self.unused.push(UnusedGrant {
+                nonce: grant.nonce,
+                host: grant.host,
+                kind,
+            });
             return;
         }
         let idx = self.attempts.len();
@@ -175,6 +215,7 @@ impl RaceActor {
             first_content_ms: None,
             kind,
             cancel,
+            end: None,
         });
         if idx == 0 {
             let doubtful = grant.preference != Preference::Healthy;
@@ -194,7 +235,7 @@ impl RaceActor {
         let task = AttemptTask {
             idx,
             grant,
-            race: ctx.address(),
+            race: self.tracked_address(ctx),
             escrow: self.spec.escrow.clone(),
             clock: self.spec.clock.clone(),
             limits: self.spec.limits,
@@ -205,33 +246,37 @@ impl RaceActor {
     }
 
     /// Arms (or re-arms) the primary's hedge timer.
-    fn arm_hedge(&mut self, due_ms: i64, ctx: &mut Context<Self>) {
-        if let Some(h) = self.hedge_timer.take() {
-            ctx.cancel_future(h);
+    pub(super) fn arm_hedge(&mut self, due_ms: i64, ctx: &mut Context<Self>) {
+        if let Some(t) = self.hedge_timer.take() {
+            t.cancel(&self.stats, ctx);
         }
         let delay =
             Duration::from_millis(u64::try_from(due_ms.saturating_sub(self.now())).unwrap_or(0));
-        self.hedge_timer = Some(ctx.run_later(delay, |act, ctx| {
-            act.hedge_timer = None;
-            let Some(primary) = act.attempts.first() else {
-                return;
-            };
-            if act.winner.is_some()
-                || primary.ended
-                || primary.first_content_ms.is_some()
-                || act.reply.is_none()
-            {
-                return;
-            }
-            let req = HedgeRequest {
-                primary: primary.host.clone(),
-                sent_ms: primary.sent_ms,
-                got_receipt: primary.receipt,
-                got_first_content: false,
-                attempts: u32::try_from(act.attempts.len()).unwrap_or(u32::MAX),
-            };
-            act.request_attempt(AttemptKind::Hedge(req), ctx);
-        }));
+        let timer = timers::run_later(&self.stats, ctx, "hedge", delay, Self::hedge_due);
+        self.hedge_timer = Some(timer);
+    }
+
+    /// The primary's hedge timer fired: ask the escrow for a hedge if the primary is still slow.
+    fn hedge_due(&mut self, ctx: &mut Context<Self>) {
+        self.hedge_timer = None;
+        let Some(primary) = self.attempts.first() else {
+            return;
+        };
+        if self.winner.is_some()
+            || primary.ended
+            || primary.first_content_ms.is_some()
+            || self.reply.is_none()
+        {
+            return;
+        }
+        let req = HedgeRequest {
+            primary: primary.host.clone(),
+            sent_ms: primary.sent_ms,
+            got_receipt: primary.receipt,
+            got_first_content: false,
+            attempts: u32::try_from(self.attempts.len()).unwrap_or(u32::MAX),
+        };
+        self.request_attempt(AttemptKind::Hedge(req), ctx);
     }
 
     /// No further attempt will run: fail the client if nothing was delivered.
@@ -283,7 +328,9 @@ impl Actor for RaceActor {
             escrow_id: self.spec.escrow_id.clone(),
             request_id: self.spec.params.request_id.clone(),
         });
-        ctx.run_interval(CLIENT_CHECK_INTERVAL, |act, ctx| {
+        let stats = self.stats.clone();
+        let check = CLIENT_CHECK_INTERVAL;
+        let _ = timers::run_interval(&stats, ctx, "client_check", check, |act, ctx| {
             if act.reply.as_ref().is_some_and(|r| r.is_closed()) {
                 act.reply = None;
                 act.cancel_all(None);
@@ -302,95 +349,9 @@ impl Actor for RaceActor {
             race_id: self.spec.race_id,
             escrow_id: self.spec.escrow_id.clone(),
         });
-    }
-}
-
-impl Handler<ReceiptSeen> for RaceActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: ReceiptSeen, ctx: &mut Self::Context) {
-        if let Some(a) = self.attempts.get_mut(msg.idx) {
-            a.receipt = true;
+        if let Some(tx) = self.spec.report.take() {
+            let report: RaceReport = self.report();
+            let _ = tx.send(report);
         }
-        // The primary's hedge is now due on its first-token estimate: ask again.
-        if msg.idx == 0 && self.hedge_timer.is_some() && self.winner.is_none() {
-            let now = self.now();
-            self.arm_hedge(now, ctx);
-        }
-    }
-}
-
-impl Handler<Delivered> for RaceActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Delivered, _: &mut Self::Context) {
-        if self.winner == Some(msg.idx) {
-            if let Some(reply) = self.reply.take() {
-                let _ = reply.send(Ok(RaceStart::Whole(msg.body)));
-            }
-        }
-    }
-}
-
-impl Handler<AttemptFinished> for RaceActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: AttemptFinished, ctx: &mut Self::Context) {
-        if let Some(a) = self.attempts.get_mut(msg.idx) {
-            a.ended = true;
-        }
-        if let Some(tx) = self.pending_crowns.remove(&msg.idx) {
-            let _ = tx.send(Crown::Lose);
-        }
-        if msg.crowned || self.winner.is_some() {
-            if msg.crowned && self.reply.is_some() {
-                // A non-streaming winner ended without delivering: fall through to an error.
-                self.last_error = Some(end_error(&msg.end, None));
-            }
-            self.maybe_finish(ctx);
-            return;
-        }
-        // A Healthy attempt ended: a held doubtful content may be crowned now.
-        self.decide_crown(ctx);
-        let shared = msg
-            .verdict
-            .shared_fault
-            .clone()
-            .map(|m| (m, msg.verdict.shared_status.unwrap_or(502)));
-        self.last_error = Some(end_error(&msg.end, shared.clone()));
-        let client_waiting = self.reply.as_ref().is_some_and(|r| !r.is_closed());
-        let others_running = self.running() > 0;
-        if shared.is_some() {
-            self.cancel_all(None);
-        } else if client_waiting && msg.verdict.retry && !others_running && self.winner.is_none() {
-            info!(self.log, "attempt failed; trying the next host"; "stage" => "attempt_retry",
-                "host" => msg.host.short());
-            self.request_attempt(AttemptKind::Retry, ctx);
-        }
-        self.maybe_finish(ctx);
-    }
-}
-
-impl Handler<GetRace> for RaceActor {
-    type Result = MessageResult<GetRace>;
-
-    fn handle(&mut self, _: GetRace, _: &mut Self::Context) -> Self::Result {
-        MessageResult(RaceSnapshot {
-            race_id: self.spec.race_id,
-            escrow_id: self.spec.escrow_id.clone(),
-            request_id: self.spec.params.request_id.clone(),
-            attempts: self
-                .attempts
-                .iter()
-                .map(|a| {
-                    (
-                        a.nonce,
-                        a.host.to_string(),
-                        if a.ended { "ended" } else { a.kind }.into(),
-                    )
-                })
-                .collect(),
-            winner: self.winner,
-        })
     }
 }

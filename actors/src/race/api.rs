@@ -2,7 +2,6 @@
 
 use std::{sync::Arc, time::Duration};
 
-use actix::Addr;
 use bytes::Bytes;
 use serde::Serialize;
 use slog::Logger;
@@ -13,6 +12,7 @@ use crate::{
     directory::Directory,
     escrow::{messages::InferenceParams, EscrowActor},
     metrics::ActorMetrics,
+    stats::{ActorRegistry, TrackedAddr},
 };
 
 /// Bytes of SSE towards the client (already framed: `data: …\n\n`).
@@ -55,13 +55,57 @@ impl Default for RaceLimits {
 pub struct RaceSpec {
     pub race_id: u64,
     pub escrow_id: String,
-    pub escrow: Addr<EscrowActor>,
-    pub directory: Addr<Directory>,
+    pub escrow: TrackedAddr<EscrowActor>,
+    pub directory: TrackedAddr<Directory>,
     pub params: Arc<InferenceParams>,
     pub limits: RaceLimits,
     pub clock: SharedClock,
     pub log: Logger,
     pub metrics: ActorMetrics,
+    /// Where the race registers its stats (debug listing).
+    pub actors: ActorRegistry,
+    /// Gets the race's nonces and attempts when it ends (request accounting).
+    pub report: Option<oneshot::Sender<RaceReport>>,
+}
+
+/// One attempt of a race (or a granted nonce no attempt used), as reported when the race ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptRecord {
+    pub nonce: u64,
+    /// The host's participant address.
+    pub host: String,
+    /// `primary`, `retry` (after a failure before content), `hedge` (the primary was slow) or
+    /// `pair` (the primary's host is Suspect/Probation).
+    pub role: &'static str,
+    /// The host's health preference when it was picked (`healthy`, `doubtful`, …).
+    pub preference: String,
+    /// When the attempt was sent, from the race's start (ms); `None` if it never started.
+    pub start_offset_ms: Option<i64>,
+    /// From its send to its end (ms).
+    pub duration_ms: Option<i64>,
+    /// From its send to its first content (ms).
+    pub first_content_ms: Option<i64>,
+    /// `won`, `won_then_failed` (broke mid-stream), `failed`, `cancelled` (a loser, or not needed
+    /// any more), `drained` (a Suspect/Probation loser run to its end), `client_gone`,
+    /// `not_started` (granted after the winner or after the client left) or `running`.
+    pub result: &'static str,
+    /// Failure kind: `connect`, `transport`, `timeout`, `status_<code>`, `truncated`, `decode`,
+    /// `empty_stream`, `error_event`, `stalled`, `receipt_rejected`.
+    pub error: Option<String>,
+    /// The failure as text.
+    pub detail: Option<String>,
+}
+
+/// What a race reports when it ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RaceReport {
+    pub race_id: u64,
+    /// Every nonce the escrow granted this race, ascending.
+    pub nonces: Vec<u64>,
+    /// Attempts in start order, then unused grants.
+    pub attempts: Vec<AttemptRecord>,
+    /// Index of the crowned attempt.
+    pub winner: Option<usize>,
 }
 
 /// Why a race failed before the client got any byte (mapped to an HTTP error at the edge).

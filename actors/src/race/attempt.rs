@@ -6,7 +6,6 @@
 //! stream, never memory). After `[DONE]` the stream is still read for `devshard_meta` (the finish
 //! marker), up to `meta_drain`.
 
-use actix::Addr;
 use bytes::Bytes;
 use tokio::{
     sync::{mpsc, watch},
@@ -30,6 +29,7 @@ use crate::{
         proto::DevshardTx,
         sse::{self, HostEvent, MalformedKind},
     },
+    stats::TrackedAddr,
 };
 
 use super::api::RaceLimits;
@@ -38,8 +38,8 @@ use super::api::RaceLimits;
 pub(super) struct AttemptTask {
     pub idx: usize,
     pub grant: NonceGrant,
-    pub race: Addr<RaceActor>,
-    pub escrow: Addr<EscrowActor>,
+    pub race: TrackedAddr<RaceActor>,
+    pub escrow: TrackedAddr<EscrowActor>,
     pub clock: SharedClock,
     pub limits: RaceLimits,
     pub input_bytes: u64,

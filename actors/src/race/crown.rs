@@ -14,10 +14,13 @@ use super::{
     api::{RaceStart, CLIENT_CHANNEL_CAPACITY},
     messages::{Crown, FirstContent},
 };
-use crate::policy::{
-    health::Preference,
-    hedge::{self, AttemptView, CrownDecision},
-    settings::HealthSettings,
+use crate::{
+    policy::{
+        health::Preference,
+        hedge::{self, AttemptView, CrownDecision},
+        settings::HealthSettings,
+    },
+    stats::timers,
 };
 
 impl Handler<FirstContent> for RaceActor {
@@ -79,15 +82,17 @@ impl RaceActor {
         match hedge::choose_winner(&views, &settings, self.spec.clock.now_ms()) {
             CrownDecision::Crown { index } => self.crown(index),
             CrownDecision::HoldUntil { until_ms, .. } => {
-                if let Some(h) = self.hold_timer.take() {
-                    ctx.cancel_future(h);
+                if let Some(t) = self.hold_timer.take() {
+                    t.cancel(&self.stats, ctx);
                 }
                 let delay =
                     u64::try_from(until_ms.saturating_sub(self.spec.clock.now_ms())).unwrap_or(0);
-                self.hold_timer = Some(ctx.run_later(Duration::from_millis(delay), |act, ctx| {
+                let delay = Duration::from_millis(delay);
+                let timer = timers::run_later(&self.stats, ctx, "crown_hold", delay, |act, ctx| {
                     act.hold_timer = None;
                     act.decide_crown(ctx);
-                }));
+                });
+                self.hold_timer = Some(timer);
             }
             CrownDecision::NoContent => {}
         }

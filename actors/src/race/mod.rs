@@ -6,7 +6,8 @@ pub mod assemble;
 mod attempt;
 mod crown;
 mod errors;
+mod handlers;
 pub mod messages;
 
 pub use actor::RaceActor;
-pub use api::{RaceError, RaceLimits, RaceReply, RaceSpec, RaceStart};
+pub use api::{AttemptRecord, RaceError, RaceLimits, RaceReply, RaceReport, RaceSpec, RaceStart};

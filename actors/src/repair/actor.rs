@@ -9,9 +9,11 @@
 //! - **Owns**: the loop's progress (attempts, last result, next tick).
 //! - **Survives a restart**: nothing; the escrow starts a new one if the participant is still
 //!   diverged (the block itself is the escrow's).
-//! - **Timers**: the next tick — first after 2 s, then 15 s → 30 s → 60 s → 300 s (±20 %); it gives
-//!   up after `repair_give_up_ms` (1 h) and the participant stays blocked until `forget` or restart.
-//! - **Who holds its `Addr`**: its escrow only; it stops with the escrow.
+//! - **Timers**: `repair_tick`, the next tick — first after 2 s, then 15 s → 30 s → 60 s → 300 s
+//!   (±20 %); it gives up after `repair_give_up_ms` (1 h) and the participant stays blocked until
+//!   `forget` or restart. Shown with its due time in the actor's stats.
+//! - **Who holds its `Addr`**: its escrow only (a counted [`TrackedAddr`]); it stops with the
+//!   escrow. Listed in the actor registry as `repair` `<escrow>/<participant>`.
 
 use std::{sync::Arc, time::Duration};
 
@@ -32,14 +34,28 @@ use crate::{
         crypto::Address,
         sse::{HostEvent, SseParser},
     },
+    stats::{
+        timers::{self, Timer},
+        tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor, TrackedAddr,
+    },
 };
 
 /// Timeout of each repair call.
 const REPAIR_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What a repair actor is given by its escrow.
+pub struct RepairDeps {
+    pub escrow: TrackedAddr<EscrowActor>,
+    pub clock: SharedClock,
+    pub log: Logger,
+    pub metrics: ActorMetrics,
+    pub settings: Arc<HealthSettings>,
+    pub actors: ActorRegistry,
+}
+
 /// The repair actor (see the module docs).
 pub struct RepairActor {
-    escrow: Addr<EscrowActor>,
+    escrow: TrackedAddr<EscrowActor>,
     participant: Address,
     slots: Vec<u32>,
     clock: SharedClock,
@@ -50,35 +66,42 @@ pub struct RepairActor {
     attempts: u32,
     last_result: String,
     next_tick_ms: Option<i64>,
-    timer: Option<SpawnHandle>,
+    timer: Option<Timer>,
     running: bool,
     gave_up: bool,
+    stats: StatsSlot,
 }
 
 impl RepairActor {
-    /// A repair of `participant` (holding `slots`) in the escrow behind `escrow`.
-    #[allow(clippy::too_many_arguments)]
+    /// A repair of `participant` (holding `slots`) in escrow `escrow_id` (behind `deps.escrow`).
     pub fn new(
-        escrow: Addr<EscrowActor>,
+        deps: RepairDeps,
         escrow_id: &str,
         participant: Address,
         slots: Vec<u32>,
-        clock: SharedClock,
-        log: &Logger,
-        metrics: ActorMetrics,
-        settings: Arc<HealthSettings>,
     ) -> RepairActor {
-        let started_ms = clock.now_ms();
+        let started_ms = deps.clock.now_ms();
+        let labels = [
+            ("escrow", escrow_id.to_string()),
+            ("participant", participant.to_string()),
+        ]
+        .into_iter()
+        .collect();
+        let id = format!("{escrow_id}/{participant}");
+        let stats = deps
+            .actors
+            .register_with(Kind::Repair, id, labels, &deps.clock);
         RepairActor {
-            escrow,
-            log: log.new(
+            escrow: deps.escrow,
+            log: deps.log.new(
                 o!("escrow" => escrow_id.to_string(), "host" => participant.short().to_string()),
             ),
             participant,
             slots,
-            clock,
-            metrics,
-            settings,
+            clock: deps.clock,
+            metrics: deps.metrics,
+            settings: deps.settings,
+            stats,
             started_ms,
             attempts: 0,
             last_result: "started".into(),
@@ -93,14 +116,15 @@ impl RepairActor {
         let draw = rand::random::<f64>() * 2.0 - 1.0;
         let delay = backoff::repair_delay_ms(self.attempts, draw).max(0);
         self.next_tick_ms = Some(self.clock.now_ms().saturating_add(delay));
-        if let Some(h) = self.timer.take() {
-            ctx.cancel_future(h);
+        if let Some(t) = self.timer.take() {
+            t.cancel(&self.stats, ctx);
         }
         let delay = Duration::from_millis(u64::try_from(delay).unwrap_or(0));
-        self.timer = Some(ctx.run_later(delay, |act, ctx| {
+        let timer = timers::run_later(&self.stats, ctx, "repair_tick", delay, |act, ctx| {
             act.timer = None;
             act.tick(ctx);
-        }));
+        });
+        self.timer = Some(timer);
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {
@@ -155,7 +179,7 @@ impl RepairActor {
 
 /// One tick: plan, catch-up, signature check. Returns (result text, unblocked).
 async fn run_tick(
-    escrow: Addr<EscrowActor>,
+    escrow: TrackedAddr<EscrowActor>,
     participant: Address,
     slots: Vec<u32>,
 ) -> (String, bool) {
@@ -280,12 +304,20 @@ impl Actor for RepairActor {
     }
 }
 
+impl TrackedActor for RepairActor {
+    fn stats(&self) -> &Arc<ActorStats> {
+        &self.stats
+    }
+}
+
+tracked_handlers!(RepairActor);
+
 impl Handler<RepairNow> for RepairActor {
     type Result = ();
 
     fn handle(&mut self, _: RepairNow, ctx: &mut Self::Context) {
-        if let Some(h) = self.timer.take() {
-            ctx.cancel_future(h);
+        if let Some(t) = self.timer.take() {
+            t.cancel(&self.stats, ctx);
         }
         self.gave_up = false;
         self.tick(ctx);

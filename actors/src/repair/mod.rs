@@ -3,4 +3,4 @@
 mod actor;
 pub mod messages;
 
-pub use actor::RepairActor;
+pub use actor::{RepairActor, RepairDeps};

@@ -1,0 +1,148 @@
+//! The real gateway over HTTP (in-process server, real sockets, SQLite store in a temp dir)
+//! against the simulated network, for the operator-surface tests (debug listing, request
+//! accounting, load).
+#![allow(dead_code)] // shared by several test modules; not each uses every helper
+
+use std::{
+    collections::BTreeMap,
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+
+use devshard_actors::clock::TokioClock;
+use devshard_gateway::{
+    app::{self, RunningGateway, StartOptions},
+    config::Config,
+    logging,
+    sim::{Profile, SimConfig, SimNetwork},
+};
+use serde_json::Value;
+
+/// The admin key of [`start`].
+pub const ADMIN: &str = "k";
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A running simulator and gateway.
+pub struct Live {
+    pub sim: SimNetwork,
+    pub gw: RunningGateway,
+    dir: std::path::PathBuf,
+}
+
+impl Live {
+    pub fn url(&self) -> &str {
+        &self.gw.url
+    }
+
+    /// Stops the gateway at once (open streams are cut) and removes its data.
+    pub async fn stop(self) {
+        self.gw.stop(false).await.unwrap();
+        let _ = std::fs::remove_dir_all(self.dir);
+    }
+}
+
+/// Starts `hosts` simulated hosts (zero latency) and a gateway serving escrow 42 with the chain
+/// poller on, `env` added to its environment and `tweak` applied to the loaded configuration.
+pub async fn start(
+    seed: &str,
+    hosts: usize,
+    env: &[(&str, &str)],
+    tweak: impl FnOnce(&mut Config),
+) -> Live {
+    let mut cfg = SimConfig::with_seed(seed);
+    cfg.hosts = hosts;
+    cfg.profile = Profile::Zero;
+    let clock = TokioClock::new().shared();
+    let sim = SimNetwork::start(cfg, clock.clone()).await.unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "devshard-live-{seed}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut vars: BTreeMap<String, String> = [
+        ("DEVSHARD_LISTEN", "127.0.0.1:0".to_string()),
+        ("DEVSHARD_DATA_DIR", dir.display().to_string()),
+        ("DEVSHARD_PRIVATE_KEY", sim.gateway_key().secret_hex()),
+        ("DEVSHARD_CHAIN_REST_URL", sim.chain_url().to_string()),
+        ("DEVSHARD_PUBLIC_API_URL", sim.chain_url().to_string()),
+        ("DEVSHARD_ESCROWS", "42".to_string()),
+        ("DEVSHARD_ADMIN_API_KEY", ADMIN.to_string()),
+        ("DEVSHARD_WORKERS", "1".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    for (k, v) in env {
+        vars.insert((*k).to_string(), (*v).to_string());
+    }
+    let mut config = Config::load(None, &vars).unwrap();
+    tweak(&mut config);
+    let opts = StartOptions {
+        registry: None,
+        clock: Some(clock),
+    };
+    let gw = app::start_with(config, logging::discard(), opts)
+        .await
+        .unwrap();
+    Live { sim, gw, dir }
+}
+
+/// An HTTP client allowing `connections` simultaneous connections.
+pub fn client(connections: usize) -> awc::Client {
+    awc::Client::builder()
+        .connector(awc::Connector::new().limit(connections))
+        .timeout(Duration::from_secs(120))
+        .finish()
+}
+
+/// `POST /v1/chat/completions` → (status, headers, whole body).
+pub async fn chat(url: &str, body: &str) -> (u16, awc::http::header::HeaderMap, Vec<u8>) {
+    let mut resp = client(8)
+        .post(format!("{url}/v1/chat/completions"))
+        .insert_header(("Content-Type", "application/json"))
+        .send_body(body.to_string())
+        .await
+        .unwrap();
+    let headers = resp.headers().clone();
+    let bytes = resp.body().limit(16 << 20).await.unwrap();
+    (resp.status().as_u16(), headers, bytes.to_vec())
+}
+
+/// `GET path` with the admin key → (status, JSON body).
+pub async fn admin_get(url: &str, path: &str) -> (u16, Value) {
+    let mut resp = client(8)
+        .get(format!("{url}{path}"))
+        .insert_header(("Authorization", format!("Bearer {ADMIN}")))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (
+        status,
+        resp.json().limit(64 << 20).await.unwrap_or(Value::Null),
+    )
+}
+
+/// The entries of `GET /v1/debug/actors` (with `query`, e.g. `?kind=race`).
+pub async fn actors(url: &str, query: &str) -> Vec<Value> {
+    let (status, body) = admin_get(url, &format!("/v1/debug/actors{query}")).await;
+    assert_eq!(status, 200, "{body}");
+    body["data"].as_array().cloned().unwrap_or_default()
+}
+
+/// The escrow actor's current nonce.
+pub async fn escrow_nonce(url: &str) -> u64 {
+    let (_, v) = admin_get(url, "/v1/admin/escrows/42").await;
+    v["snapshot"]["nonce"].as_u64().unwrap()
+}
+
+/// The request id of an answer.
+pub fn request_id(headers: &awc::http::header::HeaderMap) -> String {
+    headers
+        .get("x-request-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string()
+}
