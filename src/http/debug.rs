@@ -7,7 +7,9 @@
 //!   (`name`, `due_at` unix ms, `due_in_ms`).
 //! - `GET /v1/debug/actors/{kind}/{id}`: one actor's full state (escrow: nonce, phase, root,
 //!   per-host sync nonce, pending txs, signatures, attempts in flight, pending finishes and
-//!   timeouts, repairs; participant: health state, decayed strikes, level, deadlines, perf).
+//!   timeouts, repairs; participant: health state, decayed strikes, level, deadlines, perf;
+//!   race: attempts with their nonce, host, role, timings and result, the hedge decision and due
+//!   time, the winner).
 //! - `GET /v1/debug/escrows/{id}`: the escrow's session, its stats and the state of each of its
 //!   repairs (blocked since, attempts, last result, next tick).
 //!
@@ -31,7 +33,7 @@ use devshard_actors::{
     escrow::messages::{GetRepairStates, GetSnapshot},
     participant::messages::{GetParticipant, ParticipantView},
     policy::settings::HealthSettings,
-    stats::{ActorStats, Kind, StatsView},
+    stats::{ActorStats, Describe, Kind, StatsView},
 };
 use futures::future::join_all;
 use serde_json::{json, Value};
@@ -327,12 +329,33 @@ pub async fn actor(
     if kind == "escrow" {
         return Ok(HttpResponse::Ok().json(escrow_detail(&state, &id).await?));
     }
-    let found = all_actors(&state, Some(&kind))
+    let mut found = all_actors(&state, Some(&kind))
         .await
         .into_iter()
         .find(|a| a["kind"] == kind.as_str() && a["id"] == id.as_str())
         .ok_or_else(|| ApiError::NotFound(format!("no {kind} actor with id {id}")))?;
+    if kind == "race" {
+        found["detail"] = race_detail(&state, &id).await;
+    }
     Ok(HttpResponse::Ok().json(found))
+}
+
+/// A race's attempts with their timings and its hedge decision, asked with a deadline (the
+/// listing shows only its escrow and request id: races are many and short-lived).
+async fn race_detail(state: &AppState, id: &str) -> Value {
+    let describer = state
+        .actors
+        .list()
+        .into_iter()
+        .find(|s| s.kind() == Kind::Race && s.id() == id)
+        .and_then(|s| s.describer());
+    match describer {
+        Some(r) => match r.send(Describe).timeout(PROBE_TIMEOUT).await {
+            Ok(view) => view,
+            Err(_) => json!({"state": "unresponsive"}),
+        },
+        None => json!({"state": "ended"}),
+    }
 }
 
 /// `GET /v1/debug/escrows/{id}`.

@@ -137,6 +137,43 @@ async fn every_actor_kind_shows_its_mailbox_messages_and_timers() {
     assert_eq!(race["detail"]["escrow"], "42");
     assert!(race["detail"]["request_id"].as_str().is_some());
     assert!(race["messages_handled"].as_u64().unwrap() > 0, "{race}");
+    // One race in full: its attempts with timings, and the hedge decision.
+    let path = format!("/v1/debug/actors/race/{}", race["id"].as_str().unwrap());
+    let (status, one) = live::admin_get(l.url(), &path).await;
+    assert_eq!(status, 200, "{one}");
+    let detail = &one["detail"];
+    assert_eq!(detail["escrow_id"], "42", "{one}");
+    assert_eq!(detail["request_id"], race["detail"]["request_id"], "{one}");
+    let attempt = &detail["attempts"][0];
+    assert_eq!(attempt["role"], "primary", "{one}");
+    assert!(attempt["nonce"].as_u64().unwrap() >= 2, "{one}");
+    assert!(
+        attempt["host"].as_str().unwrap().starts_with("gonka1"),
+        "{one}"
+    );
+    assert!(attempt["start_offset_ms"].is_i64(), "{one}");
+    assert!(
+        attempt["first_content_ms"].is_i64(),
+        "content arrived: {one}"
+    );
+    assert_eq!(attempt["result"], "running", "{one}");
+    assert_eq!(detail["winner"], 0, "{one}");
+    let decision = detail["shape"]["decision"].as_str().unwrap();
+    assert!(
+        [
+            "primary_then_hedge_if_slow",
+            "hedge_now",
+            "pair_with_healthy"
+        ]
+        .contains(&decision),
+        "{one}"
+    );
+    assert!(
+        one["mailbox_depth"].is_u64(),
+        "the single view keeps the stats: {one}"
+    );
+    let (status, _) = live::admin_get(l.url(), "/v1/debug/actors/race/999999").await;
+    assert_eq!(status, 404);
 
     let poller = of_kind(&all, "chain_poller")[0];
     assert!(timer(poller, "housekeeping").is_some(), "{poller}");

@@ -26,7 +26,7 @@ use super::{
     api::{RaceError, RaceReply, RaceReport, RaceSpec, RaceStart},
     attempt::AttemptTask,
     errors::escrow_error,
-    messages::Crown,
+    messages::{Crown, RaceShape},
 };
 use crate::{
     directory::{RaceEnded, RaceStarted},
@@ -87,6 +87,8 @@ pub struct RaceActor {
     /// When the race started (unix ms): attempt offsets are relative to it.
     pub(super) started_ms: i64,
     pub(super) unused: Vec<UnusedGrant>,
+    /// How the primary's grant shaped the race (debug view).
+    pub(super) shape: Option<RaceShape>,
     pub(super) stats: StatsSlot,
 }
 
@@ -122,6 +124,7 @@ impl RaceActor {
             paired: false,
             started_ms,
             unused: Vec::new(),
+            shape: None,
             stats,
         }
         .start();
@@ -221,9 +224,19 @@ impl RaceActor {
             let doubtful = grant.preference != Preference::Healthy;
             let pair = doubtful && grant.healthy_available && !self.paired;
             let hedge_in_ms = grant.hedge_due_ms.map(|d| d.saturating_sub(self.now()));
+            let decision = if pair {
+                "pair_with_healthy"
+            } else if hedge_in_ms == Some(0) {
+                "hedge_now"
+            } else {
+                "primary_then_hedge_if_slow"
+            };
+            self.shape = Some(RaceShape {
+                decision,
+                hedge_due_ms: grant.hedge_due_ms,
+            });
             info!(self.log, "race shape decided"; "stage" => "decision_made", "nonce" => grant.nonce,
-                "host" => grant.host.short(), "hedge_in_ms" => hedge_in_ms,
-                "decision" => if pair { "pair_with_healthy" } else if hedge_in_ms == Some(0) { "hedge_now" } else { "primary_then_hedge_if_slow" });
+                "host" => grant.host.short(), "hedge_in_ms" => hedge_in_ms, "decision" => decision);
             if let Some(due) = grant.hedge_due_ms {
                 self.arm_hedge(due, ctx);
             }
@@ -323,6 +336,7 @@ impl Actor for RaceActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        self.offer_description(ctx);
         self.spec.directory.do_send(RaceStarted {
             race_id: self.spec.race_id,
             escrow_id: self.spec.escrow_id.clone(),

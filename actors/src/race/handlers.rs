@@ -10,12 +10,12 @@ use super::{
     actor::{AttemptSlot, RaceActor},
     api::{AttemptRecord, RaceReport, RaceStart},
     errors::end_error,
-    messages::{AttemptFinished, Crown, Delivered, GetRace, RaceSnapshot, ReceiptSeen},
+    messages::{AttemptFinished, Crown, Delivered, RaceView, ReceiptSeen},
 };
 use crate::{
     escrow::{attempt::AttemptEnd, messages::AttemptKind},
     host::HostError,
-    stats::{tracked_handlers, ActorStats, TrackedActor},
+    stats::{tracked_handlers, ActorStats, Describe, TrackedActor},
 };
 
 impl TrackedActor for RaceActor {
@@ -94,27 +94,23 @@ impl Handler<AttemptFinished> for RaceActor {
     }
 }
 
-impl Handler<GetRace> for RaceActor {
-    type Result = MessageResult<GetRace>;
+impl Handler<Describe> for RaceActor {
+    type Result = MessageResult<Describe>;
 
-    fn handle(&mut self, _: GetRace, _: &mut Self::Context) -> Self::Result {
-        MessageResult(RaceSnapshot {
+    fn handle(&mut self, _: Describe, _: &mut Self::Context) -> Self::Result {
+        let report = self.report();
+        let view = RaceView {
             race_id: self.spec.race_id,
             escrow_id: self.spec.escrow_id.clone(),
             request_id: self.spec.params.request_id.clone(),
-            attempts: self
-                .attempts
-                .iter()
-                .map(|a| {
-                    (
-                        a.nonce,
-                        a.host.to_string(),
-                        if a.ended { "ended" } else { a.kind }.into(),
-                    )
-                })
-                .collect(),
+            started_at: self.started_ms,
+            shape: self.shape,
+            hedge_armed: self.hedge_timer.is_some(),
+            attempts: report.attempts,
             winner: self.winner,
-        })
+            awaiting_crown: self.pending_crowns.keys().copied().collect(),
+        };
+        MessageResult(serde_json::to_value(view).unwrap_or_default())
     }
 }
 

@@ -56,17 +56,30 @@ pub struct AttemptFinished {
     pub crowned: bool,
 }
 
-/// Debug view of a race.
-#[derive(Debug, Message)]
-#[rtype(result = "RaceSnapshot")]
-pub struct GetRace;
+/// How the race was shaped when its primary was granted (logged as `decision_made`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RaceShape {
+    /// `pair_with_healthy`, `hedge_now` or `primary_then_hedge_if_slow`.
+    pub decision: &'static str,
+    /// When a hedge becomes due if the primary is still slow (unix ms); `None`: no hedge planned.
+    pub hedge_due_ms: Option<i64>,
+}
 
-/// What `GetRace` returns.
+/// A race's full state, as the debug endpoint shows it (answer to `stats::Describe`).
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct RaceSnapshot {
+pub struct RaceView {
     pub race_id: u64,
     pub escrow_id: String,
     pub request_id: String,
-    pub attempts: Vec<(u64, String, String)>,
+    /// Unix ms.
+    pub started_at: i64,
+    pub shape: Option<RaceShape>,
+    /// A hedge timer is armed (the primary has not shown content yet).
+    pub hedge_armed: bool,
+    /// Attempts with their timings, then grants that no attempt used.
+    pub attempts: Vec<super::api::AttemptRecord>,
+    /// Index of the crowned attempt.
     pub winner: Option<usize>,
+    /// Attempts whose content waits for the crown decision.
+    pub awaiting_crown: Vec<usize>,
 }

@@ -28,7 +28,7 @@ use std::{
     },
 };
 
-use actix::{Actor, AsyncContext, Context};
+use actix::{Actor, AsyncContext, Context, Handler, Message, WeakRecipient};
 use serde::Serialize;
 
 pub(crate) use self::tracked::tracked_handlers;
@@ -61,6 +61,13 @@ impl Kind {
     }
 }
 
+/// Asks an actor for its full debug state (`GET /v1/debug/actors/{kind}/{id}`). Actors that
+/// answer it offer themselves with [`TrackedActor::offer_description`]; the probe is counted like
+/// any other message and sent with a deadline.
+#[derive(Debug, Message)]
+#[rtype(result = "serde_json::Value")]
+pub struct Describe;
+
 /// `last_message_ms` before the first message.
 const NEVER: i64 = i64::MIN;
 
@@ -87,6 +94,9 @@ pub struct ActorStats {
     generations: AtomicU64,
     /// Armed timers by name. A small lock: held only to insert, remove or copy a few entries.
     timers: Mutex<BTreeMap<String, TimerEntry>>,
+    /// Where [`Describe`] probes go, if the actor answers them. Weak: the stats must keep neither
+    /// the actor alive nor themselves (the actor owns its stats).
+    describer: Mutex<Option<WeakRecipient<Tracked<Describe>>>>,
 }
 
 impl fmt::Debug for ActorStats {
@@ -117,7 +127,18 @@ impl ActorStats {
             last_message_ms: AtomicI64::new(NEVER),
             generations: AtomicU64::new(0),
             timers: Mutex::new(BTreeMap::new()),
+            describer: Mutex::new(None),
         }
+    }
+
+    /// A counted recipient of [`Describe`] probes while the actor runs and answers them.
+    pub fn describer(self: &Arc<Self>) -> Option<TrackedRecipient<Describe>> {
+        let weak = self
+            .describer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()?;
+        Some(TrackedRecipient::from_parts(weak.upgrade()?, self.clone()))
     }
 
     pub fn kind(&self) -> Kind {
@@ -343,6 +364,19 @@ pub trait TrackedActor: Actor<Context = Context<Self>> {
     fn start_tracked(self) -> TrackedAddr<Self> {
         let stats = self.stats().clone();
         TrackedAddr::new(self.start(), stats)
+    }
+
+    /// Lets the debug endpoint send this actor [`Describe`] probes (call from `started`).
+    fn offer_description(&self, ctx: &Context<Self>)
+    where
+        Self: Handler<Tracked<Describe>>,
+    {
+        let weak = ctx.address().downgrade().recipient();
+        *self
+            .stats()
+            .describer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(weak);
     }
 
     /// The actor's own counted address (for its tasks and the actors it starts).

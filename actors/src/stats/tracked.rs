@@ -244,6 +244,11 @@ where
     M: Message + Send + 'static,
     M::Result: Send,
 {
+    /// A recipient of `stats`' actor (the registry's probes).
+    pub(crate) fn from_parts(rx: Recipient<Tracked<M>>, stats: Arc<ActorStats>) -> Self {
+        TrackedRecipient { rx, stats }
+    }
+
     /// `Recipient::send`, counted.
     pub fn send(&self, msg: M) -> RecipientRequest<Tracked<M>> {
         self.rx.send(Tracked::new(msg, &self.stats))
