@@ -4,70 +4,8 @@
 
 use std::time::Duration;
 
-use devshard_actors::clock::TokioClock;
-use devshard_gateway::{
-    app::{self, RunningGateway, StartOptions},
-    config::Config,
-    logging,
-    sim::{Profile, SimConfig, SimNetwork},
-};
+use crate::live::{self, chat as post, escrow_nonce};
 use sha2::{Digest, Sha256};
-
-async fn start(hosts: usize) -> (SimNetwork, RunningGateway, std::path::PathBuf) {
-    let mut cfg = SimConfig::with_seed("http-edge");
-    cfg.hosts = hosts;
-    cfg.profile = Profile::Zero;
-    let clock = TokioClock::new().shared();
-    let sim = SimNetwork::start(cfg, clock.clone()).await.unwrap();
-    let dir = std::env::temp_dir().join(format!(
-        "devshard-http-edge-{}-{}",
-        std::process::id(),
-        rand_suffix()
-    ));
-    let env: std::collections::BTreeMap<String, String> = [
-        ("DEVSHARD_LISTEN", "127.0.0.1:0".to_string()),
-        ("DEVSHARD_DATA_DIR", dir.display().to_string()),
-        ("DEVSHARD_PRIVATE_KEY", sim.gateway_key().secret_hex()),
-        ("DEVSHARD_CHAIN_REST_URL", sim.chain_url().to_string()),
-        ("DEVSHARD_PUBLIC_API_URL", sim.chain_url().to_string()),
-        ("DEVSHARD_ESCROWS", "42".to_string()),
-        ("DEVSHARD_ADMIN_API_KEY", "k".to_string()),
-        ("DEVSHARD_WORKERS", "1".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let config = Config::load(None, &env).unwrap();
-    let opts = StartOptions {
-        registry: None,
-        clock: Some(clock),
-    };
-    let gw = app::start_with(config, logging::discard(), opts)
-        .await
-        .unwrap();
-    (sim, gw, dir)
-}
-
-fn rand_suffix() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
-}
-
-async fn post(url: &str, body: &str) -> (u16, awc::http::header::HeaderMap, Vec<u8>) {
-    let client = awc::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .finish();
-    let mut resp = client
-        .post(format!("{url}/v1/chat/completions"))
-        .insert_header(("Content-Type", "application/json"))
-        .send_body(body.to_string())
-        .await
-        .unwrap();
-    let headers = resp.headers().clone();
-    let bytes = resp.body().limit(16 << 20).await.unwrap();
-    (resp.status().as_u16(), headers, bytes.to_vec())
-}
 
 async fn admin_sync(url: &str) -> serde_json::Value {
     let client = awc::Client::builder()
@@ -82,21 +20,6 @@ async fn admin_sync(url: &str) -> serde_json::Value {
     resp.json().await.unwrap()
 }
 
-/// The escrow actor's current nonce.
-async fn escrow_nonce(url: &str) -> u64 {
-    let client = awc::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .finish();
-    let mut resp = client
-        .get(format!("{url}/v1/admin/escrows/42"))
-        .insert_header(("Authorization", "Bearer k"))
-        .send()
-        .await
-        .unwrap();
-    let v: serde_json::Value = resp.json().await.unwrap();
-    v["snapshot"]["nonce"].as_u64().unwrap()
-}
-
 /// The data payloads of an SSE body, without `[DONE]`.
 fn payloads(sse: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(sse)
@@ -109,9 +32,10 @@ fn payloads(sse: &[u8]) -> Vec<String> {
 
 #[actix_rt::test]
 async fn streamed_bytes_are_exactly_the_hosts_chunks_and_usage_is_right() {
-    let (sim, gw, dir) = start(3).await;
+    let l = live::start("http-edge", 3, &[], |_| {}).await;
+    let (sim, url) = (&l.sim, l.url().to_string());
     let (status, headers, body) = post(
-        &gw.url,
+        &url,
         r#"{"stream":true,"max_tokens":20,"messages":[{"role":"user","content":"exact bytes"}]}"#,
     )
     .await;
@@ -128,12 +52,8 @@ async fn streamed_bytes_are_exactly_the_hosts_chunks_and_usage_is_right() {
     );
     // The executor hashed exactly the payloads it streamed into its signed finish marker; the
     // gateway's bytes must hash to the same value.
-    let (_, _, _) = post(
-        &gw.url,
-        r#"{"messages":[{"role":"user","content":"next"}]}"#,
-    )
-    .await;
-    admin_sync(&gw.url).await;
+    let (_, _, _) = post(&url, r#"{"messages":[{"role":"user","content":"next"}]}"#).await;
+    admin_sync(&url).await;
     let view = sim.host_view(1, "42").unwrap();
     let record = view
         .state
@@ -146,23 +66,19 @@ async fn streamed_bytes_are_exactly_the_hosts_chunks_and_usage_is_right() {
         "client bytes == host bytes"
     );
     assert_eq!(record.output_tokens, 20);
-    gw.stop(true).await.unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    l.stop().await;
 }
 
 #[actix_rt::test]
 async fn a_whole_answer_is_the_hosts_completion_and_bad_input_consumes_no_nonce() {
-    let (sim, gw, dir) = start(3).await;
-    let (status, _, body) = post(
-        &gw.url,
-        r#"{"messages":[{"role":"user","content":"whole"}]}"#,
-    )
-    .await;
+    let l = live::start("http-edge", 3, &[], |_| {}).await;
+    let (sim, url) = (&l.sim, l.url().to_string());
+    let (status, _, body) = post(&url, r#"{"messages":[{"role":"user","content":"whole"}]}"#).await;
     assert_eq!(status, 200);
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["object"], "chat.completion");
     assert!(v["usage"]["total_tokens"].as_u64().unwrap() > 0);
-    let before = escrow_nonce(&gw.url).await;
+    let before = escrow_nonce(&url).await;
     let big = format!(
         r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#,
         "x".repeat(5 << 20)
@@ -184,7 +100,7 @@ async fn a_whole_answer_is_the_hosts_completion_and_bad_input_consumes_no_nonce(
         ),
         (big.as_str(), 413),
     ] {
-        let (status, _, body) = post(&gw.url, bad).await;
+        let (status, _, body) = post(&url, bad).await;
         assert_eq!(status, want, "{}", String::from_utf8_lossy(&body));
         let err: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert!(
@@ -194,14 +110,13 @@ async fn a_whole_answer_is_the_hosts_completion_and_bad_input_consumes_no_nonce(
             "{err}"
         );
     }
-    let after = escrow_nonce(&gw.url).await;
+    let after = escrow_nonce(&url).await;
     assert_eq!(before, after, "bad input consumed no nonce");
     let max = (0..3)
         .map(|i| sim.host_view(i, "42").map_or(0, |v| v.latest_nonce))
         .max();
     assert_eq!(max, Some(after), "no host saw anything new either");
-    gw.stop(true).await.unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    l.stop().await;
 }
 
 async fn admin_get(url: &str, path: &str, key: Option<&str>) -> (u16, serde_json::Value) {
@@ -225,7 +140,8 @@ async fn admin_get(url: &str, path: &str, key: Option<&str>) -> (u16, serde_json
 
 #[actix_rt::test]
 async fn debug_endpoints_show_every_actor_and_repairs_without_secrets() {
-    let (sim, gw, dir) = start(3).await;
+    let l = live::start("http-edge", 3, &[], |_| {}).await;
+    let (sim, url) = (&l.sim, l.url().to_string());
     // Nonce 1 → host 1 lies about its state once: a repair starts.
     sim.set_faults(
         1,
@@ -237,12 +153,12 @@ async fn debug_endpoints_show_every_actor_and_repairs_without_secrets() {
     )
     .unwrap();
     let (status, _, _) = post(
-        &gw.url,
+        &url,
         r#"{"stream":true,"messages":[{"role":"user","content":"x"}]}"#,
     )
     .await;
     assert_eq!(status, 200);
-    let (status, all) = admin_get(&gw.url, "/v1/debug/actors", Some("k")).await;
+    let (status, all) = admin_get(&url, "/v1/debug/actors", Some("k")).await;
     assert_eq!(status, 200);
     let kinds: Vec<&str> = all["data"]
         .as_array()
@@ -253,13 +169,13 @@ async fn debug_endpoints_show_every_actor_and_repairs_without_secrets() {
     for k in ["directory", "escrow", "participant"] {
         assert!(kinds.contains(&k), "{k} listed: {kinds:?}");
     }
-    let (_, escrows) = admin_get(&gw.url, "/v1/debug/actors?kind=escrow", Some("k")).await;
+    let (_, escrows) = admin_get(&url, "/v1/debug/actors?kind=escrow", Some("k")).await;
     assert!(escrows["data"]
         .as_array()
         .unwrap()
         .iter()
         .all(|a| a["kind"] == "escrow"));
-    let (status, one) = admin_get(&gw.url, "/v1/debug/escrows/42", Some("k")).await;
+    let (status, one) = admin_get(&url, "/v1/debug/escrows/42", Some("k")).await;
     assert_eq!(status, 200);
     assert!(one["state"]["nonce"].as_u64().unwrap() >= 2);
     let repairs = one["repairs"].as_array().unwrap();
@@ -268,13 +184,12 @@ async fn debug_endpoints_show_every_actor_and_repairs_without_secrets() {
         repairs[0]["blocked_since_ms"].as_i64().is_some()
             && repairs[0]["next_tick_ms"].as_i64().is_some()
     );
-    let (status, _) = admin_get(&gw.url, "/v1/debug/actors", None).await;
+    let (status, _) = admin_get(&url, "/v1/debug/actors", None).await;
     assert_eq!(status, 401);
     let text = all.to_string();
     assert!(
         !text.contains(&sim.gateway_key().secret_hex()),
         "no private key in debug output"
     );
-    gw.stop(true).await.unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    l.stop().await;
 }
