@@ -141,6 +141,8 @@ pub struct EscrowActor {
     pub(super) panic_mode: bool,
     /// One repair actor per diverged participant (HEALTH.md §6).
     pub(super) repairs: BTreeMap<Address, TrackedAddr<RepairActor>>,
+    /// Diffs encoded once for the request bodies that carry them.
+    pub(super) wire: super::wire_cache::WireDiffs,
     /// Diverged participants whose repair gave up (still withheld).
     pub(super) gave_up: BTreeSet<Address>,
     /// Told when this actor stops, so the directory can respawn it.
@@ -192,6 +194,7 @@ impl EscrowActor {
             budget,
             panic_mode: false,
             repairs: BTreeMap::new(),
+            wire: super::wire_cache::WireDiffs::default(),
             gave_up: BTreeSet::new(),
             on_stop: None,
             retired: false,

@@ -17,6 +17,7 @@ pub mod session;
 mod settle;
 mod sync;
 mod timeouts;
+mod wire_cache;
 
 pub use actor::{EscrowActor, EscrowDeps, HostHealth};
 pub use config::EscrowConfig;

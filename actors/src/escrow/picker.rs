@@ -22,12 +22,7 @@ use super::{
     session::StartParams,
 };
 use crate::{
-    protocol::{
-        auth,
-        diff::Diff,
-        state::Phase,
-        wire::{DiffJson, InferenceRequest, PayloadJson},
-    },
+    protocol::{auth, diff::Diff, state::Phase, wire::PayloadJson},
     stats::timers,
     store::Ack,
 };
@@ -334,26 +329,19 @@ impl EscrowActor {
         let (before, last) = pending.split_at(split);
         let mut prelude = Vec::new();
         for part in before.chunks(chunk) {
-            let request = InferenceRequest {
-                diffs: part.iter().map(|d| DiffJson::from_diff(d)).collect(),
-                nonce: part.last().map_or(0, |d| d.nonce),
-                payload: None,
-                stream: None,
-            };
-            prelude.push(self.sign_body(&request, now_unix)?);
+            let last_nonce = part.last().map_or(0, |d| d.nonce);
+            let body = self.wire.body(part.iter().map(|d| &**d), last_nonce, None);
+            prelude.push(self.sign_bytes(body, now_unix)?);
         }
-        let request = InferenceRequest {
-            diffs: last.iter().map(|d| DiffJson::from_diff(d)).collect(),
-            nonce,
-            payload: Some(payload),
-            stream: None,
-        };
+        let body = self
+            .wire
+            .body(last.iter().map(|d| &**d), nonce, Some(&payload));
         Ok(NonceGrant {
             nonce,
             host: host.address.clone(),
             url: info.session_url(host, "chat/completions"),
             prelude,
-            request: self.sign_body(&request, now_unix)?,
+            request: self.sign_bytes(body, now_unix)?,
             preference: self.preference(&host.address),
             hedge_due_ms: primary
                 .then(|| self.hedge_due(&host.address, input_bytes, self.now_ms()))
@@ -362,13 +350,13 @@ impl EscrowActor {
         })
     }
 
-    /// Serialises and signs a request body for this escrow.
-    pub(super) fn sign_body(
+    /// Signs an already serialised request body for this escrow.
+    pub(super) fn sign_bytes(
         &self,
-        request: &InferenceRequest,
+        body: Result<Vec<u8>, serde_json::Error>,
         now_unix: i64,
     ) -> Result<SignedBody, EscrowError> {
-        let body = serde_json::to_vec(request).map_err(|e| EscrowError::Protocol(e.to_string()))?;
+        let body = body.map_err(|e| EscrowError::Protocol(e.to_string()))?;
         let headers = auth::sign_request(
             &self.key,
             self.escrow_id(),

@@ -8,10 +8,7 @@ use slog::{info, warn};
 
 use super::{actor::EscrowActor, messages::TriggerRepair, session::SessionError};
 use crate::{
-    protocol::{
-        crypto::Address,
-        wire::{DiffJson, InferenceRequest},
-    },
+    protocol::crypto::Address,
     repair::{
         messages::{
             PlanRepair, RepairGaveUp, RepairNow, RepairPlan, RepairStep, RepairVerdict, StopRepair,
@@ -88,13 +85,9 @@ impl Handler<PlanRepair> for EscrowActor {
         let now = self.clock.now_unix();
         let mut chunks = Vec::new();
         for part in diffs.chunks(self.cfg.catch_up_chunk.max(1)) {
-            let request = InferenceRequest {
-                diffs: part.iter().map(|d| DiffJson::from_diff(d)).collect(),
-                nonce: part.last().map_or(0, |d| d.nonce),
-                payload: None,
-                stream: None,
-            };
-            chunks.push(self.sign_body(&request, now).map_err(|e| e.to_string())?);
+            let last_nonce = part.last().map_or(0, |d| d.nonce);
+            let body = self.wire.body(part.iter().map(|d| &**d), last_nonce, None);
+            chunks.push(self.sign_bytes(body, now).map_err(|e| e.to_string())?);
         }
         Ok(RepairPlan {
             chat_url: info.session_url(host, "chat/completions"),

@@ -7,6 +7,9 @@
 //! (Go `omitempty`) and decode `""`/`null` to `None`.
 
 pub mod b64;
+mod request;
+
+pub use request::{encode_diff, encode_inference_request, encode_inference_request_slow};
 
 use std::collections::BTreeMap;
 

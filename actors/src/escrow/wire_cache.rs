@@ -1,0 +1,88 @@
+//! The escrow's encoded diffs: each diff's wire JSON, encoded once and spliced into every request
+//! body that carries it (a lagging host is re-sent every diff it has not acknowledged, so under
+//! load one diff travels in many requests). Bounded to the [`CAPACITY`] newest nonces; an older
+//! diff (a host catching up from far behind) is encoded again when needed.
+
+use std::{cell::RefCell, collections::BTreeMap};
+
+use bytes::Bytes;
+
+use crate::protocol::{diff::Diff, wire};
+
+/// Encoded diffs kept (the newest nonces).
+pub const CAPACITY: usize = 4_096;
+
+/// See the module docs. Interior mutability: filled while building bodies from `&self`.
+#[derive(Debug, Default)]
+pub struct WireDiffs {
+    encoded: RefCell<BTreeMap<u64, Bytes>>,
+}
+
+impl WireDiffs {
+    /// The wire JSON of `diff`, from the cache when present.
+    pub fn get(&self, diff: &Diff) -> Result<Bytes, serde_json::Error> {
+        if let Some(b) = self.encoded.borrow().get(&diff.nonce) {
+            return Ok(b.clone());
+        }
+        let bytes = wire::encode_diff(diff)?;
+        let mut cache = self.encoded.borrow_mut();
+        if cache.len() >= CAPACITY {
+            if cache
+                .keys()
+                .next()
+                .is_some_and(|oldest| *oldest > diff.nonce)
+            {
+                // Older than everything kept: do not evict a newer diff for it.
+                return Ok(bytes);
+            }
+            cache.pop_first();
+        }
+        cache.insert(diff.nonce, bytes.clone());
+        Ok(bytes)
+    }
+
+    /// A request body carrying `diffs` (and `payload`): see [`wire::encode_inference_request`].
+    pub fn body<'a>(
+        &self,
+        diffs: impl IntoIterator<Item = &'a Diff>,
+        nonce: u64,
+        payload: Option<&wire::PayloadJson>,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        let encoded = diffs
+            .into_iter()
+            .map(|d| self.get(d))
+            .collect::<Result<Vec<_>, _>>()?;
+        wire::encode_inference_request(&encoded, nonce, payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::crypto::SigningKey;
+
+    fn diff(nonce: u64, key: &SigningKey) -> Diff {
+        Diff::sign(nonce, Vec::new(), "42", [1; 32], key)
+    }
+
+    #[test]
+    fn bodies_match_serde_and_the_cache_stays_bounded() {
+        let key = SigningKey::from_bytes(&[5u8; 32]).unwrap();
+        let cache = WireDiffs::default();
+        let diffs: Vec<Diff> = (1..=3).map(|n| diff(n, &key)).collect();
+        let refs: Vec<&Diff> = diffs.iter().collect();
+        let body = cache.body(diffs.iter(), 3, None).unwrap();
+        assert_eq!(
+            body,
+            wire::encode_inference_request_slow(&refs, 3, None).unwrap()
+        );
+        for n in 4..(CAPACITY as u64 + 10) {
+            cache.get(&diff(n, &key)).unwrap();
+        }
+        assert_eq!(cache.encoded.borrow().len(), CAPACITY);
+        // An old diff is still encoded correctly, without evicting a newer one.
+        let old = cache.get(&diffs[0]).unwrap();
+        assert_eq!(old, wire::encode_diff(&diffs[0]).unwrap());
+        assert!(!cache.encoded.borrow().contains_key(&1));
+    }
+}
