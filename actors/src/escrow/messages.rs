@@ -88,6 +88,17 @@ pub struct NonceGrant {
     pub hedge_due_ms: Option<i64>,
     /// A Healthy host exists in this escrow (probation attempts get paired with one).
     pub healthy_available: bool,
+    /// What the host's receipt and state signature are checked against, so the attempt can
+    /// recover their signers on its own thread (see `race/prewarm.rs`).
+    pub verify: VerifyContext,
+}
+
+/// The escrow facts an attempt needs to pre-recover its host's signatures.
+#[derive(Debug, Clone)]
+pub struct VerifyContext {
+    pub escrow_id: Arc<str>,
+    /// This nonce's `MsgStartInference` (the receipt signs over it).
+    pub start: Option<crate::protocol::proto::MsgStartInference>,
 }
 
 /// A receipt event arrived on an attempt (processed at once: sync nonce, signatures, confirm).

@@ -17,7 +17,7 @@ use super::{
     attempt::AttemptTimings,
     error::EscrowError,
     info::HostEndpoint,
-    messages::{AttemptKind, NonceGrant, RaceGone, RequestNonce, SignedBody},
+    messages::{AttemptKind, NonceGrant, RaceGone, RequestNonce, SignedBody, VerifyContext},
     nonces::{NonceEntry, NonceState},
     session::StartParams,
 };
@@ -347,6 +347,10 @@ impl EscrowActor {
                 .then(|| self.hedge_due(&host.address, input_bytes, self.now_ms()))
                 .flatten(),
             healthy_available: self.healthy_available(),
+            verify: VerifyContext {
+                escrow_id: Arc::from(self.escrow_id()),
+                start: self.session.start_of(nonce),
+            },
         })
     }
 

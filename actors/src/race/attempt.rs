@@ -216,6 +216,7 @@ impl AttemptTask {
                     self.race.do_send(ReceiptSeen { idx: self.idx });
                 }
                 p.timings.receipt_ms.get_or_insert(now);
+                super::prewarm::receipt(&self.grant.verify, self.grant.nonce, &receipt);
                 let msg = AttemptReceipt {
                     nonce: self.grant.nonce,
                     catch_up: false,
@@ -258,7 +259,10 @@ impl AttemptTask {
                     self.deliver(p).await;
                 }
             }
-            HostEvent::Meta(txs) => p.mempool = Some(txs),
+            HostEvent::Meta(txs) => {
+                super::prewarm::mempool(&txs);
+                p.mempool = Some(txs);
+            }
             HostEvent::Malformed(m) if m.kind == MalformedKind::TooLarge => {
                 return Some(AttemptEnd::Host(HostError::Decode(m.reason)));
             }

@@ -8,6 +8,7 @@ mod crown;
 mod errors;
 mod handlers;
 pub mod messages;
+mod prewarm;
 
 pub use actor::RaceActor;
 pub use api::{AttemptRecord, RaceError, RaceLimits, RaceReply, RaceReport, RaceSpec, RaceStart};
