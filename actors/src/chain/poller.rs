@@ -40,7 +40,7 @@ use super::{
 };
 use crate::{
     clock::SharedClock,
-    stats::{timers, tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor},
+    stats::{timers, tracked_actor, ActorRegistry, Kind, StatsSlot},
 };
 
 /// The poller's id in the actor registry (one per process).
@@ -222,13 +222,7 @@ impl Actor for ChainPoller {
     }
 }
 
-impl TrackedActor for ChainPoller {
-    fn stats(&self) -> &Arc<ActorStats> {
-        &self.stats
-    }
-}
-
-tracked_handlers!(ChainPoller);
+tracked_actor!(ChainPoller);
 
 impl Handler<GetSnapshot> for ChainPoller {
     type Result = MessageResult<GetSnapshot>;

@@ -33,9 +33,7 @@ use crate::{
     participant::ParticipantActor,
     policy::settings::HealthSettings,
     protocol::crypto::{Address, SigningKey},
-    stats::{
-        tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor, TrackedAddr,
-    },
+    stats::{tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedAddr},
     store::{ns, SharedStore, StoreError},
 };
 pub use messages::*;
@@ -189,13 +187,7 @@ impl Actor for Directory {
     }
 }
 
-impl TrackedActor for Directory {
-    fn stats(&self) -> &Arc<ActorStats> {
-        &self.stats
-    }
-}
-
-tracked_handlers!(Directory);
+tracked_actor!(Directory);
 
 impl Handler<ParticipantOutcome> for Directory {
     type Result = ();

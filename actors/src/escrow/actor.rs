@@ -50,8 +50,7 @@ use crate::{
     repair::RepairActor,
     stats::{
         timers::{self, Timer},
-        tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor, TrackedAddr,
-        TrackedRecipient,
+        tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedAddr, TrackedRecipient,
     },
     store::{ns, SharedStore},
 };
@@ -292,13 +291,7 @@ impl Actor for EscrowActor {
     }
 }
 
-impl TrackedActor for EscrowActor {
-    fn stats(&self) -> &Arc<ActorStats> {
-        &self.stats
-    }
-}
-
-tracked_handlers!(EscrowActor);
+tracked_actor!(EscrowActor);
 
 impl Handler<Retire> for EscrowActor {
     type Result = ();

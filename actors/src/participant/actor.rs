@@ -36,8 +36,7 @@ use crate::{
     protocol::crypto::Address,
     stats::{
         timers::{self, Timer},
-        tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor,
-        TrackedRecipient,
+        tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedRecipient,
     },
     store::{ns, Ack, SharedStore},
 };
@@ -296,13 +295,7 @@ impl Actor for ParticipantActor {
     }
 }
 
-impl TrackedActor for ParticipantActor {
-    fn stats(&self) -> &Arc<ActorStats> {
-        &self.stats
-    }
-}
-
-tracked_handlers!(ParticipantActor);
+tracked_actor!(ParticipantActor);
 
 impl Handler<ParticipantOutcome> for ParticipantActor {
     type Result = ();

@@ -1,8 +1,6 @@
 //! The `RaceActor`'s handlers (attempt progress and ends, debug view) and its [`RaceReport`]:
 //! every nonce the race was granted and every attempt with its role, host, timing and result.
 
-use std::sync::Arc;
-
 use actix::prelude::*;
 use slog::info;
 
@@ -15,16 +13,10 @@ use super::{
 use crate::{
     escrow::{attempt::AttemptEnd, messages::AttemptKind},
     host::HostError,
-    stats::{tracked_handlers, ActorStats, Describe, TrackedActor},
+    stats::{tracked_actor, Describe},
 };
 
-impl TrackedActor for RaceActor {
-    fn stats(&self) -> &Arc<ActorStats> {
-        &self.stats
-    }
-}
-
-tracked_handlers!(RaceActor);
+tracked_actor!(RaceActor);
 
 impl Handler<ReceiptSeen> for RaceActor {
     type Result = ();

@@ -36,7 +36,7 @@ use crate::{
     },
     stats::{
         timers::{self, Timer},
-        tracked_handlers, ActorRegistry, ActorStats, Kind, StatsSlot, TrackedActor, TrackedAddr,
+        tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedAddr,
     },
 };
 
@@ -304,13 +304,7 @@ impl Actor for RepairActor {
     }
 }
 
-impl TrackedActor for RepairActor {
-    fn stats(&self) -> &Arc<ActorStats> {
-        &self.stats
-    }
-}
-
-tracked_handlers!(RepairActor);
+tracked_actor!(RepairActor);
 
 impl Handler<RepairNow> for RepairActor {
     type Result = ();

@@ -31,7 +31,7 @@ use std::{
 use actix::{Actor, AsyncContext, Context, Handler, Message, WeakRecipient};
 use serde::Serialize;
 
-pub(crate) use self::tracked::tracked_handlers;
+pub(crate) use self::tracked::tracked_actor;
 pub use self::tracked::{Tracked, TrackedAddr, TrackedRecipient, TrackedResponse};
 use crate::clock::SharedClock;
 

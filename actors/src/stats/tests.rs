@@ -18,13 +18,7 @@ impl Actor for Probe {
     type Context = Context<Self>;
 }
 
-impl TrackedActor for Probe {
-    fn stats(&self) -> &Arc<ActorStats> {
-        &self.stats
-    }
-}
-
-tracked_handlers!(Probe);
+tracked_actor!(Probe);
 
 #[derive(Message)]
 #[rtype(result = "u32")]

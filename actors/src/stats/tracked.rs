@@ -1,5 +1,5 @@
 //! Counted message delivery: [`Tracked<M>`] wraps a message with a ticket, [`TrackedAddr`] and
-//! [`TrackedRecipient`] send only tracked messages, and [`tracked_handlers!`] gives an actor a
+//! [`TrackedRecipient`] send only tracked messages, and [`tracked_actor!`] gives an actor a
 //! `Handler<Tracked<M>>` for every `M` it handles (a blanket impl over the actor type would break
 //! the orphan rules, hence one macro call per actor type).
 //!
@@ -87,9 +87,16 @@ where
     }
 }
 
-/// Implements `Handler<Tracked<M>>` for an actor type, for every `M` it handles.
-macro_rules! tracked_handlers {
+/// Makes an actor type tracked: [`super::TrackedActor`] (its stats live in a field named
+/// `stats`) and `Handler<Tracked<M>>` for every `M` it handles.
+macro_rules! tracked_actor {
     ($actor:ty) => {
+        impl $crate::stats::TrackedActor for $actor {
+            fn stats(&self) -> &::std::sync::Arc<$crate::stats::ActorStats> {
+                &self.stats
+            }
+        }
+
         impl<M> ::actix::Handler<$crate::stats::Tracked<M>> for $actor
         where
             M: ::actix::Message + 'static,
@@ -111,7 +118,7 @@ macro_rules! tracked_handlers {
         }
     };
 }
-pub(crate) use tracked_handlers;
+pub(crate) use tracked_actor;
 
 /// An actor's address that counts what it sends (same API as `Addr`).
 pub struct TrackedAddr<A: Actor> {
