@@ -17,6 +17,8 @@ mod chat;
 mod config;
 #[path = "edge/idempotency.rs"]
 mod idempotency;
+#[path = "gateway/live.rs"]
+mod live;
 #[path = "edge/openapi.rs"]
 mod openapi;
 #[path = "edge/operator.rs"]

@@ -5,51 +5,17 @@
 
 use std::time::Duration;
 
-use devshard_actors::clock::TokioClock;
-use devshard_gateway::{
-    app::{self, RunningGateway, StartOptions},
-    config::Config,
-    logging,
-    sim::{Profile, SimConfig, SimNetwork},
-};
+use devshard_gateway::sim::{Profile, SimConfig};
 use serde_json::Value;
 
-async fn start(profile: Profile) -> (SimNetwork, RunningGateway, std::path::PathBuf) {
+use crate::live::{self, Live};
+
+async fn start(profile: Profile) -> Live {
     let mut cfg = SimConfig::with_seed("edge-idempotency");
     cfg.hosts = 3;
     cfg.profile = profile;
-    let clock = TokioClock::new().shared();
-    let sim = SimNetwork::start(cfg, clock.clone()).await.unwrap();
-    let dir = std::env::temp_dir().join(format!(
-        "devshard-edge-idem-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let env: std::collections::BTreeMap<String, String> = [
-        ("DEVSHARD_LISTEN", "127.0.0.1:0".to_string()),
-        ("DEVSHARD_DATA_DIR", dir.display().to_string()),
-        ("DEVSHARD_PRIVATE_KEY", sim.gateway_key().secret_hex()),
-        ("DEVSHARD_CHAIN_REST_URL", sim.chain_url().to_string()),
-        ("DEVSHARD_PUBLIC_API_URL", sim.chain_url().to_string()),
-        ("DEVSHARD_ESCROWS", "42".to_string()),
-        ("DEVSHARD_ADMIN_API_KEY", "k".to_string()),
-        ("DEVSHARD_WORKERS", "2".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let config = Config::load(None, &env).unwrap();
-    let opts = StartOptions {
-        registry: None,
-        clock: Some(clock),
-    };
-    let gw = app::start_with(config, logging::discard(), opts)
-        .await
-        .unwrap();
-    (sim, gw, dir)
+    live::start_with(cfg, &[("DEVSHARD_WORKERS", "2")], |_| {}).await
 }
-
-static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn client() -> awc::Client {
     awc::Client::builder()
@@ -92,8 +58,8 @@ const STREAM: &str =
 
 #[actix_rt::test]
 async fn a_retry_with_the_same_key_replays_without_a_new_nonce() {
-    let (_sim, gw, dir) = start(Profile::Zero).await;
-    let url = gw.url.clone();
+    let l = start(Profile::Zero).await;
+    let url = l.url().to_string();
     let (s1, h1, b1) = post(&url, WHOLE, "key-1").await;
     assert_eq!(s1, 200, "{}", String::from_utf8_lossy(&b1));
     let after_first = nonce(&url).await;
@@ -145,15 +111,14 @@ async fn a_retry_with_the_same_key_replays_without_a_new_nonce() {
     assert_eq!(h5.get("content-type").unwrap(), "text/event-stream");
     assert_eq!(b4, b5);
     assert_eq!(nonce(&url).await, after_stream);
-    gw.stop(true).await.unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    l.stop().await;
 }
 
 #[actix_rt::test]
 async fn a_concurrent_duplicate_joins_the_running_request() {
     // Hosts with latency: the duplicate arrives while the first request is still racing.
-    let (_sim, gw, dir) = start(Profile::Default).await;
-    let url = gw.url.clone();
+    let l = start(Profile::Default).await;
+    let url = l.url().to_string();
     let before = nonce(&url).await;
     let t0 = std::time::Instant::now();
     let second = async {
@@ -180,8 +145,7 @@ async fn a_concurrent_duplicate_joins_the_running_request() {
         nonce(&url).await - mid,
         "the duplicate used no extra nonce"
     );
-    gw.stop(true).await.unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    l.stop().await;
 }
 
 fn record(id: &str, key: &str, fp: &str) -> devshard_gateway::app::accounting::Record {

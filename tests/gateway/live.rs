@@ -1,6 +1,6 @@
 //! The real gateway over HTTP (in-process server, real sockets, SQLite store in a temp dir)
 //! against the simulated network, for the operator-surface tests (debug listing, request
-//! accounting, load).
+//! accounting, load) and the HTTP-edge tests. Also compiled into `tests/edge.rs`.
 #![allow(dead_code)] // shared by several test modules; not each uses every helper
 
 use std::{
@@ -53,6 +53,16 @@ pub async fn start(
     let mut cfg = SimConfig::with_seed(seed);
     cfg.hosts = hosts;
     cfg.profile = Profile::Zero;
+    start_with(cfg, env, tweak).await
+}
+
+/// [`start`] with a simulator configured by the caller (latency profile, …).
+pub async fn start_with(
+    cfg: SimConfig,
+    env: &[(&str, &str)],
+    tweak: impl FnOnce(&mut Config),
+) -> Live {
+    let seed = cfg.seed.clone();
     let clock = TokioClock::new().shared();
     let sim = SimNetwork::start(cfg, clock.clone()).await.unwrap();
     let dir = std::env::temp_dir().join(format!(
