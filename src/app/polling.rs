@@ -10,7 +10,7 @@
 //! - **The poller**: started once at start when `public_api_url` is set, with one `HostGates`
 //!   and the chain metrics registered into the process registry. Its versions polls are scoped
 //!   to the hosts of the registered escrows (refreshed every [`SCOPE_REFRESH`]).
-//! - **The cached view**: a tiny [`ViewCache`] actor subscribed to the poller stores every pushed
+//! - **The cached view**: a tiny `ViewCache` actor subscribed to the poller stores every pushed
 //!   `Arc<ChainView>` in a `RwLock` shared by every worker thread. Reading it never sends a
 //!   request and never waits for an actor.
 

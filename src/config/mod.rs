@@ -1,4 +1,4 @@
-//! Configuration: a TOML file ([`RawConfig`]), then environment overrides ([`env`]), then
+//! Configuration: a TOML file ([`RawConfig`]), then environment overrides ([`env`](mod@env)), then
 //! validation into [`Config`], the only form the rest of the process sees.
 //!
 //! Precedence: environment > file > built-in defaults (named constants in [`raw`]); for the

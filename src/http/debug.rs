@@ -33,7 +33,7 @@ use devshard_actors::{
     escrow::messages::{GetRepairStates, GetSnapshot},
     participant::messages::{GetParticipant, ParticipantView},
     policy::settings::HealthSettings,
-    stats::{ActorStats, Describe, Kind, StatsView},
+    stats::{Describe, Kind, StatsView},
 };
 use futures::future::join_all;
 use serde_json::{json, Value};
@@ -261,19 +261,13 @@ async fn all_actors(state: &AppState, kind: Option<&str>) -> Vec<Value> {
     let probed = probe(state, kind).await;
     let now = state.clock.now_ms();
     // Read after the probes: participants the directory started for them are listed too.
-    let listed: Vec<Arc<ActorStats>> = state
-        .actors
-        .list()
-        .into_iter()
-        .filter(|s| wants(kind, s.kind()))
-        .collect();
-    let views: Vec<StatsView> = listed.iter().map(|s| s.view(now)).collect();
-    let races = state
-        .actors
-        .list()
+    let all = state.actors.list();
+    let races = all.iter().filter(|s| s.kind() == Kind::Race).count();
+    let views: Vec<StatsView> = all
         .iter()
-        .filter(|s| s.kind() == Kind::Race)
-        .count();
+        .filter(|s| wants(kind, s.kind()))
+        .map(|s| s.view(now))
+        .collect();
     let mut out: Vec<Value> = views
         .iter()
         .map(|s| entry(s, &probed, races, now))

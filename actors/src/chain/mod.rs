@@ -8,7 +8,7 @@
 //! - [`budget`]: [`HostGates`], the per-host sliding-window budget and back-off gate shared by
 //!   every poller; [`backoff`]: `Retry-After` parsing and exponential back-off (pure).
 //! - [`snapshot`]: the parsed API answers; [`view`]: [`ChainView`], what everyone reads.
-//! - [`admission`]: the pure phase-gating decision for a new request.
+//! - [`admission`](mod@admission): the pure phase-gating decision for a new request.
 //! - [`ChainPoller`] (`poller.rs`, `schedule.rs`, `apply.rs`): the actor; [`messages`] its API.
 //! - [`metrics`]: `chain_poll_requests_total`, `chain_snapshot_age_seconds`,
 //!   `chain_poll_backoff_seconds`, …

@@ -1,6 +1,6 @@
 //! The chain as the gateway last saw it ([`ChainView`]): last-known-good snapshots with their
 //! ages and staleness bounds, the poll schedule, and each host's budget and back-off. This is
-//! what `GetSnapshot` returns, what subscribers receive, what [`admission`](super::admission)
+//! what `GetSnapshot` returns, what subscribers receive, what [`admission`](mod@super::admission)
 //! reads and what `/v1/debug/actors` shows.
 //!
 //! Block time is estimated from successive `block_height` observations ([`BlockClock`]); with it

@@ -327,12 +327,7 @@ impl EscrowActor {
         let pending: Vec<Arc<Diff>> = self.session.catch_up(&host.address, usize::MAX);
         let split = pending.len().saturating_sub(chunk);
         let (before, last) = pending.split_at(split);
-        let mut prelude = Vec::new();
-        for part in before.chunks(chunk) {
-            let last_nonce = part.last().map_or(0, |d| d.nonce);
-            let body = self.wire.body(part.iter().map(|d| &**d), last_nonce, None);
-            prelude.push(self.sign_bytes(body, now_unix)?);
-        }
+        let prelude = self.catch_up_chunks(before, now_unix)?;
         let body = self
             .wire
             .body(last.iter().map(|d| &**d), nonce, Some(&payload));
@@ -352,6 +347,23 @@ impl EscrowActor {
                 start: self.session.start_of(nonce),
             },
         })
+    }
+
+    /// Signed payload-less catch-up sends of `diffs`, `catch_up_chunk` diffs each,
+    /// each targeting the last nonce it carries.
+    pub(super) fn catch_up_chunks(
+        &self,
+        diffs: &[Arc<Diff>],
+        now_unix: i64,
+    ) -> Result<Vec<SignedBody>, EscrowError> {
+        diffs
+            .chunks(self.cfg.catch_up_chunk.max(1))
+            .map(|part| {
+                let last_nonce = part.last().map_or(0, |d| d.nonce);
+                let body = self.wire.body(part.iter().map(|d| &**d), last_nonce, None);
+                self.sign_bytes(body, now_unix)
+            })
+            .collect()
     }
 
     /// Signs an already serialised request body for this escrow.

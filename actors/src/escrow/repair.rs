@@ -83,12 +83,9 @@ impl Handler<PlanRepair> for EscrowActor {
                 d.nonce
             });
         let now = self.clock.now_unix();
-        let mut chunks = Vec::new();
-        for part in diffs.chunks(self.cfg.catch_up_chunk.max(1)) {
-            let last_nonce = part.last().map_or(0, |d| d.nonce);
-            let body = self.wire.body(part.iter().map(|d| &**d), last_nonce, None);
-            chunks.push(self.sign_bytes(body, now).map_err(|e| e.to_string())?);
-        }
+        let chunks = self
+            .catch_up_chunks(&diffs, now)
+            .map_err(|e| e.to_string())?;
         Ok(RepairPlan {
             chat_url: info.session_url(host, "chat/completions"),
             signatures_url: info.session_url(host, "signatures"),

@@ -8,7 +8,7 @@
 //!   dependencies, so every test world has its own). An actor registers when it is built and
 //!   leaves when it is dropped ([`StatsSlot`]), panics included; a respawned actor starts with
 //!   fresh stats.
-//! - [`TrackedAddr`] / [`TrackedRecipient`] ([`tracked`]): what senders hold instead of
+//! - [`TrackedAddr`] / [`TrackedRecipient`] (`tracked.rs`): what senders hold instead of
 //!   `Addr`/`Recipient`; every message travels as [`Tracked<M>`] with a ticket that counts it in
 //!   when sent and out when the mailbox lets go of it (handled, skipped because its requester left,
 //!   or dropped), so `mailbox_depth = enqueued − dequeued` is exact.

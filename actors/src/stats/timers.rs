@@ -25,11 +25,6 @@ impl Timer {
         stats.disarm_timer(&self.name, self.generation);
         ctx.cancel_future(self.handle);
     }
-
-    /// The timer's name in the stats.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
 }
 
 fn due_ms(stats: &ActorStats, delay: Duration) -> i64 {

@@ -9,7 +9,9 @@
 pub mod b64;
 mod request;
 
-pub use request::{encode_diff, encode_inference_request, encode_inference_request_slow};
+#[cfg(test)]
+pub(crate) use request::encode_inference_request_slow;
+pub use request::{encode_diff, encode_inference_request};
 
 use std::collections::BTreeMap;
 

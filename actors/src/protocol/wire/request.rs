@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use super::{DiffJson, InferenceRequest, PayloadJson};
+use super::{DiffJson, PayloadJson};
 use crate::protocol::diff::Diff;
 
 /// One diff as its wire JSON object.
@@ -46,13 +46,14 @@ pub fn encode_inference_request(
     Ok(out)
 }
 
-/// The same body through `serde_json` (reference for the tests and the rare uncached path).
-pub fn encode_inference_request_slow(
+/// The same body through `serde_json` (the reference the tests compare against).
+#[cfg(test)]
+pub(crate) fn encode_inference_request_slow(
     diffs: &[&Diff],
     nonce: u64,
     payload: Option<PayloadJson>,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    serde_json::to_vec(&InferenceRequest {
+    serde_json::to_vec(&super::InferenceRequest {
         diffs: diffs.iter().map(|d| DiffJson::from_diff(d)).collect(),
         nonce,
         payload,
@@ -103,7 +104,7 @@ mod tests {
         }
         let empty = encode_inference_request(&[], 7, None).unwrap();
         assert_eq!(empty, encode_inference_request_slow(&[], 7, None).unwrap());
-        let back: InferenceRequest = serde_json::from_slice(&empty).unwrap();
+        let back: crate::protocol::wire::InferenceRequest = serde_json::from_slice(&empty).unwrap();
         assert_eq!(back.nonce, 7);
     }
 }
