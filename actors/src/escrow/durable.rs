@@ -13,7 +13,6 @@ use slog::{debug, error, warn};
 use tokio::sync::oneshot;
 
 use super::{
-    attempt::AttemptTimings,
     error::EscrowError,
     hedging,
     info::HostEndpoint,
@@ -26,6 +25,7 @@ use super::{
     EscrowDeps,
 };
 use crate::{
+    outcome::AttemptTimings,
     protocol::{canonical, crypto::Address, diff::Diff, wire::PayloadJson},
     store::{ns, Ack, StoreError},
 };
