@@ -65,6 +65,8 @@ pub struct EdgeLimits {
     pub default_model: Option<String>,
     pub max_body_bytes: usize,
     pub race: RaceLimits,
+    /// Fields forced upstream, per model.
+    pub shaping: crate::config::operator::ShapingConfig,
 }
 
 /// Everything a handler needs (cheap to clone: handles and `Arc`s). Never holds the key itself,
@@ -145,6 +147,7 @@ impl AppState {
                 default_model: config.default_model.clone(),
                 max_body_bytes: config.max_body_bytes,
                 race: config.race,
+                shaping: config.shaping.clone(),
             },
             auth: Auth {
                 admin: config.admin_api_key.clone(),

@@ -13,7 +13,7 @@ use devshard_actors::clock::SharedClock;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use super::{error::ApiError, sse::InFlight, sse::EVENT_STREAM};
+use super::{error::ApiError, shaping::Strip, sse::InFlight, sse::EVENT_STREAM};
 use crate::{
     app::accounting::{Accounting, Outcome, Stored},
     app::AppState,
@@ -215,12 +215,14 @@ impl Drop for Tee {
     }
 }
 
-/// 200 `text/event-stream` of `rx` (as `sse::stream_response`), recording the bytes.
+/// 200 `text/event-stream` of `rx` (as `sse::stream_response`), stripped of what the client did
+/// not ask for ([`Strip`]), recording the bytes.
 pub fn recording_stream(
     rx: mpsc::Receiver<Bytes>,
     in_flight: InFlight,
     state: &AppState,
     request_id: &str,
+    strip: Strip,
 ) -> HttpResponse {
     let tee = Tee {
         acc: state.accounting.clone(),
@@ -231,9 +233,10 @@ pub fn recording_stream(
         finished: false,
         _in_flight: in_flight,
     };
-    let body = futures::stream::unfold((rx, tee), |(mut rx, mut tee)| async move {
+    let body = futures::stream::unfold((rx, tee), move |(mut rx, mut tee)| async move {
         match rx.recv().await {
             Some(chunk) => {
+                let chunk = strip.event(chunk);
                 tee.push(&chunk);
                 Some((Ok::<Bytes, Infallible>(chunk), (rx, tee)))
             }

@@ -13,7 +13,9 @@ pub mod accounting;
 pub mod admin;
 pub mod debug;
 pub mod error;
+pub mod filter;
 pub mod gate;
+pub mod messages;
 pub mod normalize;
 pub mod openai;
 pub mod openapi;
@@ -21,6 +23,7 @@ pub mod operator;
 pub mod ops;
 pub mod participants;
 pub mod settings;
+pub mod shaping;
 pub mod sse;
 pub mod ui;
 
