@@ -98,13 +98,15 @@ fn check_message(i: usize, m: &Value) -> Result<(), ApiError> {
         Some(Value::String(_)) => {}
         Some(Value::Array(parts)) => check_parts(&at, parts)?,
         None | Some(Value::Null) if role == "assistant" && has_tool_calls => {}
-        None | Some(Value::Null) => return Err(invalid(
-            format!("{at}.content"),
-            "missing_required_parameter",
-            format!(
+        None | Some(Value::Null) => {
+            return Err(invalid(
+                format!("{at}.content"),
+                "missing_required_parameter",
+                format!(
                 "`{at}.content` is required (null only for an assistant message with tool_calls)"
             ),
-        )),
+            ))
+        }
         Some(_) => {
             return Err(invalid(
                 format!("{at}.content"),
