@@ -65,6 +65,8 @@ pub struct EdgeLimits {
     pub default_model: Option<String>,
     pub max_body_bytes: usize,
     pub race: RaceLimits,
+    /// The concurrent-race limit (`/v1/status`).
+    pub max_concurrent_races: usize,
     /// Fields forced upstream, per model.
     pub shaping: crate::config::operator::ShapingConfig,
 }
@@ -147,6 +149,7 @@ impl AppState {
                 default_model: config.default_model.clone(),
                 max_body_bytes: config.max_body_bytes,
                 race: config.race,
+                max_concurrent_races: config.max_concurrent_races,
                 shaping: config.shaping.clone(),
             },
             auth: Auth {

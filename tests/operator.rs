@@ -7,5 +7,7 @@
 mod live;
 #[path = "operator/shaping.rs"]
 mod shaping;
+#[path = "operator/status.rs"]
+mod status;
 #[path = "operator/validation.rs"]
 mod validation;

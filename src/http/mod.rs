@@ -25,6 +25,7 @@ pub mod participants;
 pub mod settings;
 pub mod shaping;
 pub mod sse;
+pub mod status;
 pub mod ui;
 
 use std::sync::atomic::Ordering;
@@ -60,6 +61,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         web::resource("/v1/requests/{request_id}")
             .wrap(from_fn(admin::require_admin))
             .route(web::get().to(accounting::get_request))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/v1/status")
+            .route(web::get().to(status::status))
             .default_service(web::to(method_not_allowed)),
     )
     .service(

@@ -91,6 +91,7 @@ fn ops() -> Vec<Op> {
     vec![
         op("post", "/v1/chat/completions", "OpenAI chat completion (JSON, or SSE with stream=true). Optional Idempotency-Key header.", Model, Some(chat_body()), ("200", obj())),
         op("get", "/v1/models", "Served models", Open, None, ("200", list())),
+        op("get", "/v1/status", "The Go gateway's gateway-mode status: {mode, runtimes, devshards[], limiter, capacity} (fields without an honest figure are omitted)", Open, None, ("200", obj())),
         op("get", "/healthz", "Liveness", Open, None, ("200", obj())),
         op("get", "/readyz", "Readiness (503 until an escrow is routable)", Open, None, ("200", obj())),
         op("get", "/metrics", "Prometheus metrics (text)", Open, None, ("200", json!({"type": "string"}))),

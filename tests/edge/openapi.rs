@@ -15,6 +15,7 @@ const SERVED: &[(&str, &str)] = &[
     ("get", "/metrics"),
     ("get", "/debug/ui"),
     ("get", "/openapi.json"),
+    ("get", "/v1/status"),
     ("get", "/v1/requests/{request_id}"),
     ("get", "/v1/admin/state"),
     ("get", "/v1/admin/escrows"),
