@@ -7,6 +7,8 @@
 mod live;
 #[path = "operator/shaping.rs"]
 mod shaping;
+#[path = "operator/startup.rs"]
+mod startup;
 #[path = "operator/status.rs"]
 mod status;
 #[path = "operator/validation.rs"]

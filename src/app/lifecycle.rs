@@ -203,29 +203,7 @@ pub async fn start_with(
             log: log.clone(),
         },
     );
-    escrows::register_configured(
-        &state.chain,
-        &directory,
-        &shared,
-        &state.signer,
-        &config.escrows,
-        &log,
-    )
-    .await;
-
-    let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
-        addr: config.listen,
-        reason: e.to_string(),
-    })?;
-    // Accepted sockets inherit TCP_NODELAY from the listener (Linux): without it, a streamed
-    // answer's first chunk waits for the client's delayed ACK of the response head (~40 ms).
-    if let Err(e) = socket2::SockRef::from(&listener).set_tcp_nodelay(true) {
-        warn!(log, "TCP_NODELAY not set on the listener"; "error" => %e);
-    }
-    let addr = listener.local_addr().map_err(|e| AppError::Bind {
-        addr: config.listen,
-        reason: e.to_string(),
-    })?;
+    // The poller first: registration takes the participants from its first snapshot.
     let poller = match &config.chain.public_api_url {
         Some(api) => Some(state.polling.start_poller(
             api,
@@ -240,6 +218,31 @@ pub async fn start_with(
         )?),
         None => None,
     };
+    escrows::register_configured(
+        &state.chain,
+        &directory,
+        &shared,
+        &state.signer,
+        &state.polling,
+        &config.escrows,
+        &log,
+    )
+    .await;
+    state.polling.refresh_scope();
+
+    let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
+        addr: config.listen,
+        reason: e.to_string(),
+    })?;
+    // Accepted sockets inherit TCP_NODELAY from the listener (Linux): without it, a streamed
+    // answer's first chunk waits for the client's delayed ACK of the response head (~40 ms).
+    if let Err(e) = socket2::SockRef::from(&listener).set_tcp_nodelay(true) {
+        warn!(log, "TCP_NODELAY not set on the listener"; "error" => %e);
+    }
+    let addr = listener.local_addr().map_err(|e| AppError::Bind {
+        addr: config.listen,
+        reason: e.to_string(),
+    })?;
     let grace = config.shutdown_grace.as_secs();
     let factory_state = state.clone();
     let server = HttpServer::new(move || build_app(factory_state.clone()))
