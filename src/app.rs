@@ -6,6 +6,7 @@
 //! [`polling`]: the chain poller, its cached view and the chain poll settings in force.
 
 pub mod accounting;
+pub mod ledger;
 mod lifecycle;
 pub mod polling;
 
@@ -106,6 +107,8 @@ pub struct AppState {
     pub accounting: crate::app::accounting::Accounting,
     /// Escrows an admin deactivated (skipped by new requests; see `http::operator`).
     pub deactivated: http::operator::Deactivated,
+    /// The cost ledger (`None` until the process opened it: tests that build a bare state).
+    pub ledger: Option<ledger::Ledger>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -170,6 +173,7 @@ impl AppState {
             access: config.access.clone(),
             accounting: crate::app::accounting::Accounting::new(config.accounting),
             deactivated: Arc::default(),
+            ledger: None,
         }
     }
 }

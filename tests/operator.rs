@@ -3,6 +3,8 @@
 //! participants read at start — against the real gateway over HTTP and the simulated network.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "operator/ledger.rs"]
+mod ledger;
 #[path = "gateway/live.rs"]
 mod live;
 #[path = "operator/shaping.rs"]

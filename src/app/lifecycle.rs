@@ -27,7 +27,13 @@ use devshard_actors::{
 use prometheus::Registry;
 use slog::{crit, info, warn, Logger};
 
-use super::{build_app, polling::PollerWiring, AppState, StateParts};
+use super::{
+    accounting::EndedHook,
+    build_app,
+    ledger::{Ledger, LedgerDeps},
+    polling::PollerWiring,
+    AppState, StateParts,
+};
 use crate::{
     config::{process_env, Config, ConfigError, ENV_CONFIG},
     escrows, logging,
@@ -94,6 +100,8 @@ pub struct RunningGateway {
     pub poller: Option<TrackedAddr<ChainPoller>>,
     /// Every live actor's stats (what `GET /v1/debug/actors` lists).
     pub actors: ActorRegistry,
+    /// The cost ledger (stopped with the gateway).
+    pub ledger: Ledger,
     handle: ServerHandle,
     server: actix_web::rt::task::JoinHandle<std::io::Result<()>>,
     log: Logger,
@@ -109,6 +117,8 @@ impl RunningGateway {
         }
         self.handle.stop(graceful).await;
         let served = self.server.await;
+        let ledger = self.ledger.clone();
+        let _ = actix_web::rt::task::spawn_blocking(move || ledger.stop()).await;
         let flushed = self.store.flush().await;
         let store = self.store.clone();
         let closed = actix_web::rt::task::spawn_blocking(move || store.close()).await;
@@ -133,6 +143,8 @@ impl RunningGateway {
             }
             served = &mut self.server => {
                 crit!(self.log, "the HTTP server stopped by itself"; "stage" => "server_exited");
+                let ledger = self.ledger.clone();
+                let _ = actix_web::rt::task::spawn_blocking(move || ledger.stop()).await;
                 let flushed = self.store.flush().await;
                 server_outcome(served)?;
                 flushed.map_err(|e| AppError::Flush(e.to_string()))
@@ -203,6 +215,25 @@ pub async fn start_with(
             log: log.clone(),
         },
     );
+    let ledger = Ledger::start(
+        &path,
+        config.ledger,
+        &config.api_keys,
+        LedgerDeps {
+            store: shared.clone(),
+            clock: state.clock.clone(),
+            log: log.clone(),
+        },
+    )
+    .map_err(|e| AppError::Store {
+        path: path.clone(),
+        reason: format!("the cost ledger: {e}"),
+    })?;
+    let hook = ledger.clone();
+    state
+        .accounting
+        .on_ended(EndedHook(Arc::new(move |r| hook.record(r))));
+    state.ledger = Some(ledger.clone());
     // The poller first: registration takes the participants from its first snapshot.
     let poller = match &config.chain.public_api_url {
         Some(api) => Some(state.polling.start_poller(
@@ -266,6 +297,7 @@ pub async fn start_with(
         store,
         poller,
         actors,
+        ledger,
         handle,
         server,
         log,

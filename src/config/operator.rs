@@ -9,6 +9,7 @@
 //!
 //! [ledger]
 //! retention_days = 90                   # 0 = keep forever
+//! settle_interval_ms = 2000             # how often nonces are settled from the diff log
 //! ```
 
 use std::collections::BTreeMap;
@@ -17,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 /// Days of ledger rows kept by default.
 pub const DEFAULT_LEDGER_RETENTION_DAYS: u64 = 90;
+
+/// How often the ledger's settlement tail runs by default.
+pub const DEFAULT_LEDGER_SETTLE_INTERVAL_MS: u64 = 2_000;
 
 /// `[shaping]` as read from the file (valid as read: nothing to check).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -53,12 +57,15 @@ impl ShapingConfig {
 pub struct LedgerConfig {
     /// Rows older than this are deleted (hourly); 0 keeps them forever.
     pub retention_days: u64,
+    /// How often the settlement tail reads the escrows' new diffs.
+    pub settle_interval_ms: u64,
 }
 
 impl Default for LedgerConfig {
     fn default() -> Self {
         LedgerConfig {
             retention_days: DEFAULT_LEDGER_RETENTION_DAYS,
+            settle_interval_ms: DEFAULT_LEDGER_SETTLE_INTERVAL_MS,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod debug;
 pub mod error;
 pub mod filter;
 pub mod gate;
+pub mod ledger;
 pub mod messages;
 pub mod normalize;
 pub mod openai;
@@ -59,8 +60,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .service(
         web::resource("/v1/requests/{request_id}")
-            .wrap(from_fn(admin::require_admin))
-            .route(web::get().to(accounting::get_request))
+            .route(web::get().to(ledger::get_request))
             .default_service(web::to(method_not_allowed)),
     )
     .service(
@@ -141,6 +141,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/escrows/{id}/sync")
                     .route(web::post().to(admin::sync_escrow))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/ledger")
+                    .route(web::get().to(ledger::export))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(

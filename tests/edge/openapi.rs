@@ -18,6 +18,7 @@ const SERVED: &[(&str, &str)] = &[
     ("get", "/v1/status"),
     ("get", "/v1/requests/{request_id}"),
     ("get", "/v1/admin/state"),
+    ("get", "/v1/admin/ledger"),
     ("get", "/v1/admin/escrows"),
     ("post", "/v1/admin/escrows"),
     ("get", "/v1/admin/escrows/{id}"),
