@@ -109,6 +109,8 @@ pub struct AppState {
     pub deactivated: http::operator::Deactivated,
     /// The cost ledger (`None` until the process opened it: tests that build a bare state).
     pub ledger: Option<ledger::Ledger>,
+    /// The live page's 15-minute series.
+    pub series: http::series::Series,
 }
 
 impl std::fmt::Debug for AppState {
@@ -174,6 +176,7 @@ impl AppState {
             accounting: crate::app::accounting::Accounting::new(config.accounting),
             deactivated: Arc::default(),
             ledger: None,
+            series: http::series::Series::default(),
         }
     }
 }

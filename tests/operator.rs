@@ -7,6 +7,8 @@
 mod ledger;
 #[path = "gateway/live.rs"]
 mod live;
+#[path = "operator/series.rs"]
+mod series;
 #[path = "operator/shaping.rs"]
 mod shaping;
 #[path = "operator/startup.rs"]

@@ -27,6 +27,8 @@ use devshard_actors::{
 use prometheus::Registry;
 use slog::{crit, info, warn, Logger};
 
+use actix::Actor;
+
 use super::{
     accounting::EndedHook,
     build_app,
@@ -34,6 +36,7 @@ use super::{
     polling::PollerWiring,
     AppState, StateParts,
 };
+use crate::http::series::SeriesSampler;
 use crate::{
     config::{process_env, Config, ConfigError, ENV_CONFIG},
     escrows, logging,
@@ -229,10 +232,19 @@ pub async fn start_with(
         path: path.clone(),
         reason: format!("the cost ledger: {e}"),
     })?;
-    let hook = ledger.clone();
-    state
-        .accounting
-        .on_ended(EndedHook(Arc::new(move |r| hook.record(r))));
+    let (hook, series) = (ledger.clone(), state.series.clone());
+    state.accounting.on_ended(EndedHook(Arc::new(move |r| {
+        hook.record(r);
+        series.observe(r);
+    })));
+    SeriesSampler {
+        series: state.series.clone(),
+        registry: state.registry.clone(),
+        directory: directory.clone(),
+        store: shared.clone(),
+        clock: state.clock.clone(),
+    }
+    .start();
     state.ledger = Some(ledger.clone());
     // The poller first: registration takes the participants from its first snapshot.
     let poller = match &config.chain.public_api_url {

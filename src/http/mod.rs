@@ -23,6 +23,7 @@ pub mod openapi;
 pub mod operator;
 pub mod ops;
 pub mod participants;
+pub mod series;
 pub mod settings;
 pub mod shaping;
 pub mod sse;
@@ -177,6 +178,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/chain")
                     .route(web::get().to(gate::debug_chain))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/series")
+                    .route(web::get().to(series::series))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(

@@ -114,6 +114,7 @@ fn ops() -> Vec<Op> {
         op("post", "/v1/admin/participants/eject", "Eject a participant now", Admin, Some(participant_body()), ("200", obj())),
         op("get", "/v1/admin/settings", "Runtime settings (chain polling)", Admin, None, ("200", obj())),
         op("put", "/v1/admin/settings", "Change runtime settings (persisted)", Admin, Some(obj()), ("200", obj())),
+        op("get", "/v1/debug/series", "The live page's series: one point every 2 s over 15 min (requests/s, TTFB p50/p99, errors by class, hedges, sheds, participants by state, per escrow nonce / nonces left / balance)", Admin, None, ("200", obj())),
         op("get", "/v1/debug/chain", "The chain poller's view and admission per model", Admin, None, ("200", obj())),
         op("get", "/v1/debug/actors", "Every live actor (?kind=directory|escrow|participant|race|repair|chain_poller, ?state=): state, restarts, mailbox depth, messages handled, last message time, armed timers with due times, detail; an actor that does not answer within 300 ms is `unresponsive`", Admin, None, ("200", actor_list())),
         op("get", "/v1/debug/actors/{kind}/{id}", "One actor (same fields as the listing; an escrow's full session; a race's attempts with timings and its hedge decision)", Admin, None, ("200", actor())),

@@ -37,6 +37,7 @@ const SERVED: &[(&str, &str)] = &[
     ("get", "/v1/admin/settings"),
     ("put", "/v1/admin/settings"),
     ("get", "/v1/debug/chain"),
+    ("get", "/v1/debug/series"),
     ("get", "/v1/debug/actors"),
     ("get", "/v1/debug/actors/{kind}/{id}"),
     ("get", "/v1/debug/escrows/{id}"),
