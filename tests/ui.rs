@@ -23,7 +23,10 @@ async fn debug_ui_is_html_without_auth() {
     assert!(body.contains("/v1/debug/actors"));
     assert!(body.contains("data-escrow-id") && body.contains("data-participant"));
     assert!(body.contains("/v1/debug/series") && body.contains("data-chart"));
-    assert!(body.contains("<svg") && body.contains("data-endpoint"), "charts and the chain table");
+    assert!(
+        body.contains("<svg") && body.contains("data-endpoint"),
+        "charts and the chain table"
+    );
     // No external assets.
     assert!(!body.contains("src=\"http") && !body.contains("href=\"http"));
 

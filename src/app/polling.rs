@@ -69,6 +69,8 @@ pub struct ChainPolling {
     update: Arc<tokio::sync::Mutex<()>>,
     /// Woken on every pushed view.
     pushed: Arc<tokio::sync::Notify>,
+    /// A wait for the first participants timed out: later registrations do not wait again.
+    gave_up_waiting: Arc<std::sync::atomic::AtomicBool>,
     /// The view cache (recomputes the versions scope on demand).
     cache: Option<Recipient<RefreshScope>>,
 }
@@ -144,6 +146,7 @@ impl ChainPolling {
             pinned: Arc::new(config.pinned.clone()),
             update: Arc::new(tokio::sync::Mutex::new(())),
             pushed: Arc::new(tokio::sync::Notify::new()),
+            gave_up_waiting: Arc::default(),
             cache: None,
         }
     }
@@ -156,10 +159,16 @@ impl ChainPolling {
     }
 
     /// The latest participants snapshot, waiting up to `wait` for the first one (`None` without
-    /// a poller, or when none arrived in time).
+    /// a poller, or when none arrived in time; after one such timeout, later calls do not wait).
     pub async fn participants(&self, wait: Duration) -> Option<Arc<ChainView>> {
         self.poller.as_ref()?;
         let ready = || self.view().filter(|v| v.participants.is_some());
+        if self
+            .gave_up_waiting
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return ready();
+        }
         let waiting = async {
             loop {
                 let pushed = self.pushed.notified();
@@ -171,7 +180,11 @@ impl ChainPolling {
         };
         match tokio::time::timeout(wait, waiting).await {
             Ok(v) => Some(v),
-            Err(_) => ready(),
+            Err(_) => {
+                self.gave_up_waiting
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                ready()
+            }
         }
     }
 

@@ -77,7 +77,9 @@ pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     let mut devshards = Vec::with_capacity(statuses.len());
     let mut hosts: BTreeMap<String, u64> = BTreeMap::new();
     let mut escrow_weights = Map::new();
-    let mut models: BTreeMap<String, (usize, usize, u64, u64)> = BTreeMap::new();
+    // Model → (active escrows, routable escrows, its distinct hosts' weights and availability).
+    let mut models: BTreeMap<String, (usize, usize, BTreeMap<String, (u64, bool)>)> =
+        BTreeMap::new();
     for s in &statuses {
         let Some(info) = escrows::stored_info(&state.store, &s.id)? else {
             continue;
@@ -102,8 +104,11 @@ pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         let m = models.entry(info.model.clone()).or_default();
         m.0 += usize::from(active);
         m.1 += usize::from(active && current > 0);
-        m.2 += weight;
-        m.3 += current;
+        for h in &info.hosts {
+            let addr = h.address.to_string();
+            let up = routable.get(&addr).copied().unwrap_or(true);
+            m.2.insert(addr, (h.weight, up));
+        }
 
         let snapshot = match state
             .directory
@@ -154,7 +159,9 @@ pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     let current: u64 = available.iter().map(|a| hosts[*a]).sum();
     let per_model: Map<String, Value> = models
         .into_iter()
-        .map(|(m, (active, routable_n, weight, cur))| {
+        .map(|(m, (active, routable_n, hosts))| {
+            let weight: u64 = hosts.values().map(|(w, _)| w).sum();
+            let cur: u64 = hosts.values().filter(|(_, up)| *up).map(|(w, _)| w).sum();
             let access = serde_json::to_value(state.access.mode(&m)).unwrap_or(Value::Null);
             (
                 m,
