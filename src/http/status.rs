@@ -37,6 +37,15 @@ fn percent(part: u64, whole: u64) -> f64 {
     (part as f64 * 10_000.0 / whole as f64).round() / 100.0
 }
 
+/// One model's escrows and their distinct hosts (a host shared by two escrows counts once).
+#[derive(Debug, Default)]
+struct ModelCapacity {
+    active: usize,
+    routable: usize,
+    /// Address → (weight, routable).
+    hosts: BTreeMap<String, (u64, bool)>,
+}
+
 fn block_reason(kind: PhaseKind) -> &'static str {
     match kind {
         PhaseKind::ConfirmationPoC => "confirmation_poc",
@@ -77,9 +86,7 @@ pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     let mut devshards = Vec::with_capacity(statuses.len());
     let mut hosts: BTreeMap<String, u64> = BTreeMap::new();
     let mut escrow_weights = Map::new();
-    // Model → (active escrows, routable escrows, its distinct hosts' weights and availability).
-    let mut models: BTreeMap<String, (usize, usize, BTreeMap<String, (u64, bool)>)> =
-        BTreeMap::new();
+    let mut models: BTreeMap<String, ModelCapacity> = BTreeMap::new();
     for s in &statuses {
         let Some(info) = escrows::stored_info(&state.store, &s.id)? else {
             continue;
@@ -102,12 +109,12 @@ pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         }
         escrow_weights.insert(s.id.clone(), json!(weight));
         let m = models.entry(info.model.clone()).or_default();
-        m.0 += usize::from(active);
-        m.1 += usize::from(active && current > 0);
+        m.active += usize::from(active);
+        m.routable += usize::from(active && current > 0);
         for h in &info.hosts {
             let addr = h.address.to_string();
             let up = routable.get(&addr).copied().unwrap_or(true);
-            m.2.insert(addr, (h.weight, up));
+            m.hosts.insert(addr, (h.weight, up));
         }
 
         let snapshot = match state
@@ -159,9 +166,10 @@ pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     let current: u64 = available.iter().map(|a| hosts[*a]).sum();
     let per_model: Map<String, Value> = models
         .into_iter()
-        .map(|(m, (active, routable_n, hosts))| {
-            let weight: u64 = hosts.values().map(|(w, _)| w).sum();
-            let cur: u64 = hosts.values().filter(|(_, up)| *up).map(|(w, _)| w).sum();
+        .map(|(m, c)| {
+            let (active, routable_n) = (c.active, c.routable);
+            let weight: u64 = c.hosts.values().map(|(w, _)| w).sum();
+            let cur: u64 = c.hosts.values().filter(|(_, up)| *up).map(|(w, _)| w).sum();
             let access = serde_json::to_value(state.access.mode(&m)).unwrap_or(Value::Null);
             (
                 m,
