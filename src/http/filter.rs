@@ -1,5 +1,5 @@
 //! The request filter pipeline of `POST /v1/chat/completions` (the Go gateway's
-//! `request_filters*.go`, `reference/UPSTREAM-SURFACE.md` §7.1), as a pure function over the body:
+//! `request_filters*.go`), as a pure function over the body:
 //!
 //! 1. `extra_body` (an object) is flattened into the top level; a top-level key wins.
 //! 2. Keys the network does not take but clients commonly send are dropped silently

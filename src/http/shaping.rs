@@ -1,5 +1,5 @@
-//! Request and response shaping as the network expects (`reference/UPSTREAM-SURFACE.md` §7.1,
-//! §7.3), pure functions:
+//! Request and response shaping as the network expects (as the Go gateway does it: forced
+//! fields upstream, internal fields stripped from the events), pure functions:
 //!
 //! - **Forcing** ([`force`]): validators check an executor's answer against its logprobs, so the
 //!   body sent upstream gets `logprobs = true`, `top_logprobs = 5` (unless the client set its

@@ -1,5 +1,5 @@
-//! `GET /v1/status` (public, no secrets): the Go gateway's **gateway-mode** shape
-//! (`reference/UPSTREAM-SURFACE.md` §1.4), `{mode, runtimes, devshards[], limiter, capacity}`,
+//! `GET /v1/status` (public, no secrets): the Go gateway's **gateway-mode** shape,
+//! `{mode, runtimes, devshards[], limiter, capacity}`,
 //! with only the fields this gateway can fill honestly — a field it has no figure for (input-token
 //! limits, weight scale factors, protocol version) is omitted, not faked. Unlike the Go gateway the
 //! shape does not change with the number of escrows: scripts always get the gateway mode.
