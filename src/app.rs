@@ -6,6 +6,7 @@
 //! [`polling`]: the chain poller, its cached view and the chain poll settings in force.
 
 pub mod accounting;
+pub mod ledger;
 mod lifecycle;
 pub mod polling;
 
@@ -65,6 +66,10 @@ pub struct EdgeLimits {
     pub default_model: Option<String>,
     pub max_body_bytes: usize,
     pub race: RaceLimits,
+    /// The concurrent-race limit (`/v1/status`).
+    pub max_concurrent_races: usize,
+    /// Fields forced upstream, per model.
+    pub shaping: crate::config::operator::ShapingConfig,
 }
 
 /// Everything a handler needs (cheap to clone: handles and `Arc`s). Never holds the key itself,
@@ -102,6 +107,10 @@ pub struct AppState {
     pub accounting: crate::app::accounting::Accounting,
     /// Escrows an admin deactivated (skipped by new requests; see `http::operator`).
     pub deactivated: http::operator::Deactivated,
+    /// The cost ledger (`None` until the process opened it: tests that build a bare state).
+    pub ledger: Option<ledger::Ledger>,
+    /// The live page's 15-minute series.
+    pub series: http::series::Series,
 }
 
 impl std::fmt::Debug for AppState {
@@ -145,6 +154,8 @@ impl AppState {
                 default_model: config.default_model.clone(),
                 max_body_bytes: config.max_body_bytes,
                 race: config.race,
+                max_concurrent_races: config.max_concurrent_races,
+                shaping: config.shaping.clone(),
             },
             auth: Auth {
                 admin: config.admin_api_key.clone(),
@@ -164,6 +175,8 @@ impl AppState {
             access: config.access.clone(),
             accounting: crate::app::accounting::Accounting::new(config.accounting),
             deactivated: Arc::default(),
+            ledger: None,
+            series: http::series::Series::default(),
         }
     }
 }

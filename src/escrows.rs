@@ -4,9 +4,14 @@
 //! Registration reads the escrow from the chain ([`ChainClient::lookup_escrow`], which checks
 //! that this gateway's key created it) and hands the record to the directory (`AddEscrow`),
 //! which persists it before starting the escrow's actor. Registering an escrow that is already
-//! registered is a no-op that returns the existing record.
+//! registered is a no-op that returns the existing record. The participants (for the escrow's
+//! model) come from the chain poller's snapshot, waiting up to [`PARTICIPANTS_WAIT`] for the
+//! first one: registering any number of escrows makes no public-API request of its own.
+
+use std::time::Duration;
 
 use devshard_actors::{
+    chain::ChainView,
     directory::{ActorKind, AddEscrow, Directory, EntityStatus, GetEscrow, GetStatus},
     escrow::{messages::GetSnapshot, EscrowInfo},
     protocol::crypto::Address,
@@ -17,10 +22,28 @@ use serde_json::{json, Value};
 use slog::{error, info, Logger};
 
 use crate::{
-    app::{ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
-    chain::ChainClient,
+    app::{ChainPolling, ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
+    chain::{types::PublicParticipant, ChainClient},
     http::error::ApiError,
 };
+
+/// How long a registration waits for the chain poller's first participants snapshot.
+pub const PARTICIPANTS_WAIT: Duration = Duration::from_secs(30);
+
+/// The participants of a chain view, as model discovery reads them.
+pub fn listed(view: &ChainView) -> Option<Vec<PublicParticipant>> {
+    let snapshot = view.participants.as_ref()?;
+    Some(
+        snapshot
+            .participants
+            .values()
+            .map(|p| PublicParticipant {
+                index: p.address.clone(),
+                models: p.models.iter().map(|m| m.model.clone()).collect(),
+            })
+            .collect(),
+    )
+}
 
 /// The outcome of a registration.
 #[derive(Debug, Clone)]
@@ -57,6 +80,7 @@ pub async fn register(
     directory: &TrackedAddr<Directory>,
     store: &SharedStore,
     signer: &Address,
+    polling: &ChainPolling,
     escrow_id: &str,
     model: Option<&str>,
 ) -> Result<Registered, ApiError> {
@@ -69,7 +93,16 @@ pub async fn register(
             });
         }
     }
-    let info = chain.lookup_escrow(id, signer, model).await?;
+    let listed = match model {
+        Some(_) => None,
+        None => polling
+            .participants(PARTICIPANTS_WAIT)
+            .await
+            .and_then(|v| listed(&v)),
+    };
+    let info = chain
+        .lookup_escrow_listed(id, signer, model, listed.as_deref())
+        .await?;
     directory
         .send(AddEscrow { info: info.clone() })
         .timeout(ACTOR_TIMEOUT)
@@ -87,12 +120,13 @@ pub async fn register_configured(
     directory: &TrackedAddr<Directory>,
     store: &SharedStore,
     signer: &Address,
+    polling: &ChainPolling,
     ids: &[String],
     log: &Logger,
 ) -> usize {
     let mut added = 0;
     for id in ids {
-        match register(chain, directory, store, signer, id, None).await {
+        match register(chain, directory, store, signer, polling, id, None).await {
             Ok(r) if r.created => {
                 added += 1;
                 info!(log, "escrow registered from the configuration";

@@ -27,7 +27,16 @@ use devshard_actors::{
 use prometheus::Registry;
 use slog::{crit, info, warn, Logger};
 
-use super::{build_app, polling::PollerWiring, AppState, StateParts};
+use actix::Actor;
+
+use super::{
+    accounting::EndedHook,
+    build_app,
+    ledger::{Ledger, LedgerDeps},
+    polling::PollerWiring,
+    AppState, StateParts,
+};
+use crate::http::series::SeriesSampler;
 use crate::{
     config::{process_env, Config, ConfigError, ENV_CONFIG},
     escrows, logging,
@@ -94,6 +103,8 @@ pub struct RunningGateway {
     pub poller: Option<TrackedAddr<ChainPoller>>,
     /// Every live actor's stats (what `GET /v1/debug/actors` lists).
     pub actors: ActorRegistry,
+    /// The cost ledger (stopped with the gateway).
+    pub ledger: Ledger,
     handle: ServerHandle,
     server: actix_web::rt::task::JoinHandle<std::io::Result<()>>,
     log: Logger,
@@ -109,6 +120,8 @@ impl RunningGateway {
         }
         self.handle.stop(graceful).await;
         let served = self.server.await;
+        let ledger = self.ledger.clone();
+        let _ = actix_web::rt::task::spawn_blocking(move || ledger.stop()).await;
         let flushed = self.store.flush().await;
         let store = self.store.clone();
         let closed = actix_web::rt::task::spawn_blocking(move || store.close()).await;
@@ -133,6 +146,8 @@ impl RunningGateway {
             }
             served = &mut self.server => {
                 crit!(self.log, "the HTTP server stopped by itself"; "stage" => "server_exited");
+                let ledger = self.ledger.clone();
+                let _ = actix_web::rt::task::spawn_blocking(move || ledger.stop()).await;
                 let flushed = self.store.flush().await;
                 server_outcome(served)?;
                 flushed.map_err(|e| AppError::Flush(e.to_string()))
@@ -203,29 +218,35 @@ pub async fn start_with(
             log: log.clone(),
         },
     );
-    escrows::register_configured(
-        &state.chain,
-        &directory,
-        &shared,
-        &state.signer,
-        &config.escrows,
-        &log,
+    let ledger = Ledger::start(
+        &path,
+        config.ledger,
+        &config.api_keys,
+        LedgerDeps {
+            store: shared.clone(),
+            clock: state.clock.clone(),
+            log: log.clone(),
+        },
     )
-    .await;
-
-    let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
-        addr: config.listen,
-        reason: e.to_string(),
+    .map_err(|e| AppError::Store {
+        path: path.clone(),
+        reason: format!("the cost ledger: {e}"),
     })?;
-    // Accepted sockets inherit TCP_NODELAY from the listener (Linux): without it, a streamed
-    // answer's first chunk waits for the client's delayed ACK of the response head (~40 ms).
-    if let Err(e) = socket2::SockRef::from(&listener).set_tcp_nodelay(true) {
-        warn!(log, "TCP_NODELAY not set on the listener"; "error" => %e);
+    let (hook, series) = (ledger.clone(), state.series.clone());
+    state.accounting.on_ended(EndedHook(Arc::new(move |r| {
+        hook.record(r);
+        series.observe(r);
+    })));
+    SeriesSampler {
+        series: state.series.clone(),
+        registry: state.registry.clone(),
+        directory: directory.clone(),
+        store: shared.clone(),
+        clock: state.clock.clone(),
     }
-    let addr = listener.local_addr().map_err(|e| AppError::Bind {
-        addr: config.listen,
-        reason: e.to_string(),
-    })?;
+    .start();
+    state.ledger = Some(ledger.clone());
+    // The poller first: registration takes the participants from its first snapshot.
     let poller = match &config.chain.public_api_url {
         Some(api) => Some(state.polling.start_poller(
             api,
@@ -240,6 +261,31 @@ pub async fn start_with(
         )?),
         None => None,
     };
+    escrows::register_configured(
+        &state.chain,
+        &directory,
+        &shared,
+        &state.signer,
+        &state.polling,
+        &config.escrows,
+        &log,
+    )
+    .await;
+    state.polling.refresh_scope();
+
+    let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
+        addr: config.listen,
+        reason: e.to_string(),
+    })?;
+    // Accepted sockets inherit TCP_NODELAY from the listener (Linux): without it, a streamed
+    // answer's first chunk waits for the client's delayed ACK of the response head (~40 ms).
+    if let Err(e) = socket2::SockRef::from(&listener).set_tcp_nodelay(true) {
+        warn!(log, "TCP_NODELAY not set on the listener"; "error" => %e);
+    }
+    let addr = listener.local_addr().map_err(|e| AppError::Bind {
+        addr: config.listen,
+        reason: e.to_string(),
+    })?;
     let grace = config.shutdown_grace.as_secs();
     let factory_state = state.clone();
     let server = HttpServer::new(move || build_app(factory_state.clone()))
@@ -263,6 +309,7 @@ pub async fn start_with(
         store,
         poller,
         actors,
+        ledger,
         handle,
         server,
         log,

@@ -12,6 +12,7 @@
 pub mod access;
 pub mod chain_poll;
 pub mod env;
+pub mod operator;
 pub mod raw;
 pub mod secret;
 mod validate;
@@ -117,6 +118,10 @@ pub struct Config {
     pub access: AccessConfig,
     /// `[accounting]`: request table and idempotent retries.
     pub accounting: AccountingConfig,
+    /// `[shaping]`: fields forced upstream, per model.
+    pub shaping: operator::ShapingConfig,
+    /// `[ledger]`: retention of the cost ledger.
+    pub ledger: operator::LedgerConfig,
 }
 
 impl Config {

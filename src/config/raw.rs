@@ -138,6 +138,12 @@ pub struct RawConfig {
     /// `[accounting]`: request table and idempotent retries.
     #[serde(default)]
     pub accounting: super::access::RawAccounting,
+    /// `[shaping]`: fields forced upstream, per model.
+    #[serde(default)]
+    pub shaping: super::operator::ShapingConfig,
+    /// `[ledger]`: retention of the cost ledger.
+    #[serde(default)]
+    pub ledger: super::operator::LedgerConfig,
 }
 
 impl Default for RawConfig {
@@ -173,6 +179,8 @@ impl Default for RawConfig {
             default_access_mode: String::new(),
             model_access: BTreeMap::new(),
             accounting: super::access::RawAccounting::default(),
+            shaping: super::operator::ShapingConfig::default(),
+            ledger: super::operator::LedgerConfig::default(),
         }
     }
 }

@@ -224,5 +224,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         chain_poll,
         access,
         accounting,
+        shaping: raw.shaping.clone(),
+        ledger: raw.ledger,
     })
 }

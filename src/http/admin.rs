@@ -83,6 +83,7 @@ pub async fn add_escrow(
         &state.directory,
         &state.store,
         &state.signer,
+        &state.polling,
         &body.escrow_id,
         body.model.as_deref(),
     )

@@ -48,6 +48,13 @@ pub enum ApiError {
         param: Option<&'static str>,
         code: &'static str,
     },
+    /// A 400 naming a parameter path such as `messages[0].role`.
+    #[error("{message}")]
+    InvalidParam {
+        message: String,
+        param: String,
+        code: &'static str,
+    },
     #[error("request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error("the model `{model}` does not exist; available models: {}", available.join(", "))]
@@ -94,7 +101,7 @@ pub struct ErrorParts {
     pub status: u16,
     pub kind: String,
     pub code: String,
-    pub param: Option<&'static str>,
+    pub param: Option<String>,
     pub retry_after_s: Option<u64>,
 }
 
@@ -112,7 +119,7 @@ fn parts(status: u16, kind: &str, code: &str) -> ErrorParts {
 fn directory_parts(e: &DirectoryError) -> ErrorParts {
     match e {
         DirectoryError::UnknownModel(_) => ErrorParts {
-            param: Some("model"),
+            param: Some("model".into()),
             ..parts(404, INVALID, "model_not_found")
         },
         DirectoryError::UnknownEscrow(_) => parts(404, INVALID, "escrow_not_found"),
@@ -131,17 +138,17 @@ fn directory_parts(e: &DirectoryError) -> ErrorParts {
 fn chain_parts(e: &ChainError) -> ErrorParts {
     match e {
         ChainError::InvalidEscrowId(_) => ErrorParts {
-            param: Some("escrow_id"),
+            param: Some("escrow_id".into()),
             ..parts(400, INVALID, "invalid_escrow_id")
         },
         ChainError::EscrowNotFound(_) => ErrorParts {
-            param: Some("escrow_id"),
+            param: Some("escrow_id".into()),
             ..parts(404, INVALID, "escrow_not_found")
         },
         ChainError::EscrowSettled(_) => parts(409, INVALID, "escrow_settled"),
         ChainError::CreatorMismatch { .. } => parts(400, INVALID, "escrow_creator_mismatch"),
         ChainError::UnknownModel(_) => ErrorParts {
-            param: Some("model"),
+            param: Some("model".into()),
             ..parts(400, INVALID, "model_required")
         },
         ChainError::EmptyGroup(_)
@@ -168,12 +175,16 @@ impl ApiError {
     pub fn parts(&self) -> ErrorParts {
         match self {
             ApiError::BadRequest { param, code, .. } => ErrorParts {
-                param: *param,
+                param: param.map(str::to_string),
+                ..parts(400, INVALID, code)
+            },
+            ApiError::InvalidParam { param, code, .. } => ErrorParts {
+                param: Some(param.clone()),
                 ..parts(400, INVALID, code)
             },
             ApiError::BodyTooLarge { .. } => parts(413, INVALID, "request_too_large"),
             ApiError::ModelNotFound { .. } => ErrorParts {
-                param: Some("model"),
+                param: Some("model".into()),
                 ..parts(404, INVALID, "model_not_found")
             },
             ApiError::Unauthorized(_) => parts(401, INVALID, "invalid_api_key"),

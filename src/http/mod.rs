@@ -13,15 +13,21 @@ pub mod accounting;
 pub mod admin;
 pub mod debug;
 pub mod error;
+pub mod filter;
 pub mod gate;
+pub mod ledger;
+pub mod messages;
 pub mod normalize;
 pub mod openai;
 pub mod openapi;
 pub mod operator;
 pub mod ops;
 pub mod participants;
+pub mod series;
 pub mod settings;
+pub mod shaping;
 pub mod sse;
+pub mod status;
 pub mod ui;
 
 use std::sync::atomic::Ordering;
@@ -55,8 +61,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .service(
         web::resource("/v1/requests/{request_id}")
-            .wrap(from_fn(admin::require_admin))
-            .route(web::get().to(accounting::get_request))
+            .route(web::get().to(ledger::get_request))
+            .default_service(web::to(method_not_allowed)),
+    )
+    .service(
+        web::resource("/v1/status")
+            .route(web::get().to(status::status))
             .default_service(web::to(method_not_allowed)),
     )
     .service(
@@ -135,6 +145,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     .default_service(web::to(method_not_allowed)),
             )
             .service(
+                web::resource("/ledger")
+                    .route(web::get().to(ledger::export))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
                 web::resource("/state")
                     .route(web::get().to(operator::admin_state))
                     .default_service(web::to(method_not_allowed)),
@@ -163,6 +178,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/chain")
                     .route(web::get().to(gate::debug_chain))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/series")
+                    .route(web::get().to(series::series))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(

@@ -138,7 +138,11 @@ async fn chat_inner(
         &served,
         state.limits.default_model.as_deref(),
     )?;
-    let chat = normalize::finish(parsed, model)?;
+    let chat = normalize::finish(parsed, model, &state.limits.shaping)?;
+    if !chat.dropped.is_empty() {
+        info!(log, "request keys dropped"; "stage" => "request_keys_dropped",
+            "keys" => chat.dropped.join(","));
+    }
     if let Err(denied) = access::authorize(&caller, &chat.model, state) {
         info!(log, "request refused by the model's access mode"; "stage" => "access_denied",
             "model" => &chat.model, "caller" => caller.label());
@@ -194,6 +198,7 @@ async fn chat_inner(
     info!(log, "escrow picked"; "stage" => "escrow_picked", "escrow" => &picked.escrow_id,
         "race" => race_id);
     let stream = chat.stream;
+    let strip = chat.strip;
     let params = InferenceParams {
         request_id: rid.to_string(),
         model: chat.model,
@@ -246,8 +251,9 @@ async fn chat_inner(
     };
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
     Ok(match started {
-        RaceStart::Stream(rx) => accounting::recording_stream(rx, in_flight, state, rid),
+        RaceStart::Stream(rx) => accounting::recording_stream(rx, in_flight, state, rid, strip),
         RaceStart::Whole(body) => {
+            let body = strip.json(body);
             drop(in_flight);
             let stored = Stored {
                 content_type: "application/json",

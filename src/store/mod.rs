@@ -29,6 +29,7 @@
 
 mod checkpoint;
 mod codec;
+pub mod ledger;
 mod schema;
 mod writer;
 

@@ -11,6 +11,7 @@
 //! `.await`. Sessions are created lazily from the in-process chain on the first POST.
 
 pub(crate) mod chat;
+pub(crate) mod logprobs;
 pub(crate) mod query;
 pub(crate) mod session;
 pub(crate) mod stream;
