@@ -155,7 +155,7 @@ impl EscrowActor {
     /// Passes over `skip` nonces (diffs without inference) and grants the next one.
     fn skip_then_grant(&mut self, w: Waiter, skip: u32, ctx: &mut Context<Self>) {
         for _ in 0..skip {
-            match self.compose_withheld("hedge_skip") {
+            match self.compose_withheld(crate::policy::reason::EmptyDiffReason::HedgeSkip) {
                 Some((diff, ack)) => self.watch_ack(diff.nonce, ack, ctx),
                 None => break,
             }

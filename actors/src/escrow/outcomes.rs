@@ -12,6 +12,7 @@ use crate::{
     policy::{
         correlation::{self, FaultSignature, SharedFault},
         health::EscrowView,
+        reason::OutcomeReason,
     },
     protocol::crypto::Address,
     stats::timers,
@@ -52,7 +53,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         class: OutcomeClass,
-        reason: &str,
+        reason: OutcomeReason,
         finish_late_ms: Option<i64>,
     ) -> Option<(ParticipantOutcome, String)> {
         let escrow_id = self.session.info().escrow_id.clone();
@@ -68,7 +69,7 @@ impl EscrowActor {
             escrow_id,
             nonce,
             class,
-            reason: reason.to_string(),
+            reason,
             timings,
             finish_late_ms,
         };
@@ -116,7 +117,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         class: OutcomeClass,
-        reason: &str,
+        reason: OutcomeReason,
         finish_late_ms: Option<i64>,
     ) {
         let Some((msg, request)) = self.build_outcome(nonce, class, reason, finish_late_ms) else {
@@ -138,7 +139,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         class: OutcomeClass,
-        reason: &str,
+        reason: OutcomeReason,
         status: Option<u16>,
         message: &str,
         ctx: &mut Context<Self>,
@@ -164,10 +165,10 @@ impl EscrowActor {
             Some(shared) => {
                 let cause = correlation::cause_message(&shared);
                 warn!(self.log, "fault shared by several hosts; no strikes"; "stage" => "shared_fault_detected",
-                    "reason" => reason, "hosts" => shared.hosts.len(), "cause" => &cause);
+                    "reason" => reason.as_str(), "hosts" => shared.hosts.len(), "cause" => &cause);
                 self.metrics
                     .shared_faults
-                    .with_label_values(&[reason])
+                    .with_label_values(&[reason.as_str()])
                     .inc();
                 let (same, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
                     .into_iter()
@@ -234,7 +235,7 @@ impl EscrowActor {
     fn send_outcome(&mut self, msg: ParticipantOutcome, request: &str) {
         let o = &msg.outcome;
         info!(self.log, "attempt settled"; "stage" => "attempt_outcome", "nonce" => o.nonce,
-            "host" => msg.participant.short(), "class" => o.class.as_str(), "reason" => &o.reason,
+            "host" => msg.participant.short(), "class" => o.class.as_str(), "reason" => o.reason.as_str(),
             "shared" => msg.shared, "request" => request);
         if self.outcomes.try_send(msg).is_err() {
             warn!(self.log, "outcome dropped: participant router unavailable"; "stage" => "outcome_dropped");

@@ -22,6 +22,7 @@ use super::{
     session::StartParams,
 };
 use crate::{
+    policy::reason::{EmptyDiffReason, OutcomeReason},
     protocol::{auth, diff::Diff, state::Phase, wire::PayloadJson},
     stats::timers,
     store::Ack,
@@ -110,7 +111,7 @@ impl EscrowActor {
                 continue;
             }
             if self.withheld.contains(&host) {
-                match self.compose_withheld("host_withheld") {
+                match self.compose_withheld(EmptyDiffReason::HostWithheld) {
                     Some((diff, ack)) => self.watch_ack(diff.nonce, ack, ctx),
                     None => return,
                 }
@@ -175,7 +176,7 @@ impl EscrowActor {
             !self.waiting.is_empty() && self.waiting.iter().all(|w| w.exclude.contains(&h))
         });
         if still_blocked {
-            if let Some((diff, ack)) = self.compose_withheld("no_taker") {
+            if let Some((diff, ack)) = self.compose_withheld(EmptyDiffReason::NoTaker) {
                 self.watch_ack(diff.nonce, ack, ctx);
             }
         }
@@ -191,18 +192,14 @@ impl EscrowActor {
     /// Sequences the next nonce as a diff without `MsgStartInference` (pending txs only). It costs
     /// the per-nonce fee but assigns the host no work it could be charged for. Returns the diff
     /// and its durability ack.
-    pub(super) fn compose_withheld(&mut self, reason: &str) -> Option<(Arc<Diff>, Ack)> {
+    pub(super) fn compose_withheld(&mut self, reason: EmptyDiffReason) -> Option<(Arc<Diff>, Ack)> {
         let key = self.key.clone();
         match self.session.compose(Vec::new(), &key) {
             Ok(diff) => {
-                let kind = if reason == "host_withheld" || reason == "no_taker" {
-                    "withheld"
-                } else {
-                    "control"
-                };
+                let kind = reason.nonce_kind();
                 self.metrics.nonces.with_label_values(&[kind]).inc();
                 debug!(self.log, "diff without inference composed"; "stage" => "diff_composed",
-                    "nonce" => diff.nonce, "reason" => reason);
+                    "nonce" => diff.nonce, "reason" => reason.as_str());
                 let ack = self.store.append_diff(self.escrow_id(), &diff);
                 Some((diff, ack))
             }
@@ -403,7 +400,7 @@ impl EscrowActor {
             if entry.is_in_flight() {
                 entry.emitted = true;
                 entry.race_id = None;
-                self.await_timeout(nonce, "grant_unclaimed", ctx);
+                self.await_timeout(nonce, OutcomeReason::GrantUnclaimed, ctx);
             }
         }
     }

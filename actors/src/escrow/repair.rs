@@ -230,7 +230,7 @@ impl EscrowActor {
                 timings: AttemptTimings::default(),
                 state: NonceState::AwaitingTimeout {
                     deadline_ms,
-                    reason: "ghost".into(),
+                    reason: crate::policy::reason::OutcomeReason::Ghost,
                 },
                 crowned: false,
                 emitted: true,

@@ -16,7 +16,7 @@ use super::{
 use crate::{
     host::{client, HostError, Rejection},
     outcome::OutcomeClass,
-    policy::{attribution, correlation},
+    policy::{attribution, correlation, reason::OutcomeReason},
     protocol::proto::DevshardTx,
     stats::timers,
 };
@@ -122,7 +122,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         finished: bool,
-        reason: &str,
+        reason: OutcomeReason,
         ctx: &mut Context<Self>,
     ) {
         if finished {
@@ -143,7 +143,12 @@ impl EscrowActor {
                     let late = self.now_ms().saturating_sub(ended_ms);
                     info!(self.log, "finish marker arrived late"; "stage" => "winner_finish_arrived_late",
                         "nonce" => nonce, "host" => entry.host.short(), "elapsed_ms" => late);
-                    self.emit(nonce, OutcomeClass::Success, "finished_late", Some(late));
+                    self.emit(
+                        nonce,
+                        OutcomeClass::Success,
+                        OutcomeReason::FinishedLate,
+                        Some(late),
+                    );
                     self.settle_removed(nonce, ctx);
                 }
                 NonceState::AwaitingTimeout { .. } => {
@@ -220,7 +225,7 @@ impl EscrowActor {
             self.cfg.timeout_buffer_ms,
         );
         if self.now_ms() >= deadline {
-            self.await_timeout(nonce, "finish_never_arrived", ctx);
+            self.await_timeout(nonce, OutcomeReason::FinishNeverArrived, ctx);
             return;
         }
         let info = self.session.info().clone();

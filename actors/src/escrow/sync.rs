@@ -23,7 +23,7 @@ impl Handler<SyncHosts> for EscrowActor {
         let ack = if self.session.pending().is_empty() {
             Some((self.session.nonce(), self.store.flush()))
         } else {
-            self.compose_withheld("sync_hosts")
+            self.compose_withheld(crate::policy::reason::EmptyDiffReason::SyncHosts)
                 .map(|(d, ack)| (d.nonce, ack))
         };
         let info = self.session.info().clone();

@@ -15,6 +15,7 @@ use super::{actor::EscrowActor, nonces::NonceState};
 use crate::{
     host::client,
     outcome::OutcomeClass,
+    policy::reason::{EmptyDiffReason, OutcomeReason},
     protocol::{
         crypto::{self, Address},
         proto::{DevshardTx, MsgTimeoutInference, TimeoutReason, TimeoutVote, Tx},
@@ -25,7 +26,12 @@ use crate::{
 
 impl EscrowActor {
     /// Puts a failed, unfinished attempt on the timeout path.
-    pub(super) fn await_timeout(&mut self, nonce: u64, reason: &str, ctx: &mut Context<Self>) {
+    pub(super) fn await_timeout(
+        &mut self,
+        nonce: u64,
+        reason: OutcomeReason,
+        ctx: &mut Context<Self>,
+    ) {
         let cfg = &self.session.info().config;
         let (refusal, execution) = (cfg.refusal_timeout, cfg.execution_timeout);
         let buffer = self.cfg.timeout_buffer_ms;
@@ -35,7 +41,7 @@ impl EscrowActor {
         let (deadline_ms, kind) = entry.timeout_deadline(refusal, execution, buffer);
         entry.state = NonceState::AwaitingTimeout {
             deadline_ms,
-            reason: reason.to_string(),
+            reason,
         };
         info!(self.log, "timeout scheduled"; "stage" => "timeout_scheduled", "nonce" => nonce,
             "reason" => kind.as_wire(), "remaining_ms" => deadline_ms.saturating_sub(self.clock.now_ms()));
@@ -55,7 +61,12 @@ impl EscrowActor {
         }
         while let Some(nonce) = self.timeout_queue.pop_front() {
             if self.session.is_finished(nonce) {
-                self.emit(nonce, OutcomeClass::Success, "finished_late", None);
+                self.emit(
+                    nonce,
+                    OutcomeClass::Success,
+                    OutcomeReason::FinishedLate,
+                    None,
+                );
                 self.attempts.remove(&nonce);
                 continue;
             }
@@ -73,7 +84,7 @@ impl EscrowActor {
         // diffs that are durable — the vote requests go out once this flush/ack resolved.
         let ready = match self.session.pending().is_empty() {
             true => self.store.flush(),
-            false => match self.compose_withheld("timeout_context") {
+            false => match self.compose_withheld(EmptyDiffReason::TimeoutContext) {
                 Some((_, ack)) => ack,
                 None => self.store.flush(),
             },
@@ -196,13 +207,23 @@ impl EscrowActor {
         if weight <= threshold {
             warn!(self.log, "timeout not confirmed"; "stage" => "timeout_insufficient_votes",
                 "nonce" => nonce, "weight" => weight, "threshold" => threshold);
-            self.emit(nonce, OutcomeClass::Cancelled, "timeout_unconfirmed", None);
+            self.emit(
+                nonce,
+                OutcomeClass::Cancelled,
+                OutcomeReason::TimeoutUnconfirmed,
+                None,
+            );
             self.attempts.remove(&nonce);
             return;
         }
         info!(self.log, "timeout confirmed by votes"; "stage" => "timeout_confirmed",
             "nonce" => nonce, "reason" => reason.as_wire(), "weight" => weight);
-        self.emit(nonce, OutcomeClass::HostFault, "timeout_confirmed", None);
+        self.emit(
+            nonce,
+            OutcomeClass::HostFault,
+            OutcomeReason::TimeoutConfirmed,
+            None,
+        );
         self.attempts.remove(&nonce);
         self.session
             .queue(DevshardTx::new(Tx::TimeoutInference(MsgTimeoutInference {
@@ -216,7 +237,7 @@ impl EscrowActor {
     /// `SendPendingDiff`: composes the next nonce without a payload, makes it durable and sends it
     /// to its host with catch-up (skipped when that host is withheld: catch-up carries it later).
     pub(super) fn send_pending_diff(&mut self, ctx: &mut Context<Self>) {
-        let Some((diff, ack)) = self.compose_withheld("pending_diff") else {
+        let Some((diff, ack)) = self.compose_withheld(EmptyDiffReason::PendingDiff) else {
             return;
         };
         let info = self.session.info().clone();
