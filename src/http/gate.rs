@@ -12,37 +12,20 @@
 //! | PoC, `relaxed`, some participant preserved for the model | served (`stage=poc_relaxed`; routing only to the preserved participants is future work) |
 //! | PoC, `relaxed`, nobody preserved or no fresh participants | 503 as with `off` |
 
-use actix_web::{
-    http::{header, StatusCode},
-    web, HttpResponse,
-};
+use actix_web::{web, HttpResponse};
 use devshard_actors::{
     chain::{admission, Admission, GetSnapshot},
     directory::ListModels,
 };
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use slog::{info, Logger};
 
 use super::error::ApiError;
 use crate::app::{AppState, ACTOR_TIMEOUT};
 
-/// `code` of a request refused during PoC.
-pub const CODE_POC: &str = "poc_in_progress";
-
-/// The answer of a refused request: 503, `Retry-After`, OpenAI error body.
-pub fn refusal(retry_after_s: u64, message: &str) -> HttpResponse {
-    HttpResponse::build(StatusCode::SERVICE_UNAVAILABLE)
-        .insert_header((header::RETRY_AFTER, retry_after_s.to_string()))
-        .json(json!({"error": {
-            "message": message,
-            "type": "service_unavailable",
-            "param": null,
-            "code": CODE_POC,
-        }}))
-}
-
-/// `Some(503)` when a new request for `model` must be refused now (see the module docs).
-pub fn admit(state: &AppState, model: &str, log: &Logger) -> Option<HttpResponse> {
+/// The refusal when a new request for `model` must be refused now (see the module docs; its
+/// status and body come from [`ApiError::PhaseRefused`]).
+pub fn admit(state: &AppState, model: &str, log: &Logger) -> Option<ApiError> {
     let view = state.polling.view()?;
     let mode = state.polling.settings().poc_request_mode;
     match admission(&view, mode, model, state.clock.now_ms()) {
@@ -58,10 +41,14 @@ pub fn admit(state: &AppState, model: &str, log: &Logger) -> Option<HttpResponse
             phase,
             message,
         } => {
+            let refused = ApiError::PhaseRefused {
+                retry_after_s,
+                message,
+            };
             info!(log, "request refused during PoC"; "stage" => "poc_refused",
                 "phase" => ?phase, "model" => model, "retry_after_s" => retry_after_s,
-                "status" => 503);
-            Some(refusal(retry_after_s, &message))
+                "status" => refused.parts().status);
+            Some(refused)
         }
     }
 }

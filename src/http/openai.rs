@@ -24,13 +24,16 @@ use actix_web::{
 use devshard_actors::{
     directory::ListModels,
     escrow::messages::InferenceParams,
-    race::{RaceActor, RaceError, RaceSpec, RaceStart},
+    race::{RaceActor, RaceSpec, RaceStart},
 };
 use slog::{info, o, warn, Logger};
 
 use super::{
-    access, accounting, error::ApiError, gate, normalize, operator, read_body, request_id,
-    sse::InFlight, HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
+    access, accounting,
+    error::{self, ApiError},
+    gate, normalize, operator, read_body, request_id,
+    sse::InFlight,
+    HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
 use crate::{
     app::accounting::{fingerprint, Begin, Outcome, Record, Stored},
@@ -175,7 +178,7 @@ async fn chat_inner(
     info!(log, "request received"; "stage" => "request_received", "model" => &chat.model,
         "stream" => chat.stream, "input_length" => chat.body.len(), "max_tokens" => chat.max_tokens);
     if let Some(refused) = gate::admit(state, &chat.model, log) {
-        return Ok(refused);
+        return Ok(refused.error_response());
     }
 
     let Ok(permit) = state.races.clone().try_acquire_owned() else {
@@ -215,6 +218,7 @@ async fn chat_inner(
         metrics: state.actor_metrics.clone(),
         actors: state.actors.clone(),
         report: Some(report),
+        stream_error: error::stream_error_event,
     });
     // The race outlives this handler for a stream: its nonces and attempts arrive when it ends.
     let (acc, clock, id) = (
@@ -230,18 +234,13 @@ async fn chat_inner(
     let started = match reply.await {
         Ok(Ok(start)) => start,
         Ok(Err(e)) => {
-            state.metrics.race_error(e.status);
-            return Err(ApiError::Race(e));
+            let e = ApiError::Race(e);
+            state.metrics.race_error(e.parts().status);
+            return Err(e);
         }
         Err(_) => {
-            let e = RaceError {
-                status: 502,
-                kind: "upstream_error".into(),
-                message: "the request's race ended without an answer".into(),
-                retry_after_s: None,
-            };
-            state.metrics.race_error(e.status);
-            return Err(ApiError::Race(e));
+            state.metrics.race_error(ApiError::RaceLost.parts().status);
+            return Err(ApiError::RaceLost);
         }
     };
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);

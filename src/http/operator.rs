@@ -73,12 +73,7 @@ pub async fn pick_escrow(state: &AppState, model: &str) -> Result<PickedEscrow, 
             });
         }
     }
-    Err(ApiError::Race(devshard_actors::race::RaceError {
-        status: 503,
-        kind: "no_active_escrow".into(),
-        message: format!("every escrow serving `{model}` is deactivated"),
-        retry_after_s: Some(30),
-    }))
+    Err(ApiError::NoActiveEscrow(model.to_string()))
 }
 
 async fn set_active(state: &AppState, id: String, active: bool) -> Result<HttpResponse, ApiError> {

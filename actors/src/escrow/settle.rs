@@ -69,7 +69,7 @@ impl Handler<AttemptEnded> for EscrowActor {
         let mut verdict = AttemptVerdict {
             retry: !msg.report.crowned && attribution::worth_retrying(class),
             shared_fault: None,
-            shared_status: None,
+            shared_class: None,
         };
         match class {
             OutcomeClass::PendingFinish => {
@@ -93,7 +93,7 @@ impl Handler<AttemptEnded> for EscrowActor {
                 if let Some(shared) = self.emit_failure(nonce, class, reason, status, &message, ctx)
                 {
                     verdict.retry = false;
-                    verdict.shared_status = Some(correlation::client_status(&shared));
+                    verdict.shared_class = Some(shared.signature.class);
                     verdict.shared_fault = Some(correlation::cause_message(&shared));
                 }
                 self.settle_or_time_out(nonce, finished, reason, ctx);

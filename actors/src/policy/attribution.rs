@@ -3,7 +3,7 @@
 
 use crate::{
     escrow::{attempt::AttemptEnd, session::SessionError},
-    host::{HostError, Rejection},
+    host::{error, HostError, Rejection},
     outcome::OutcomeClass,
     policy::reason::OutcomeReason,
 };
@@ -20,7 +20,7 @@ pub fn classify(end: &AttemptEnd, finished: bool) -> (OutcomeClass, OutcomeReaso
         AttemptEnd::ClientGone => (OutcomeClass::RequestFault, OutcomeReason::ClientGone),
         AttemptEnd::ErrorEvent {
             status: Some(s), ..
-        } if (400..500).contains(s) => {
+        } if error::blames_request(*s) => {
             (OutcomeClass::RequestFault, OutcomeReason::ErrorEventRequest)
         }
         AttemptEnd::ErrorEvent { .. } => (OutcomeClass::HostFault, OutcomeReason::ErrorEvent),

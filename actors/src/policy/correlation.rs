@@ -266,13 +266,3 @@ fn detail(sig: &FaultSignature) -> String {
         (None, true) => String::new(),
     }
 }
-
-/// HTTP status for the client: 503 for overload (with `Retry-After`), 400 for a request the
-/// hosts reject as invalid, 502 otherwise.
-pub fn client_status<H>(fault: &SharedFault<H>) -> u16 {
-    match fault.signature.class {
-        OutcomeClass::Overload => 503,
-        OutcomeClass::RequestFault => 400,
-        _ => 502,
-    }
-}

@@ -4,10 +4,7 @@
 use devshard_actors::{
     outcome::OutcomeClass,
     policy::{
-        correlation::{
-            cause_message, client_status, normalise, FaultSignature, SharedFault,
-            SharedFaultDetector,
-        },
+        correlation::{cause_message, normalise, FaultSignature, SharedFault, SharedFaultDetector},
         health::{on_outcome, EjectionContext, HealthState, OutcomeFacts},
         reason::OutcomeReason,
     },
@@ -61,7 +58,7 @@ fn seed_000_mass_403_is_shared_strikes_nobody_and_names_the_cause() {
         cause_message(&fault),
         "all hosts rejected the request: restricted to escrow owner — the gateway's signing key is not the escrow owner"
     );
-    assert_eq!(client_status(&fault), 502);
+    // The client's status for it (502) is chosen at the edge: src/http/error.rs tests.
     // Even if the first failure had been charged directly, an escrow fault carries no strike.
     let (h, effects) = on_outcome(
         &HealthState::default(),
@@ -184,7 +181,6 @@ fn cause_messages_name_the_shared_cause() {
         cause_message(&busy),
         "all hosts rejected the request: overloaded — every host is overloaded or paused (retry after 13 s)"
     );
-    assert_eq!(client_status(&busy), 503);
     let down = shared(FaultSignature::new(
         OutcomeClass::HostFault,
         None,
@@ -202,11 +198,4 @@ fn cause_messages_name_the_shared_cause() {
         "Bad gateway 17",
     ));
     assert!(cause_message(&other).ends_with("every host failed the same way [502: bad gateway #]"));
-    let bad = shared(FaultSignature::new(
-        OutcomeClass::RequestFault,
-        Some(400),
-        OutcomeReason::BadRequest,
-        "context length",
-    ));
-    assert_eq!(client_status(&bad), 400);
 }
