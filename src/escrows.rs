@@ -17,9 +17,9 @@ use serde_json::{json, Value};
 use slog::{error, info, Logger};
 
 use crate::{
-    app::{ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
     chain::ChainClient,
     http::error::ApiError,
+    state::{ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
 };
 
 /// The outcome of a registration.

@@ -27,11 +27,15 @@ use devshard_actors::{
 use prometheus::Registry;
 use slog::{crit, info, warn, Logger};
 
-use super::{build_app, polling::PollerWiring, AppState, StateParts};
+use super::build_app;
 use crate::{
     config::{process_env, Config, ConfigError, ENV_CONFIG},
     escrows, logging,
     metrics::{self, HttpMetrics},
+    state::{
+        polling::{PollerError, PollerWiring},
+        AppState, StateParts,
+    },
     store::SqliteStore,
 };
 
@@ -59,6 +63,15 @@ pub enum AppError {
     Server(String),
     #[error("flushing the store at shutdown failed: {0}")]
     Flush(String),
+}
+
+impl From<PollerError> for AppError {
+    fn from(e: PollerError) -> Self {
+        match e {
+            PollerError::Metrics(m) => AppError::Metrics(m),
+            PollerError::Config(c) => AppError::Config(c),
+        }
+    }
 }
 
 impl AppError {

@@ -5,7 +5,7 @@
 //! `model` type (400, [`normalize::parse`]) → model among the served ones (404/400) → the
 //! model's access mode ([`access::authorize`], 401/403) → the request table and
 //! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
-//! `crate::app::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
+//! `crate::state::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
 //! the concurrent-race limit (429) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
 //! skipping deactivated escrows) → the race. The race starts here, inside the handler, so that
 //! it lives on this worker's arbiter (awc is `!Send`).
@@ -36,12 +36,12 @@ use super::{
     HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
 use crate::{
-    app::accounting::{fingerprint, Begin, Outcome, Record, Stored},
-    app::{AppState, ACTOR_TIMEOUT},
     metrics::REJECT_MAX_CONCURRENT,
+    state::accounting::{fingerprint, Begin, Outcome, Record, Stored},
+    state::{AppState, ACTOR_TIMEOUT},
 };
 
-/// Header naming a client's retry key (see `crate::app::accounting`).
+/// Header naming a client's retry key (see `crate::state::accounting`).
 pub const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The chat handler (see the module docs).

@@ -8,10 +8,7 @@
 //! deactivated, the edge picks the live, active escrow of the model with the fewest races in
 //! flight; with none left → 503 `no_active_escrow`.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::{Arc, Mutex},
-};
+use std::collections::{BTreeMap, BTreeSet};
 
 use actix_web::{web, HttpResponse};
 use devshard_actors::directory::{GetEscrow, ListParticipants, PickEscrow, PickedEscrow};
@@ -20,12 +17,11 @@ use slog::info;
 
 use super::error::ApiError;
 use crate::{
-    app::{AppState, ACTOR_TIMEOUT},
     escrows,
+    state::{AppState, ACTOR_TIMEOUT},
 };
 
-/// Ids of deactivated escrows.
-pub type Deactivated = Arc<Mutex<BTreeSet<String>>>;
+pub use crate::state::Deactivated;
 
 fn deactivated(state: &AppState) -> BTreeSet<String> {
     state
