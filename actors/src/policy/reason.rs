@@ -35,6 +35,17 @@ macro_rules! reasons {
             }
         }
 
+        impl slog::Value for $name {
+            fn serialize(
+                &self,
+                _: &slog::Record<'_>,
+                key: slog::Key,
+                s: &mut dyn slog::Serializer,
+            ) -> slog::Result {
+                s.emit_str(key, self.as_str())
+            }
+        }
+
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
@@ -116,7 +127,7 @@ reasons! {
 }
 
 impl OutcomeReason {
-    /// A verified invalid signature: the host ejects at once (HEALTH.md §2).
+    /// A verified invalid signature: the host ejects at once (docs/health.md §2).
     pub fn is_byzantine(self) -> bool {
         matches!(
             self,
