@@ -10,12 +10,9 @@ use std::{
 
 use slog::{info, Logger};
 
-use super::{
-    attempt::AttemptTimings,
-    nonces::{NonceEntry, NonceState},
-};
+use super::nonces::{NonceEntry, NonceState};
 use crate::{
-    outcome::{AttemptOutcome, OutcomeClass},
+    outcome::{AttemptOutcome, AttemptTimings, OutcomeClass},
     policy::reason::OutcomeReason,
     protocol::{crypto::Address, proto::TimeoutReason},
     stats::timers::Timer,

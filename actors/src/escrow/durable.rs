@@ -13,7 +13,6 @@ use slog::{debug, error, warn};
 use tokio::sync::oneshot;
 
 use super::{
-    attempt::AttemptTimings,
     error::EscrowError,
     hedging,
     info::HostEndpoint,
@@ -26,6 +25,7 @@ use super::{
     EscrowDeps,
 };
 use crate::{
+    outcome::AttemptTimings,
     policy::reason::{EmptyDiffReason, OutcomeReason},
     protocol::{canonical, crypto::Address, diff::Diff, wire::PayloadJson},
     store::{ns, Ack, StoreError},
@@ -60,6 +60,14 @@ pub(super) struct Pending {
     pub nonce: u64,
     pub ack: Ack,
     pub then: OnDurable,
+}
+
+/// The attempt a grant is built for.
+struct Attempt<'a> {
+    host: &'a HostEndpoint,
+    nonce: u64,
+    payload: &'a PayloadJson,
+    primary: bool,
 }
 
 /// See the module docs.
@@ -207,8 +215,13 @@ impl Durable {
             max_tokens: params.max_tokens,
             started_at,
         };
-        let primary = w.kind == AttemptKind::Primary;
-        let built = self.build_grant(session, routing, deps, &host, nonce, &payload, primary);
+        let attempt = Attempt {
+            host: &host,
+            nonce,
+            payload: &payload,
+            primary: w.kind == AttemptKind::Primary,
+        };
+        let built = self.build_grant(session, routing, deps, attempt);
         let grant = match built {
             Ok(g) => g,
             Err(e) => {
@@ -245,17 +258,19 @@ impl Durable {
 
     /// Signed request bodies for one attempt: catch-up chunks the host needs first (when it is
     /// more than one chunk behind), then the inference request ending with this nonce's diff.
-    #[allow(clippy::too_many_arguments)]
     fn build_grant(
         &self,
         session: &Session,
         routing: &Routing,
         deps: &EscrowDeps,
-        host: &HostEndpoint,
-        nonce: u64,
-        payload: &PayloadJson,
-        primary: bool,
+        attempt: Attempt<'_>,
     ) -> Result<NonceGrant, EscrowError> {
+        let Attempt {
+            host,
+            nonce,
+            payload,
+            primary,
+        } = attempt;
         let now_unix = payload.started_at;
         let info = session.info();
         let chunk = deps.cfg.catch_up_chunk.max(1);

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 
 use slog::{warn, Logger};
 
-use super::{attempt::AttemptTimings, book::Settled};
+use super::book::Settled;
 use crate::{
     metrics::ActorMetrics,
-    outcome::{OutcomeClass, ParticipantOutcome},
+    outcome::{AttemptTimings, OutcomeClass, ParticipantOutcome},
     policy::{
         correlation::{self, FaultSignature, HeldFault, SharedFault, SharedFaultDetector},
         health::EscrowView,

@@ -4,10 +4,9 @@
 //! nonce book, the fault guard and host routing. A finish marker that arrives after the stream
 //! ended is reconciled by polls of the executor's mempool (timer `nonce <n>`).
 
-use super::attempt::AttemptEnd;
 use crate::{
     host::{HostError, Rejection},
-    outcome::OutcomeClass,
+    outcome::{AttemptEnd, OutcomeClass},
     policy::{attribution, reason::OutcomeReason},
 };
 

@@ -2,10 +2,10 @@
 //! (HEALTH.md §1) and its typed [`OutcomeReason`]. Classification is on typed errors only.
 
 use crate::{
-    escrow::{attempt::AttemptEnd, session::SessionError},
     host::{error, HostError, Rejection},
-    outcome::OutcomeClass,
+    outcome::{AttemptEnd, OutcomeClass},
     policy::reason::OutcomeReason,
+    protocol::session_error::SessionError,
 };
 
 /// Class and machine-readable reason of an attempt that ended as `end`.

@@ -3,8 +3,8 @@
 
 use super::api::{RaceError, RaceErrorKind};
 use crate::{
-    escrow::{attempt::AttemptEnd, error::EscrowError},
-    outcome::OutcomeClass,
+    escrow::error::EscrowError,
+    outcome::{AttemptEnd, OutcomeClass},
 };
 
 /// `Retry-After` of an escrow that takes no requests now.
