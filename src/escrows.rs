@@ -22,9 +22,9 @@ use serde_json::{json, Value};
 use slog::{error, info, Logger};
 
 use crate::{
-    app::{ChainPolling, ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
     chain::{types::PublicParticipant, ChainClient},
     http::error::ApiError,
+    state::{ChainPolling, ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
 };
 
 /// How long a registration waits for the chain poller's first participants snapshot.

@@ -29,18 +29,20 @@ use slog::{crit, info, warn, Logger};
 
 use actix::Actor;
 
-use super::{
+use super::build_app;
+use crate::state::{
     accounting::EndedHook,
-    build_app,
     ledger::{Ledger, LedgerDeps},
-    polling::PollerWiring,
-    AppState, StateParts,
+    series::SeriesSampler,
 };
-use crate::http::series::SeriesSampler;
 use crate::{
     config::{process_env, Config, ConfigError, ENV_CONFIG},
     escrows, logging,
     metrics::{self, HttpMetrics},
+    state::{
+        polling::{PollerError, PollerWiring},
+        AppState, StateParts,
+    },
     store::SqliteStore,
 };
 
@@ -68,6 +70,15 @@ pub enum AppError {
     Server(String),
     #[error("flushing the store at shutdown failed: {0}")]
     Flush(String),
+}
+
+impl From<PollerError> for AppError {
+    fn from(e: PollerError) -> Self {
+        match e {
+            PollerError::Metrics(m) => AppError::Metrics(m),
+            PollerError::Config(c) => AppError::Config(c),
+        }
+    }
 }
 
 impl AppError {

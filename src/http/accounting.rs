@@ -1,4 +1,4 @@
-//! The HTTP side of request accounting ([`crate::app::accounting`]): answers to idempotent
+//! The HTTP side of request accounting ([`crate::state::accounting`]): answers to idempotent
 //! retries ([`replay`]) and the recording SSE body ([`recording_stream`]), which keeps a bounded
 //! copy of the bytes for replay. `GET /v1/requests/{request_id}` is in [`super::ledger`].
 
@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::{shaping::Strip, sse::InFlight, sse::EVENT_STREAM};
 use crate::{
-    app::accounting::{Accounting, Outcome, Stored},
-    app::AppState,
+    state::accounting::{Accounting, Outcome, Stored},
+    state::AppState,
 };
 
 /// Header set on answers replayed to an idempotent retry (value: the first request's id).

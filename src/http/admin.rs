@@ -20,9 +20,9 @@ use slog::info;
 
 use super::{bearer, error::ApiError, key_matches, read_body};
 use crate::{
-    app::{AppState, ACTOR_TIMEOUT},
     chain::types::de_id,
     escrows,
+    state::{AppState, ACTOR_TIMEOUT},
 };
 
 /// Largest admin request body.

@@ -1,4 +1,4 @@
-//! The cost ledger over HTTP (`crate::app::ledger`):
+//! The cost ledger over HTTP (`crate::state::ledger`):
 //!
 //! - `GET /v1/requests/{request_id}` — with the admin key, or with the API key that made the
 //!   request: the in-memory record (while it is in the table) and its `ledger` row (request +
@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::{bearer, error::ApiError, key_matches};
 use crate::{
-    app::{ledger::key_id, AppState},
+    state::{ledger::key_id, AppState},
     store::ledger::RequestRow,
 };
 

@@ -25,12 +25,7 @@ pub const FIELD_MAX_TOKENS: &str = "max_tokens";
 /// `max_completion_tokens` (newer OpenAI name of the same limit).
 pub const FIELD_MAX_COMPLETION_TOKENS: &str = "max_completion_tokens";
 
-/// Limits that shape a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChatLimits {
-    pub default_max_tokens: u64,
-    pub max_tokens_cap: u64,
-}
+pub use crate::state::ChatLimits;
 
 /// A checked request, before the model is chosen.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 use slog::info;
 
 use super::{admin::ADMIN_BODY_LIMIT, error::ApiError, read_body};
-use crate::app::{polling::CHAIN_POLL_KEY, AppState, ACTOR_TIMEOUT};
+use crate::state::{polling::CHAIN_POLL_KEY, AppState, ACTOR_TIMEOUT};
 
 const HEALTH: &str = "health";
 const CHAIN_POLL: &str = "chain_poll";

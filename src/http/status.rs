@@ -25,8 +25,8 @@ use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
 use crate::{
-    app::{AppState, ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
     escrows,
+    state::{AppState, ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
 };
 
 /// Percent of `part` in `whole` with two decimals (100 when `whole` is 0).

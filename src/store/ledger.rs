@@ -10,7 +10,7 @@
 //!
 //! A request row is inserted when the request ends (outcome known, race reported); its cost
 //! columns stay `NULL` until every attempt is settled ([`LedgerStore::settle`]), which the
-//! settlement tail (`crate::app::ledger`) does from the escrow's durable diff log.
+//! settlement tail (`crate::state::ledger`) does from the escrow's durable diff log.
 
 use std::{
     path::{Path, PathBuf},

@@ -15,11 +15,12 @@ use devshard_actors::{
     store::{MemoryStore, SharedStore},
 };
 use devshard_gateway::{
-    app::{build_app, polling::PollerWiring, AppState, StateParts},
+    app::build_app,
     config::{Config, RawConfig, Secret},
     escrows, logging,
     metrics::{self, HttpMetrics},
     sim::{EpochSchedule, Profile, SimConfig, SimNetwork},
+    state::{polling::PollerWiring, AppState, StateParts},
 };
 
 use crate::support::{call, snapshot};

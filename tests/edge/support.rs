@@ -25,10 +25,10 @@ use devshard_actors::{
     store::{MemoryStore, SharedStore},
 };
 use devshard_gateway::{
-    app::{AppState, StateParts},
     config::{Config, RawConfig, Secret},
     logging,
     metrics::{self, HttpMetrics},
+    state::{AppState, StateParts},
 };
 use serde_json::Value;
 

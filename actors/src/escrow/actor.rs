@@ -40,7 +40,10 @@ use crate::{
     directory::{ActorKind, Died},
     metrics::ActorMetrics,
     outcome::OutcomeSink,
-    policy::settings::HealthSettings,
+    policy::{
+        reason::{EmptyDiffReason, OutcomeReason},
+        settings::HealthSettings,
+    },
     protocol::crypto::{Address, SigningKey},
     stats::{timers, tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedRecipient},
     store::SharedStore,
@@ -200,7 +203,7 @@ impl EscrowActor {
                     }
                 }
                 Step::Withhold => {
-                    if !self.withhold("host_withheld", ctx) {
+                    if !self.withhold(EmptyDiffReason::HostWithheld, ctx) {
                         return;
                     }
                 }
@@ -224,7 +227,7 @@ impl EscrowActor {
     /// Passes over `skip` nonces (diffs without inference) and grants the next one.
     fn skip_then_grant(&mut self, (w, skip): (Waiter, u32), ctx: &mut Context<Self>) {
         for _ in 0..skip {
-            if !self.withhold("hedge_skip", ctx) {
+            if !self.withhold(EmptyDiffReason::HedgeSkip, ctx) {
                 break;
             }
         }
@@ -232,7 +235,7 @@ impl EscrowActor {
     }
 
     /// Sequences the next nonce without inference; `false` when nothing could be composed.
-    fn withhold(&mut self, reason: &str, ctx: &mut Context<Self>) -> bool {
+    fn withhold(&mut self, reason: EmptyDiffReason, ctx: &mut Context<Self>) -> bool {
         let composed = self
             .durable
             .compose_withheld(&mut self.session, &self.deps, reason);
@@ -285,7 +288,7 @@ impl EscrowActor {
     /// protocol still settles it (a refused-timeout vote at its deadline refunds the reserve).
     fn unclaimed(&mut self, nonce: u64, ctx: &mut Context<Self>) {
         if self.book.unclaimed(nonce) {
-            self.await_timeout(nonce, "grant_unclaimed", ctx);
+            self.await_timeout(nonce, OutcomeReason::GrantUnclaimed, ctx);
         }
     }
 
@@ -297,7 +300,7 @@ impl EscrowActor {
         let timer = timers::run_later(&self.stats, ctx, "picker_hold", hold, |act, ctx| {
             act.picker.take_hold();
             if act.picker.still_blocked(&act.session) {
-                act.withhold("no_taker", ctx);
+                act.withhold(EmptyDiffReason::NoTaker, ctx);
             }
             act.pump(ctx);
         });

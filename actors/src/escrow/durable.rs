@@ -26,6 +26,7 @@ use super::{
 };
 use crate::{
     outcome::AttemptTimings,
+    policy::reason::{EmptyDiffReason, OutcomeReason},
     protocol::{canonical, crypto::Address, diff::Diff, wire::PayloadJson},
     store::{ns, Ack, StoreError},
 };
@@ -138,15 +139,11 @@ impl Durable {
         &mut self,
         session: &mut Session,
         deps: &EscrowDeps,
-        reason: &str,
+        reason: EmptyDiffReason,
     ) -> Option<(Arc<Diff>, Ack)> {
         match session.compose(Vec::new(), &deps.key) {
             Ok(diff) => {
-                let kind = if reason == "host_withheld" || reason == "no_taker" {
-                    "withheld"
-                } else {
-                    "control"
-                };
+                let kind = reason.nonce_kind();
                 deps.metrics.nonces.with_label_values(&[kind]).inc();
                 debug!(deps.log, "diff without inference composed"; "stage" => "diff_composed",
                     "nonce" => diff.nonce, "reason" => reason);
@@ -166,7 +163,7 @@ impl Durable {
         &mut self,
         session: &mut Session,
         deps: &EscrowDeps,
-        reason: &str,
+        reason: EmptyDiffReason,
     ) -> Option<(u64, Ack)> {
         if session.pending().is_empty() {
             return Some((session.nonce(), deps.store.flush()));
@@ -349,7 +346,7 @@ impl Durable {
             timings: AttemptTimings::default(),
             state: NonceState::AwaitingTimeout {
                 deadline_ms: deadline_ms(started_at),
-                reason: "ghost".into(),
+                reason: OutcomeReason::Ghost,
             },
             crowned: false,
             emitted: true,

@@ -33,7 +33,7 @@ use crate::{
     stats::TrackedAddr,
 };
 
-use super::api::RaceLimits;
+use super::api::{RaceLimits, StreamErrorFormat};
 
 /// What an attempt task needs.
 pub(super) struct AttemptTask {
@@ -45,6 +45,7 @@ pub(super) struct AttemptTask {
     pub limits: RaceLimits,
     pub input_bytes: u64,
     pub cancel: watch::Receiver<bool>,
+    pub stream_error: StreamErrorFormat,
 }
 
 /// Mutable progress of the attempt.
@@ -85,7 +86,9 @@ impl AttemptTask {
             _ => end,
         };
         if let (Some(sink), false) = (&p.sink, matches!(end, AttemptEnd::Completed)) {
-            let _ = sink.send(error_event(&end)).await;
+            let _ = sink
+                .send((self.stream_error)(&mid_stream_message(&end)))
+                .await;
         }
         drop(p.sink.take());
         p.timings.end_ms = self.clock.now_ms();
@@ -321,17 +324,14 @@ impl AttemptTask {
     }
 }
 
-/// The SSE error event sent to a streaming client when the winner broke mid-stream.
-fn error_event(end: &AttemptEnd) -> Bytes {
-    let message = match end {
+/// What a streaming client is told when the winner broke mid-stream.
+fn mid_stream_message(end: &AttemptEnd) -> String {
+    match end {
         AttemptEnd::Host(e) => format!("the serving host failed mid-stream: {e}"),
         AttemptEnd::Stalled => "the serving host stalled mid-stream".to_string(),
         AttemptEnd::ErrorEvent { message, .. } => message.clone(),
         other => format!("the answer was interrupted: {other:?}"),
-    };
-    let body =
-        serde_json::json!({"error": {"message": message, "type": "upstream_error", "code": 502}});
-    sse::data_event(body.to_string().as_bytes())
+    }
 }
 
 /// Status and message of an OpenAI-style error event (`{"error": {"message", "code"}}`).

@@ -26,7 +26,7 @@ use super::EscrowActor;
 use crate::{
     outcome::OutcomeClass,
     participant::messages::{ApplyHealthSettings, HealthChanged},
-    policy::correlation,
+    policy::{correlation, reason::EmptyDiffReason},
     protocol::crypto::Address,
     repair::messages::{
         GetRepairState, PlanRepair, RepairGaveUp, RepairNow, RepairPlan, RepairState, RepairStep,
@@ -136,7 +136,7 @@ impl Handler<AttemptEnded> for EscrowActor {
         let mut verdict = AttemptVerdict {
             retry: judged.retry,
             shared_fault: None,
-            shared_status: None,
+            shared_class: None,
         };
         match class {
             OutcomeClass::PendingFinish => {
@@ -157,7 +157,7 @@ impl Handler<AttemptEnded> for EscrowActor {
                 let details = settle::end_details(&msg.report.end);
                 if let Some(shared) = self.emit_failure(nonce, class, reason, details, ctx) {
                     verdict.retry = false;
-                    verdict.shared_status = Some(correlation::client_status(&shared));
+                    verdict.shared_class = Some(shared.signature.class);
                     verdict.shared_fault = Some(correlation::cause_message(&shared));
                 }
                 self.settle_or_time_out(nonce, finished, reason, ctx);
@@ -263,7 +263,7 @@ impl Handler<SyncHosts> for EscrowActor {
         // (writes commit in order) or a flush covering diffs composed by in-flight grants.
         let ready = self
             .durable
-            .settle_pending(&mut self.session, &self.deps, "sync_hosts")
+            .settle_pending(&mut self.session, &self.deps, EmptyDiffReason::SyncHosts)
             .map(|(_, ack)| ack);
         let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {

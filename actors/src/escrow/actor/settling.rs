@@ -18,7 +18,10 @@ use super::super::{
 use super::EscrowActor;
 use crate::{
     outcome::OutcomeClass,
-    policy::correlation::SharedFault,
+    policy::{
+        correlation::SharedFault,
+        reason::{EmptyDiffReason, OutcomeReason},
+    },
     protocol::{crypto::Address, proto::DevshardTx},
     stats::timers,
 };
@@ -29,7 +32,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         class: OutcomeClass,
-        reason: &str,
+        reason: OutcomeReason,
         late: Option<i64>,
     ) {
         let id = self.session.info().escrow_id.clone();
@@ -45,7 +48,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         class: OutcomeClass,
-        reason: &str,
+        reason: OutcomeReason,
         (status, message): (Option<u16>, String),
         ctx: &mut Context<Self>,
     ) -> Option<SharedFault<Address>> {
@@ -94,7 +97,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         finished: bool,
-        reason: &str,
+        reason: OutcomeReason,
         ctx: &mut Context<Self>,
     ) {
         if finished {
@@ -115,7 +118,12 @@ impl EscrowActor {
                     let late = self.now_ms().saturating_sub(ended_ms);
                     info!(self.deps.log, "finish marker arrived late"; "stage" => "winner_finish_arrived_late",
                         "nonce" => nonce, "host" => entry.host.short(), "elapsed_ms" => late);
-                    self.emit(nonce, OutcomeClass::Success, "finished_late", Some(late));
+                    self.emit(
+                        nonce,
+                        OutcomeClass::Success,
+                        OutcomeReason::FinishedLate,
+                        Some(late),
+                    );
                 }
                 NonceState::AwaitingTimeout { .. } => {
                     info!(self.deps.log, "finish arrived; no timeout needed"; "stage" => "timeout_skipped",
@@ -130,7 +138,12 @@ impl EscrowActor {
     }
 
     /// Puts a failed, unfinished attempt on the timeout path.
-    pub(super) fn await_timeout(&mut self, nonce: u64, reason: &str, ctx: &mut Context<Self>) {
+    pub(super) fn await_timeout(
+        &mut self,
+        nonce: u64,
+        reason: OutcomeReason,
+        ctx: &mut Context<Self>,
+    ) {
         if self.book.await_timeout(nonce, reason, self.now_ms()) {
             self.arm_nonce_timer(nonce, ctx);
         }
@@ -163,7 +176,7 @@ impl EscrowActor {
     /// finish appears or the execution deadline passes (then the timeout vote decides).
     fn poll_finish(&mut self, nonce: u64, ctx: &mut Context<Self>) {
         if self.book.finish_overdue(nonce, self.now_ms()) {
-            return self.await_timeout(nonce, "finish_never_arrived", ctx);
+            return self.await_timeout(nonce, OutcomeReason::FinishNeverArrived, ctx);
         }
         let info = self.session.info().clone();
         let Some(host) = self.book.entry(nonce).and_then(|e| info.host(&e.host)) else {
@@ -191,7 +204,12 @@ impl EscrowActor {
             let session = &self.session;
             match self.book.next_timeout(|n| session.is_finished(n)) {
                 NextTimeout::FinishedLate(nonce) => {
-                    self.emit(nonce, OutcomeClass::Success, "finished_late", None);
+                    self.emit(
+                        nonce,
+                        OutcomeClass::Success,
+                        OutcomeReason::FinishedLate,
+                        None,
+                    );
                     self.book.forget(nonce);
                 }
                 NextTimeout::Vote(nonce) => return self.collect_votes(nonce, ctx),
@@ -206,7 +224,11 @@ impl EscrowActor {
         // diffs that are durable — the vote requests go out once this flush/ack resolved.
         let ready = self
             .durable
-            .settle_pending(&mut self.session, &self.deps, "timeout_context")
+            .settle_pending(
+                &mut self.session,
+                &self.deps,
+                EmptyDiffReason::TimeoutContext,
+            )
             .map_or_else(|| self.deps.store.flush(), |(_, ack)| ack);
         let Some(entry) = self.book.entry(nonce) else {
             return;
@@ -217,11 +239,21 @@ impl EscrowActor {
             act.book.vote_done();
             match timeouts::tally(&act.session, &act.deps, nonce, reason, answers) {
                 None => {
-                    act.emit(nonce, OutcomeClass::Cancelled, "timeout_unconfirmed", None);
+                    act.emit(
+                        nonce,
+                        OutcomeClass::Cancelled,
+                        OutcomeReason::TimeoutUnconfirmed,
+                        None,
+                    );
                     act.book.forget(nonce);
                 }
                 Some(tx) => {
-                    act.emit(nonce, OutcomeClass::HostFault, "timeout_confirmed", None);
+                    act.emit(
+                        nonce,
+                        OutcomeClass::HostFault,
+                        OutcomeReason::TimeoutConfirmed,
+                        None,
+                    );
                     act.book.forget(nonce);
                     act.session.queue(tx);
                     act.send_pending_diff(ctx);
@@ -234,9 +266,11 @@ impl EscrowActor {
     /// Composes the next nonce without a payload and sends it to its host once durable (only
     /// made durable when that host is withheld: catch-up carries it later).
     fn send_pending_diff(&mut self, ctx: &mut Context<Self>) {
-        let composed = self
-            .durable
-            .compose_withheld(&mut self.session, &self.deps, "pending_diff");
+        let composed = self.durable.compose_withheld(
+            &mut self.session,
+            &self.deps,
+            EmptyDiffReason::PendingDiff,
+        );
         let Some((diff, ack)) = composed else {
             return;
         };

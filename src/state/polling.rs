@@ -37,7 +37,6 @@ use prometheus::Registry;
 use serde_json::{Map, Value};
 use slog::{error, info, Logger};
 
-use super::AppError;
 use crate::{
     config::{ChainPollConfig, ConfigError},
     escrows,
@@ -246,7 +245,7 @@ impl ChainPolling {
         &mut self,
         api: &str,
         wiring: PollerWiring<'_>,
-    ) -> Result<TrackedAddr<ChainPoller>, AppError> {
+    ) -> Result<TrackedAddr<ChainPoller>, PollerError> {
         let PollerWiring {
             registry,
             clock,
@@ -258,7 +257,7 @@ impl ChainPolling {
         let settings = self.settings();
         let gates = HostGates::new(&settings);
         let metrics =
-            ChainMetrics::register(registry).map_err(|e| AppError::Metrics(e.to_string()))?;
+            ChainMetrics::register(registry).map_err(|e| PollerError::Metrics(e.to_string()))?;
         let deps = ChainPollerDeps {
             clock,
             log: log.clone(),
@@ -268,7 +267,7 @@ impl ChainPolling {
         };
         let poller = ChainPoller::new(api, settings, deps)
             .map_err(|e| {
-                AppError::Config(ConfigError::Invalid {
+                PollerError::Config(ConfigError::Invalid {
                     key: "public_api_url",
                     message: e.to_string(),
                 })
@@ -289,6 +288,15 @@ impl ChainPolling {
         self.poller = Some(poller.clone());
         Ok(poller)
     }
+}
+
+/// Why [`ChainPolling::start_poller`] failed (the process maps it into its `AppError`).
+#[derive(Debug, thiserror::Error)]
+pub enum PollerError {
+    #[error("cannot set up metrics: {0}")]
+    Metrics(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
 
 /// What [`ChainPolling::start_poller`] wires the poller and its view cache to.

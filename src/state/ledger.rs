@@ -2,7 +2,7 @@
 //! bill their clients.
 //!
 //! - **Rows**: when a request that reached an escrow has both its outcome and its race report
-//!   (`crate::app::accounting` calls [`Ledger::record`]), one request row and one row per nonce
+//!   (`crate::state::accounting` calls [`Ledger::record`]), one request row and one row per nonce
 //!   its race used go to the ledger tables (`crate::store::ledger`). The API key is stored as
 //!   an id (`key_` + the first 16 hex digits of its SHA-256), never the key.
 //! - **Costs**: a thread, `ledger-settle`, tails each escrow's **durable diff log** every

@@ -1,5 +1,5 @@
 //! The live page's time series: a bounded ring buffer of the last 15 minutes, one point every
-//! [`SAMPLE_INTERVAL`] ([`CAPACITY`] points), and `GET /v1/debug/series` (admin) that returns it.
+//! [`SAMPLE_INTERVAL`] ([`CAPACITY`] points), served by `GET /v1/debug/series` (admin, `http::debug`).
 //!
 //! `SeriesSampler` (actor) owns nothing but its handles; the buffer is [`Series`] (shared with the
 //! HTTP edge, lost on restart). Its one timer, every [`SAMPLE_INTERVAL`], reads the process
@@ -23,7 +23,6 @@ use std::{
 };
 
 use actix::prelude::*;
-use actix_web::{web, HttpResponse};
 use devshard_actors::{
     clock::SharedClock, directory::Directory, directory::GetEscrow, escrow::messages::GetSnapshot,
     stats::TrackedAddr, store::SharedStore,
@@ -32,8 +31,8 @@ use prometheus::{proto::MetricFamily, Registry};
 use serde::Serialize;
 
 use crate::{
-    app::{accounting::Record, AppState, SNAPSHOT_TIMEOUT},
     escrows,
+    state::{accounting::Record, SNAPSHOT_TIMEOUT},
 };
 
 /// One point per interval.
@@ -268,15 +267,6 @@ impl Actor for SeriesSampler {
             }));
         });
     }
-}
-
-/// `GET /v1/debug/series` (admin): `{interval_ms, capacity, points[]}`.
-pub async fn series(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({
-        "interval_ms": SAMPLE_INTERVAL.as_millis() as u64,
-        "capacity": CAPACITY,
-        "points": state.series.points(),
-    }))
 }
 
 #[cfg(test)]
