@@ -35,6 +35,8 @@ const MIGRATIONS: &[&str] = &[
          updated_ms INTEGER NOT NULL,
          PRIMARY KEY (namespace, key)
      );",
+    // 1 -> 2: the warm keys a diff bound (JSON `[{slot, address}]`, NULL when none).
+    "ALTER TABLE diffs ADD COLUMN warm_delta TEXT;",
 ];
 
 /// Opens (creating if needed) the read-write connection used by the writer thread: WAL journal,
