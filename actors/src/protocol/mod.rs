@@ -6,6 +6,7 @@ pub mod auth;
 pub mod canonical;
 pub mod crypto;
 pub mod diff;
+pub mod guard;
 pub mod proto;
 pub mod recovered;
 pub mod sse;
