@@ -177,6 +177,12 @@ impl Harness {
             fault_injection: true,
             metrics: metrics.clone(),
             actors: actors.clone(),
+            warm: devshard_actors::protocol::warm::WarmKeyChecker::rest(
+                sim.chain_url(),
+                clock.clone(),
+                devshard_actors::protocol::warm::WarmKeyMetrics::detached().expect("metrics"),
+                log.clone(),
+            ),
         };
         let directory = Directory::new(deps).start_tracked();
         for id in escrows {

@@ -100,6 +100,7 @@ async fn sigkill_while_streaming_loses_and_reuses_no_nonce() {
     }
     let info: devshard_actors::escrow::EscrowInfo =
         serde_json::from_value(store.get("escrow", "42").unwrap().unwrap()).unwrap();
-    Session::restore(Arc::new(info), log).expect("the log replays to its own roots");
+    let warm = store.load_warm_deltas("42").unwrap();
+    Session::restore(Arc::new(info), log, &warm).expect("the log replays to its own roots");
     let _ = std::fs::remove_dir_all(&dir);
 }

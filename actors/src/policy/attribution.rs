@@ -33,6 +33,10 @@ fn classify_session(e: &SessionError) -> (OutcomeClass, &'static str) {
         }
         SessionError::InvalidStateSig(_) => (OutcomeClass::HostFault, "invalid_state_sig"),
         SessionError::InvalidReceipt { .. } => (OutcomeClass::HostFault, "invalid_receipt"),
+        // The chain did not answer about a warm key: our problem, never the host's.
+        SessionError::WarmKeyUnresolved { .. } => {
+            (OutcomeClass::GatewayFault, "warm_key_unverified")
+        }
         _ => (OutcomeClass::GatewayFault, "session_error"),
     }
 }

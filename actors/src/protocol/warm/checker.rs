@@ -47,6 +47,21 @@ impl WarmKeyChecker {
         }
     }
 
+    /// A checker over the chain REST API at `rest_url`, with a fresh cache.
+    pub fn rest(
+        rest_url: &str,
+        clock: crate::clock::SharedClock,
+        metrics: WarmKeyMetrics,
+        log: Logger,
+    ) -> WarmKeyChecker {
+        WarmKeyChecker::new(
+            Arc::new(GrantCache::new(clock)),
+            Arc::new(super::RestGrants::new(rest_url, super::GRANTS_TIMEOUT)),
+            metrics,
+            log,
+        )
+    }
+
     /// The cache, which is also the synchronous resolver of the gateway's state machines.
     pub fn cache(&self) -> &Arc<GrantCache> {
         &self.cache
@@ -148,7 +163,7 @@ mod tests {
         WarmKeyChecker::new(
             Arc::new(GrantCache::new(Arc::new(SystemClock))),
             table,
-            WarmKeyMetrics::unregistered().unwrap(),
+            WarmKeyMetrics::detached().unwrap(),
             Logger::root(slog::Discard, slog::o!()),
         )
     }

@@ -15,14 +15,14 @@ pub struct WarmKeyMetrics {
 impl WarmKeyMetrics {
     /// Registers both metrics; call once per registry.
     pub fn register(registry: &Registry) -> Result<WarmKeyMetrics, prometheus::Error> {
-        let m = WarmKeyMetrics::unregistered()?;
+        let m = WarmKeyMetrics::detached()?;
         registry.register(Box::new(m.checks.clone()))?;
         registry.register(Box::new(m.cache_entries.clone()))?;
         Ok(m)
     }
 
     /// Handles that count but are exported nowhere (tests, tools).
-    pub fn unregistered() -> Result<WarmKeyMetrics, prometheus::Error> {
+    pub fn detached() -> Result<WarmKeyMetrics, prometheus::Error> {
         Ok(WarmKeyMetrics {
             checks: IntCounterVec::new(
                 Opts::new(
