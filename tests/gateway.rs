@@ -26,3 +26,5 @@ mod repair;
 mod requests;
 #[path = "gateway/supervision.rs"]
 mod supervision;
+#[path = "gateway/warm.rs"]
+mod warm;

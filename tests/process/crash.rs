@@ -16,7 +16,7 @@ use super::child::{chat_counted, free_port, temp_dir, Gateway, Progress};
 /// (streams started) and this many completed.
 const MOMENTS: [(usize, usize); 5] = [(0, 0), (10, 0), (45, 0), (50, 10), (50, 40)];
 
-async fn check_lockstep(gw: &Gateway, sim: &SimNetwork) -> u64 {
+pub(crate) async fn check_lockstep(gw: &Gateway, sim: &SimNetwork) -> u64 {
     let synced = gw.admin("POST", "/v1/admin/escrows/42/sync").await;
     let nonce = synced["nonce"].as_u64().unwrap();
     let root = synced["state_root"].as_str().unwrap().to_string();
