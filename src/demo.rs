@@ -43,9 +43,10 @@ pub struct DemoArgs {
     /// Tokens per simulated answer.
     #[arg(long, default_value_t = 24)]
     pub output_tokens: u32,
-    /// Hosts that sign with a chain-granted warm key: all, none or a count K (hosts 0..K).
-    #[arg(long, default_value = "none")]
-    pub warm_keys: WarmMode,
+    /// Hosts that sign with a chain-granted warm key: all, none or a count K (hosts 0..K);
+    /// default about half of them, so both kinds of key are always exercised.
+    #[arg(long)]
+    pub warm_keys: Option<WarmMode>,
 }
 
 /// Runs the demo until Ctrl-C / SIGTERM.
@@ -60,7 +61,9 @@ async fn demo(args: DemoArgs) -> ExitCode {
     cfg.profile = args.profile.clone();
     cfg.escrow_ids = args.escrows.clone();
     cfg.output_tokens = args.output_tokens;
-    cfg.warm_keys = args.warm_keys;
+    cfg.warm_keys = args
+        .warm_keys
+        .unwrap_or_else(|| WarmMode::mixed(args.hosts));
     let model = cfg.model.clone();
     let clock = TokioClock::new().shared();
     let sim = match SimNetwork::start(cfg, clock.clone()).await {

@@ -231,3 +231,66 @@ fn an_ungranted_key_is_an_invalid_receipt_and_the_cold_key_always_passes() {
     assert!(s.signers_to_check(executor, Some(1), &cold).is_empty());
     s.process_receipt(executor, Some(1), &cold).unwrap();
 }
+
+#[test]
+fn a_host_root_without_our_warm_keys_is_named_not_a_divergence() {
+    let w = world(3);
+    let cache = Arc::new(GrantCache::new(Arc::new(SystemClock)));
+    let mut s = Session::new(w.info.clone())
+        .unwrap()
+        .with_grants(cache.clone());
+    let mut host = host_sm(&w);
+    let d1 = s.compose_start(&params(), &w.gateway).unwrap();
+    host.apply_diff(&d1, w.gateway.address()).unwrap();
+    let body = warm_receipt(&w, &s, &host);
+    let executor = w.cold[1].address();
+    cache.put(executor, w.warm[1].address(), true);
+    s.process_receipt(executor, Some(1), &body).unwrap();
+    // Nonce 2 binds slot 1; a host that does not implement warm keys computes the root of the
+    // same state with warm_keys_hash = sha256("").
+    s.compose(vec![], &w.gateway).unwrap();
+    let mut unaware = StateMachine::new(
+        ESCROW,
+        w.info.config.clone(),
+        w.info.group.clone(),
+        w.info.amount,
+    )
+    .unwrap();
+    unaware.apply_best_effort(1, d1.txs.clone()).unwrap();
+    let mut accept_all = unaware.clone().with_warm_resolver(Arc::new(Chain(
+        w.cold.iter().cloned().zip(w.warm.iter().cloned()).collect(),
+    )));
+    accept_all
+        .apply_best_effort(2, s.diff(2).unwrap().txs.clone())
+        .unwrap();
+    let snap = accept_all.snapshot();
+    let unaware_root = {
+        let mut bare = snap.clone();
+        bare.warm_keys.clear();
+        StateMachine::from_snapshot(bare).unwrap().state_root()
+    };
+    assert_ne!(unaware_root, s.state().state_root());
+    let lying = ReceiptBody {
+        state_hash: Some(unaware_root.to_vec()),
+        state_sig: Some(state::sign_state(&unaware_root, ESCROW, 2, &w.cold[0]).to_vec()),
+        nonce: 2,
+        receipt: None,
+        confirmed_at: None,
+    };
+    let err = s
+        .process_receipt(w.cold[0].address(), None, &lying)
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            SessionError::Unreproducible {
+                nonce: 2,
+                reason: devshard_actors::protocol::guard::Unreproducible::NoWarmKeys
+            }
+        ),
+        "{err}"
+    );
+    assert!(err
+        .to_string()
+        .contains("unsupported rest_hash composition"));
+}

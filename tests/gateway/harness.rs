@@ -158,6 +158,12 @@ impl Harness {
         store: SharedStore,
         escrow_cfg: EscrowConfig,
     ) -> Harness {
+        let mut cfg = cfg;
+        // The test binary decides whether hosts sign with warm keys (`tests/gateway_warm.rs`
+        // runs the seed incident tests with every host on warm keys).
+        if cfg.warm_keys == devshard_gateway::sim::WarmMode::None {
+            cfg.warm_keys = crate::WARM_KEYS;
+        }
         let clock = TokioClock::new().shared();
         let key = Arc::new(cfg.gateway_key.clone());
         let escrows = cfg.escrow_ids.clone();

@@ -38,7 +38,7 @@ async fn ejected(h: &Harness) -> Vec<String> {
     let views = h.directory.send(ListParticipants).await.unwrap();
     views
         .iter()
-        .filter(|p| p.state.to_string() == "ejected")
+        .filter(|p| p.state == "ejected")
         .map(|p| p.address.to_string())
         .collect()
 }

@@ -33,6 +33,9 @@ fn classify_session(e: &SessionError) -> (OutcomeClass, &'static str) {
         }
         SessionError::InvalidStateSig(_) => (OutcomeClass::HostFault, "invalid_state_sig"),
         SessionError::InvalidReceipt { .. } => (OutcomeClass::HostFault, "invalid_receipt"),
+        // Another protocol version or root composition: the escrow cannot be served by that
+        // host as configured; no repair, no strike.
+        SessionError::Unreproducible { .. } => (OutcomeClass::EscrowFault, "unsupported_protocol"),
         // The chain did not answer about a warm key: our problem, never the host's.
         SessionError::WarmKeyUnresolved { .. } => {
             (OutcomeClass::GatewayFault, "warm_key_unverified")

@@ -121,8 +121,15 @@ impl Handler<AttemptReceipt> for EscrowActor {
 impl EscrowActor {
     fn take_receipt(&mut self, msg: AttemptReceipt) -> Result<(), SessionError> {
         let inference = (!msg.catch_up).then_some(msg.nonce);
-        self.session
-            .process_receipt(&msg.host, inference, &msg.receipt)?;
+        let processed = self
+            .session
+            .process_receipt(&msg.host, inference, &msg.receipt);
+        if let Err(SessionError::Unreproducible { nonce, reason }) = &processed {
+            warn!(self.deps.log, "host state root cannot be reproduced"; "stage" => "state_root_unreproducible",
+                "host" => msg.host.short(), "nonce" => nonce, "reason" => reason.as_str(),
+                "detail" => %reason);
+        }
+        processed?;
         self.durable.syncs_changed();
         if let (Some(nonce), Some(_)) = (inference, &msg.receipt.receipt) {
             self.book.confirm(nonce, msg.receipt.confirmed_at);

@@ -21,6 +21,7 @@ use super::{info::EscrowInfo, pending::PendingTxs};
 use crate::protocol::{
     crypto::{Address, SigningKey},
     diff::Diff,
+    guard::{self, Unreproducible},
     proto::{self, DevshardTx, MsgConfirmStart, MsgStartInference, Tx},
     state::{self, StateError, StateMachine},
     warm::{NoGrants, SharedResolver, WarmBinding},
@@ -38,6 +39,9 @@ pub use warm::WarmSigner;
 pub enum SessionError {
     #[error("host state hash does not match local state (nonce {nonce})")]
     StateHashMismatch { nonce: u64 },
+    /// The host's root differs for a reason we can name (`protocol/guard.rs`).
+    #[error("host state root at nonce {nonce} cannot be reproduced: {reason}")]
+    Unreproducible { nonce: u64, reason: Unreproducible },
     #[error("host reports nonce {host_nonce} beyond ours ({ours})")]
     HostAhead { host_nonce: u64, ours: u64 },
     #[error("invalid state signature: {0}")]
@@ -253,6 +257,14 @@ impl Session {
         if let Some(hash) = body.state_hash.as_ref().filter(|h| !h.is_empty()) {
             let expected = self.expected_root(body.nonce);
             if expected.as_deref() != Some(hash.as_slice()) {
+                // A mismatch we can name (another protocol version, a rest_hash composition we
+                // do not implement) is reported as such, never as a divergence to repair.
+                if let Some(reason) = guard::explain(&self.sm, body.nonce, hash) {
+                    return Err(SessionError::Unreproducible {
+                        nonce: body.nonce,
+                        reason,
+                    });
+                }
                 return Err(SessionError::StateHashMismatch { nonce: body.nonce });
             }
             if let Some(sig) = body.state_sig.as_ref().filter(|s| !s.is_empty()) {
