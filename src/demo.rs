@@ -21,7 +21,7 @@ use crate::{
         Config, ConfigError,
     },
     logging, metrics,
-    sim::{Profile, SimConfig, SimNetwork, DEFAULT_SEED},
+    sim::{Profile, SimConfig, SimNetwork, WarmMode, DEFAULT_SEED},
 };
 
 /// Options of `demo`.
@@ -45,6 +45,10 @@ pub struct DemoArgs {
     /// Tokens per simulated answer.
     #[arg(long, default_value_t = 24)]
     pub output_tokens: u32,
+    /// Hosts that sign with a chain-granted warm key: all, none or a count K (hosts 0..K);
+    /// default about half of them, so both kinds of key are always exercised.
+    #[arg(long)]
+    pub warm_keys: Option<WarmMode>,
 }
 
 /// Runs the demo until Ctrl-C / SIGTERM.
@@ -59,6 +63,9 @@ async fn demo(args: DemoArgs) -> ExitCode {
     cfg.profile = args.profile.clone();
     cfg.escrow_ids = args.escrows.clone();
     cfg.output_tokens = args.output_tokens;
+    cfg.warm_keys = args
+        .warm_keys
+        .unwrap_or_else(|| WarmMode::mixed(args.hosts));
     let model = cfg.model.clone();
     let clock = TokioClock::new().shared();
     let sim = match SimNetwork::start(cfg, clock.clone()).await {

@@ -2,6 +2,9 @@
 //! loopback, real signatures, every host with its own state machine).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// Hosts sign with their cold keys unless a test asks otherwise.
+pub const WARM_KEYS: devshard_gateway::sim::WarmMode = devshard_gateway::sim::WarmMode::None;
+
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
 #[path = "gateway/flow.rs"]
@@ -26,3 +29,5 @@ mod repair;
 mod requests;
 #[path = "gateway/supervision.rs"]
 mod supervision;
+#[path = "gateway/warm.rs"]
+mod warm;

@@ -22,3 +22,5 @@ mod protocol;
 mod rejections;
 #[path = "sim/timeouts.rs"]
 mod timeouts;
+#[path = "sim/warm.rs"]
+mod warm;

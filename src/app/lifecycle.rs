@@ -21,6 +21,7 @@ use devshard_actors::{
     clock::{SharedClock, SystemClock},
     directory::{Directory, DirectoryDeps},
     metrics::ActorMetrics,
+    protocol::warm::{WarmKeyChecker, WarmKeyMetrics},
     stats::{ActorRegistry, TrackedActor, TrackedAddr},
     store::{SharedStore, Store},
 };
@@ -203,6 +204,14 @@ pub async fn start_with(
     let shared: SharedStore = store.clone();
     info!(log, "store opened"; "stage" => "store_opened", "path" => %path.display());
 
+    let warm_metrics =
+        WarmKeyMetrics::register(&registry).map_err(|e| AppError::Metrics(e.to_string()))?;
+    let warm = WarmKeyChecker::rest(
+        &config.chain.rest_url,
+        clock.clone(),
+        warm_metrics,
+        log.clone(),
+    );
     let actors = ActorRegistry::default();
     let directory = Directory::new(DirectoryDeps {
         key: config.key.clone(),
@@ -214,6 +223,7 @@ pub async fn start_with(
         fault_injection: config.fault_injection,
         metrics: actor_metrics.clone(),
         actors: actors.clone(),
+        warm,
     })
     .start_tracked();
     let mut state = AppState::new(

@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use devshard_actors::protocol::{crypto::SigningKey, state::SessionConfig};
 
-use super::profile::Profile;
+use super::{profile::Profile, warm::WarmMode};
 
 /// Key index (see [`SigningKey::derive`]) of the default gateway key; hosts use `0..hosts`.
 pub const GATEWAY_KEY_INDEX: u32 = u32::MAX;
@@ -46,6 +46,8 @@ pub struct SimConfig {
     /// Slot → host index; `None` = one slot per host in host order. A host listed several times
     /// is a multi-slot validator.
     pub slot_hosts: Option<Vec<usize>>,
+    /// Which hosts sign with warm keys (granted on the chain at start).
+    pub warm_keys: WarmMode,
     /// Address every server binds.
     pub bind_ip: IpAddr,
     /// `0` = ephemeral ports; otherwise the chain API binds `base_port` and host `i`
@@ -70,6 +72,7 @@ impl SimConfig {
             epochs: EpochSchedule::default(),
             session_config: None,
             slot_hosts: None,
+            warm_keys: WarmMode::None,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             base_port: 0,
         }

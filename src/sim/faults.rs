@@ -30,6 +30,7 @@
 //! | `forget_session` | one-shot: every session is dropped (the host restarted with empty storage) |
 //! | `clock_skew_s` | the host's clock is offset (auth drift check, `confirmed_at`, timeout checks) |
 //! | `signatures_empty` | `GET /signatures` answers `{"signatures":null}` |
+//! | `sign_with_ungranted_key` | every signature (receipt, state, finish, validation, timeout vote) is made with a key the chain holds no grant for |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -89,6 +90,8 @@ pub struct Faults {
     pub down_for_ms: Option<u64>,
     #[serde(skip_serializing_if = "is_false")]
     pub signatures_empty: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub sign_with_ungranted_key: bool,
     /// Number of `chat/completions` requests this set applies to (absent = until replaced).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub times: Option<u32>,

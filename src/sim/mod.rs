@@ -12,6 +12,8 @@
 //!   request log, fixed-answer faults and an nginx-style rate limiter.
 //! - `control.rs`   — the `/sim/…` control API.
 //! - `faults.rs`    — fault knobs and counters; `profile.rs` — latency profiles.
+//! - `warm.rs`      — warm keys: which hosts sign with one, the chain's grants, the grants
+//!   query and its faults.
 //! - `generator.rs` — the deterministic fake model; `server.rs` — hyper plumbing.
 //! - `cli.rs`       — the `sim` subcommand.
 //!
@@ -50,6 +52,7 @@ mod openai;
 mod profile;
 mod server;
 mod traffic;
+mod warm;
 
 pub use self::{
     chain::{EscrowInfo, ParticipantInfo},
@@ -66,4 +69,5 @@ pub use self::{
     network::{SimError, SimHostInfo, SimNetwork},
     profile::{LatencyProfile, Profile},
     traffic::{ChainFaults, ChainRequest, ChainRequests, RECENT_REQUESTS},
+    warm::{default_type_url, ungranted_key, warm_key, Grant, GrantsFault, WarmMode},
 };

@@ -8,7 +8,10 @@ use hyper::body::Incoming;
 
 use devshard_actors::{
     clock::SharedClock,
-    protocol::crypto::{sha256, Address, SigningKey},
+    protocol::{
+        crypto::{sha256, Address, SigningKey},
+        warm::SharedResolver,
+    },
 };
 
 use super::{
@@ -21,6 +24,7 @@ use super::{
     profile::LatencyProfile,
     server::{bind_reuse, Handler, Listener, Resp},
     traffic::{ChainFaults, ChainRequests},
+    warm::{self, Grant, GrantsFault, HostGrants, WarmRegistry},
 };
 
 /// Errors of starting or steering the simulator.
@@ -45,6 +49,15 @@ pub(crate) struct NetCore {
     pub(crate) cfg: SimConfig,
     pub(crate) chain: Chain,
     pub(crate) hosts: Vec<Arc<HostState>>,
+    /// The chain's warm-key grants (`warm.rs`).
+    pub(crate) warm: Arc<WarmRegistry>,
+}
+
+impl NetCore {
+    /// Step 4 of the warm-key rule for a host's state machine: the chain's grant table.
+    pub(crate) fn host_grants(&self) -> SharedResolver {
+        Arc::new(HostGrants(Arc::clone(&self.warm)))
+    }
 }
 
 /// Public facts about one host.
@@ -54,7 +67,10 @@ pub struct SimHostInfo {
     pub address: Address,
     /// Base URL (`http://ip:port`), the participant's `inference_url`.
     pub url: String,
+    /// The cold key (its address is the host's identity).
     pub key: SigningKey,
+    /// The warm key it signs with, if any.
+    pub warm_key: Option<SigningKey>,
 }
 
 /// A running simulated network. Dropping it stops every server.
@@ -94,11 +110,16 @@ impl SimNetwork {
         for i in 0..cfg.hosts {
             let tcp = bind(&cfg, i + 1)?;
             let key = SigningKey::derive(&cfg.seed, i as u32);
+            let warm_key = cfg
+                .warm_keys
+                .covers(i, cfg.hosts)
+                .then(|| warm::warm_key(&cfg.seed, i));
             hosts.push(SimHostInfo {
                 index: i,
                 address: key.address().clone(),
                 url: local_url(&tcp)?,
                 key,
+                warm_key,
             });
             host_tcp.push(tcp);
         }
@@ -150,11 +171,16 @@ impl SimNetwork {
                     clock.clone(),
                     rt.clone(),
                     &cfg.seed,
-                );
+                )
+                .with_warm_key(h.warm_key.clone());
                 Arc::new(state)
             })
             .collect();
+        let validators: Vec<(Address, usize)> =
+            hosts.iter().map(|h| (h.address.clone(), h.index)).collect();
+        let grants = warm::default_grants(cfg.warm_keys, &cfg.seed, &validators);
         let core = Arc::new(NetCore {
+            warm: Arc::new(WarmRegistry::new(clock.clone(), grants)),
             cfg,
             chain,
             hosts: host_states,
@@ -297,6 +323,28 @@ impl SimNetwork {
         self.core.chain.epoch_view()
     }
 
+    /// Adds a grant on the chain (e.g. a warm key for host `i`: [`warm::warm_key`]).
+    pub fn add_grant(&self, grant: Grant) {
+        self.core.warm.add(grant);
+    }
+
+    /// Revokes every grant of host `index`'s validator to its warm key; returns how many.
+    pub fn revoke_warm_grant(&self, index: usize) -> Result<usize, SimError> {
+        let h = self.hosts.get(index).ok_or(SimError::UnknownHost(index))?;
+        let warm = warm::warm_key(&self.core.cfg.seed, index);
+        Ok(self.core.warm.revoke(&h.address, warm.address()))
+    }
+
+    /// Every grant the chain holds.
+    pub fn grants(&self) -> Vec<Grant> {
+        self.core.warm.all()
+    }
+
+    /// Replaces the grants endpoint's faults.
+    pub fn set_grants_fault(&self, fault: GrantsFault) {
+        self.core.warm.set_fault(fault);
+    }
+
     /// Stops every server and drops every connection.
     pub fn shutdown(&self) {
         self.chain_listener.shutdown();
@@ -322,6 +370,9 @@ async fn chain_route(core: Arc<NetCore>, req: Request<Incoming>, peer: SocketAdd
     }
     let client = super::traffic::client_id(&req, peer);
     let method = req.method();
+    if method == http::Method::GET && path.starts_with(warm::GRANTEES_PREFIX) {
+        return warm::serve_grantees(&core, &path, &client).await;
+    }
     core.chain
         .serve("chain", &path, &client, || core.chain.handle(method, &path))
 }

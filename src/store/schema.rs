@@ -74,6 +74,8 @@ const MIGRATIONS: &[&str] = &[
      ) WITHOUT ROWID;
      CREATE INDEX ledger_attempts_unsettled ON ledger_attempts (escrow_id, nonce)
          WHERE settled_ms IS NULL;",
+    // 2 -> 3: the warm keys a diff bound (JSON `[{slot, address}]`, NULL when none).
+    "ALTER TABLE diffs ADD COLUMN warm_delta TEXT;",
 ];
 
 /// Opens (creating if needed) the read-write connection used by the writer thread: WAL journal,

@@ -71,6 +71,12 @@ async fn retry_after_is_the_remaining_poc_and_the_request_is_served_after_it() {
         fault_injection: false,
         metrics: actor_metrics.clone(),
         actors: actors.clone(),
+        warm: devshard_actors::protocol::warm::WarmKeyChecker::rest(
+            &config.chain.rest_url,
+            clock.clone(),
+            devshard_actors::protocol::warm::WarmKeyMetrics::detached().unwrap(),
+            log.clone(),
+        ),
     })
     .start_tracked();
     let registry = metrics::new_registry().unwrap();

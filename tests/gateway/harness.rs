@@ -180,6 +180,12 @@ impl Harness {
         store: SharedStore,
         escrow_cfg: EscrowConfig,
     ) -> Harness {
+        let mut cfg = cfg;
+        // The test binary decides whether hosts sign with warm keys (`tests/gateway_warm.rs`
+        // runs the seed incident tests with every host on warm keys).
+        if cfg.warm_keys == devshard_gateway::sim::WarmMode::None {
+            cfg.warm_keys = crate::WARM_KEYS;
+        }
         let clock = TokioClock::new().shared();
         let key = Arc::new(cfg.gateway_key.clone());
         let escrows = cfg.escrow_ids.clone();
@@ -199,6 +205,12 @@ impl Harness {
             fault_injection: true,
             metrics: metrics.clone(),
             actors: actors.clone(),
+            warm: devshard_actors::protocol::warm::WarmKeyChecker::rest(
+                sim.chain_url(),
+                clock.clone(),
+                devshard_actors::protocol::warm::WarmKeyMetrics::detached().expect("metrics"),
+                log.clone(),
+            ),
         };
         let directory = Directory::new(deps).start_tracked();
         for id in escrows {

@@ -32,7 +32,10 @@ use crate::{
     outcome::ParticipantOutcome,
     participant::ParticipantActor,
     policy::settings::HealthSettings,
-    protocol::crypto::{Address, SigningKey},
+    protocol::{
+        crypto::{Address, SigningKey},
+        warm::WarmKeyChecker,
+    },
     stats::{tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedAddr},
     store::{ns, SharedStore, StoreError},
 };
@@ -93,6 +96,8 @@ pub struct DirectoryDeps {
     pub metrics: ActorMetrics,
     /// Where every actor of this gateway registers its stats (debug listing).
     pub actors: ActorRegistry,
+    /// Warm-key grant checks (LIFECYCLE.md §5), shared by every escrow.
+    pub warm: WarmKeyChecker,
 }
 
 /// One supervised entity.

@@ -44,13 +44,17 @@ use crate::{
         reason::{EmptyDiffReason, OutcomeReason},
         settings::HealthSettings,
     },
-    protocol::crypto::{Address, SigningKey},
+    protocol::{
+        crypto::{Address, SigningKey},
+        warm::WarmKeyChecker,
+    },
     stats::{timers, tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedRecipient},
     store::SharedStore,
 };
 
 mod mailbox;
 mod settling;
+mod warm;
 
 /// How often dirty host sync nonces are persisted.
 const SYNC_PERSIST_INTERVAL: Duration = Duration::from_secs(1);
@@ -71,6 +75,8 @@ pub struct EscrowDeps {
     pub settings: Arc<HealthSettings>,
     /// Where this actor and its repairs register their stats.
     pub actors: ActorRegistry,
+    /// Warm-key grant checks (the cache is also the session's step-4 resolver).
+    pub warm: WarmKeyChecker,
 }
 
 /// The escrow actor (see the module docs).

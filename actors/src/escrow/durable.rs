@@ -9,7 +9,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Instant};
 
-use slog::{debug, error, warn};
+use slog::{debug, error, info, warn};
 use tokio::sync::oneshot;
 
 use super::{
@@ -147,7 +147,7 @@ impl Durable {
                 deps.metrics.nonces.with_label_values(&[kind]).inc();
                 debug!(deps.log, "diff without inference composed"; "stage" => "diff_composed",
                     "nonce" => diff.nonce, "reason" => reason);
-                let ack = deps.store.append_diff(&session.info().escrow_id, &diff);
+                let ack = append(session, deps, &diff);
                 Some((diff, ack))
             }
             Err(e) => {
@@ -200,7 +200,7 @@ impl Durable {
         let nonce = diff.nonce;
         deps.metrics.nonces.with_label_values(&["inference"]).inc();
         let composed = Instant::now();
-        let ack = deps.store.append_diff(&session.info().escrow_id, &diff);
+        let ack = append(session, deps, &diff);
         let info = session.info().clone();
         let Some(host) = info.host_for_nonce(nonce).cloned() else {
             let _ = w
@@ -326,7 +326,7 @@ impl Durable {
             started_at,
         };
         let diff = session.compose_start(&params, &deps.key).ok()?;
-        let ack = deps.store.append_diff(&session.info().escrow_id, &diff);
+        let ack = append(session, deps, &diff);
         deps.metrics.nonces.with_label_values(&["ghost"]).inc();
         let payload = PayloadJson {
             prompt: GHOST_PROMPT.to_vec(),
@@ -402,4 +402,16 @@ impl Durable {
             }
         });
     }
+}
+
+/// Appends a freshly composed diff with the warm keys it bound (`warm_key_bound`), so a replay
+/// restores them without the chain.
+fn append(session: &Session, deps: &EscrowDeps, diff: &Diff) -> Ack {
+    let delta = session.last_warm_delta();
+    for b in delta {
+        info!(deps.log, "warm key bound to its slot"; "stage" => "warm_key_bound",
+            "nonce" => diff.nonce, "slot" => b.slot, "warm_key" => b.address.as_str());
+    }
+    deps.store
+        .append_diff_with_warm(&session.info().escrow_id, diff, delta)
 }

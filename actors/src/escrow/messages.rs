@@ -156,6 +156,8 @@ pub struct EscrowSnapshot {
     pub repairs: Vec<String>,
     pub repairs_given_up: Vec<String>,
     pub panic_mode: bool,
+    /// Warm key bound to each slot (LIFECYCLE.md §5).
+    pub warm_keys: std::collections::BTreeMap<u32, crate::protocol::crypto::Address>,
 }
 
 /// Test and operator hook: make the actor panic (only when fault injection is enabled).

@@ -40,6 +40,16 @@ fn classify_session(e: &SessionError) -> (OutcomeClass, OutcomeReason) {
         SessionError::InvalidReceipt { .. } => {
             (OutcomeClass::HostFault, OutcomeReason::InvalidReceipt)
         }
+        // Another protocol version or root composition: the escrow cannot be served by that
+        // host as configured; no repair, no strike.
+        SessionError::Unreproducible { .. } => (
+            OutcomeClass::EscrowFault,
+            OutcomeReason::UnsupportedProtocol,
+        ),
+        // The chain did not answer about a warm key: our problem, never the host's.
+        SessionError::WarmKeyUnresolved { .. } => {
+            (OutcomeClass::GatewayFault, OutcomeReason::WarmKeyUnverified)
+        }
         _ => (OutcomeClass::GatewayFault, OutcomeReason::SessionError),
     }
 }

@@ -85,6 +85,10 @@ reasons! {
         InvalidStateSig => "invalid_state_sig",
         InvalidReceipt => "invalid_receipt",
         SessionError => "session_error",
+        /// The host's root is our state under another protocol version or root composition.
+        UnsupportedProtocol => "unsupported_protocol",
+        /// The chain did not answer whether a warm key is granted: the gateway's problem.
+        WarmKeyUnverified => "warm_key_unverified",
         ConnectFailed => "connect_failed",
         Transport => "transport",
         Timeout => "timeout",

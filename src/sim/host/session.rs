@@ -18,6 +18,7 @@ use devshard_actors::protocol::{
     diff::Diff,
     proto::{DevshardTx, MsgValidation, Tx},
     state::{sign_validation, InferenceStatus, Slot, StateError, StateMachine},
+    warm::SharedResolver,
 };
 
 use super::super::{chain::EscrowInfo, profile::Jitter};
@@ -89,6 +90,7 @@ impl HostSession {
         me: &Address,
         incarnation: u64,
         sampler_seed: [u8; 32],
+        grants: SharedResolver,
     ) -> Result<HostSession, StateError> {
         let group: Vec<Slot> = escrow
             .slots
@@ -104,7 +106,8 @@ impl HostSession {
             escrow.session_config.clone(),
             group,
             escrow.amount,
-        )?;
+        )?
+        .with_warm_resolver(grants);
         let my_slots = sm.slots_of(me);
         Ok(HostSession {
             incarnation,

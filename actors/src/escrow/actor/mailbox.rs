@@ -98,12 +98,38 @@ impl Handler<GrantUnused> for EscrowActor {
 }
 
 impl Handler<AttemptReceipt> for EscrowActor {
-    type Result = Result<(), SessionError>;
+    type Result = ResponseActFuture<Self, Result<(), SessionError>>;
 
     fn handle(&mut self, msg: AttemptReceipt, _: &mut Self::Context) -> Self::Result {
         let inference = (!msg.catch_up).then_some(msg.nonce);
-        self.session
-            .process_receipt(&msg.host, inference, &msg.receipt)?;
+        let signers = self
+            .session
+            .signers_to_check(&msg.host, inference, &msg.receipt);
+        if signers.is_empty() {
+            return Box::pin(fut::ready(self.take_receipt(msg)));
+        }
+        // Warm signers are judged once the chain has been asked (`actor/warm.rs`).
+        let check = self.check_warm_signers(signers);
+        Box::pin(
+            check
+                .into_actor(self)
+                .map(move |(), act, _| act.take_receipt(msg)),
+        )
+    }
+}
+
+impl EscrowActor {
+    fn take_receipt(&mut self, msg: AttemptReceipt) -> Result<(), SessionError> {
+        let inference = (!msg.catch_up).then_some(msg.nonce);
+        let processed = self
+            .session
+            .process_receipt(&msg.host, inference, &msg.receipt);
+        if let Err(SessionError::Unreproducible { nonce, reason }) = &processed {
+            warn!(self.deps.log, "host state root cannot be reproduced"; "stage" => "state_root_unreproducible",
+                "host" => msg.host.short(), "nonce" => nonce, "reason" => reason.as_str(),
+                "detail" => %reason);
+        }
+        processed?;
         self.durable.syncs_changed();
         if let (Some(nonce), Some(_)) = (inference, &msg.receipt.receipt) {
             self.book.confirm(nonce, msg.receipt.confirmed_at);
@@ -200,11 +226,30 @@ impl Handler<PlanRepair> for EscrowActor {
 }
 
 impl Handler<RepairStep> for EscrowActor {
-    type Result = Result<RepairVerdict, SessionError>;
+    type Result = ResponseActFuture<Self, Result<RepairVerdict, SessionError>>;
 
     fn handle(&mut self, msg: RepairStep, _: &mut Self::Context) -> Self::Result {
-        let (session, durable, routing) = (&mut self.session, &mut self.durable, &mut self.routing);
-        repair::step(session, durable, routing, &self.deps, msg)
+        let signers = match &msg {
+            RepairStep::CatchUp {
+                participant,
+                receipt,
+            } => self.session.signers_to_check(participant, None, receipt),
+            RepairStep::Signature {
+                participant,
+                nonce,
+                signature,
+            } => (self.session)
+                .fetched_signer_to_check(participant, *nonce, signature)
+                .into_iter()
+                .collect(),
+            RepairStep::SessionLost { .. } => Vec::new(),
+        };
+        let check = self.check_warm_signers(signers);
+        Box::pin(check.into_actor(self).map(move |(), act, _| {
+            let (session, durable, routing) =
+                (&mut act.session, &mut act.durable, &mut act.routing);
+            repair::step(session, durable, routing, &act.deps, msg)
+        }))
     }
 }
 
@@ -324,6 +369,7 @@ impl Handler<GetSnapshot> for EscrowActor {
             signatures: (self.session.signatures().iter())
                 .map(|(a, s)| (a.to_string(), s.nonce))
                 .collect(),
+            warm_keys: self.session.warm_keys().clone(),
         })
     }
 }

@@ -22,7 +22,7 @@ use crate::{
         correlation::SharedFault,
         reason::{EmptyDiffReason, OutcomeReason},
     },
-    protocol::{crypto::Address, proto::DevshardTx},
+    protocol::{crypto::Address, proto::DevshardTx, warm::Acceptance},
     stats::timers,
 };
 
@@ -109,6 +109,24 @@ impl EscrowActor {
 
     /// Queues a host's mempool and settles every pending finish it completes.
     pub(super) fn absorb_mempool(&mut self, txs: Vec<DevshardTx>, ctx: &mut Context<Self>) {
+        let signers = self.session.mempool_signers_to_check(&txs);
+        if signers
+            .iter()
+            .any(|s| s.acceptance == Acceptance::Unresolved)
+        {
+            // Held until the chain was asked about the finish markers' warm signers.
+            let check = self.check_warm_signers(signers);
+            ctx.spawn(
+                check
+                    .into_actor(self)
+                    .map(move |(), act, ctx| act.absorb_checked(txs, ctx)),
+            );
+            return;
+        }
+        self.absorb_checked(txs, ctx);
+    }
+
+    fn absorb_checked(&mut self, txs: Vec<DevshardTx>, ctx: &mut Context<Self>) {
         for nonce in self.session.process_mempool(txs) {
             let Some(entry) = self.book.entry(nonce) else {
                 continue;
@@ -235,7 +253,11 @@ impl EscrowActor {
         };
         let (_, reason) = self.book.deadline(entry, 0);
         let votes = timeouts::collect_votes(&self.session, &self.deps, entry, reason, ready);
-        ctx.spawn(votes.into_actor(self).map(move |answers, act, ctx| {
+        let checked = votes.into_actor(self).then(move |answers, act, _| {
+            let check = act.check_warm_signers(act.vote_signers(nonce, reason, &answers));
+            check.into_actor(act).map(move |(), _, _| answers)
+        });
+        ctx.spawn(checked.map(move |answers, act, ctx| {
             act.book.vote_done();
             match timeouts::tally(&act.session, &act.deps, nonce, reason, answers) {
                 None => {

@@ -21,8 +21,8 @@
 use crate::protocol::proto::{MsgValidation, MsgValidationVote};
 
 use super::{
-    apply::verify_proposer,
     content::{validation_unsigned_bytes, validation_vote_unsigned_bytes},
+    warm::SigKind,
     InferenceStatus, StateError, StateMachine,
 };
 
@@ -50,7 +50,12 @@ impl StateMachine {
                 )))
             }
         }
-        verify_proposer(&validation_unsigned_bytes(m), &m.proposer_sig, validator)?;
+        let bind = self.admit(
+            SigKind::Proposer,
+            m.validator_slot,
+            &validation_unsigned_bytes(m),
+            &m.proposer_sig,
+        )?;
         self.check_escrow(&m.escrow_id)?;
         let weight = self.weight_of(validator);
         let idx = self.stats_index(m.validator_slot)?;
@@ -77,6 +82,7 @@ impl StateMachine {
         }
         self.st.host_stats[idx] = stats;
         self.st.records.put(rec);
+        self.bind_warm(bind);
         Ok(())
     }
 
@@ -107,7 +113,12 @@ impl StateMachine {
                 m.voter_slot
             )));
         }
-        verify_proposer(&validation_vote_unsigned_bytes(m), &m.proposer_sig, voter)?;
+        let bind = self.admit(
+            SigKind::Proposer,
+            m.voter_slot,
+            &validation_vote_unsigned_bytes(m),
+            &m.proposer_sig,
+        )?;
         self.check_escrow(&m.escrow_id)?;
         let weight = self.weight_of(voter);
         let mut rec = rec.clone();
@@ -143,6 +154,7 @@ impl StateMachine {
         self.st.balance = balance;
         self.st.host_stats[idx] = stats;
         self.st.records.put(rec);
+        self.bind_warm(bind);
         Ok(())
     }
 }
