@@ -20,5 +20,7 @@ mod latency;
 mod protocol;
 #[path = "sim/rejections.rs"]
 mod rejections;
+#[path = "sim/settle.rs"]
+mod settle;
 #[path = "sim/timeouts.rs"]
 mod timeouts;

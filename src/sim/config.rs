@@ -28,6 +28,10 @@ pub struct SimConfig {
     pub escrow_ids: Vec<String>,
     /// Amount of every escrow.
     pub amount: u64,
+    /// `max_nonce` of every escrow, reported by the chain and enforced by the hosts.
+    pub max_nonce: u64,
+    /// Spendable balance of the creator's account (pays tx fees).
+    pub creator_balance: u64,
     /// Model name the hosts advertise and stamp into completions.
     pub model: String,
     /// Prefix of the devshard routes (`/v1/devshard` or `/devshard/<version>`).
@@ -62,6 +66,8 @@ impl SimConfig {
             seed: seed.to_owned(),
             escrow_ids: vec!["42".to_owned()],
             amount: 1_000_000_000,
+            max_nonce: 20_000,
+            creator_balance: 1_000_000_000_000,
             model: DEFAULT_MODEL.to_owned(),
             route_prefix: DEFAULT_ROUTE_PREFIX.to_owned(),
             gateway_key: SigningKey::derive(seed, GATEWAY_KEY_INDEX),
