@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::protocol::{
     crypto::{recover_address, Address, CryptoError},
@@ -60,7 +60,7 @@ pub fn accept_state_signature(
 }
 
 /// Weight of the verified signatures so far and the threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Weight {
     pub weight: u32,
     pub threshold: u32,
