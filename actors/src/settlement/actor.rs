@@ -281,7 +281,11 @@ impl SettlementActor {
         let fut = async move { sign_step(chain, key, settings, payload, now_s).await };
         ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
             act.busy = false;
-            act.step_done(res.map(StepEnd::Signed), ctx);
+            match res {
+                Ok(tx) => act.on_step(StepEnd::Signed(tx), ctx),
+                // Nothing was signed: the retry signs again (no tx can be live).
+                Err(e) => act.retry(RetryStep::Broadcast, None, e, ctx),
+            }
         }));
     }
 
@@ -383,6 +387,7 @@ impl SettlementActor {
             }
             StepEnd::Signed(tx) => {
                 record.tx_hashes.push(tx.hash.clone());
+                record.signed_tx = Some(tx.clone());
                 record.maybe_in_mempool = false;
                 self.transition(SettlementState::Broadcast { tx }, ctx);
             }

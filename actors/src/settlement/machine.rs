@@ -115,6 +115,8 @@ pub struct SettlementRecord {
     pub final_nonce: Option<u64>,
     /// Every tx hash this gateway signed for the escrow, oldest first.
     pub tx_hashes: Vec<String>,
+    /// The latest signed tx (kept after settlement for operators' and tests' checks).
+    pub signed_tx: Option<SignedTx>,
     /// True once a broadcast of the current tx may have reached a mempool.
     pub maybe_in_mempool: bool,
     pub started_ms: i64,
@@ -133,6 +135,7 @@ impl SettlementRecord {
             last_error: None,
             final_nonce: None,
             tx_hashes: Vec::new(),
+            signed_tx: None,
             maybe_in_mempool: false,
             started_ms: now_ms,
             updated_ms: now_ms,
