@@ -18,23 +18,18 @@ use slog::{info, warn, Logger};
 
 use super::{
     chain::ChainTxClient,
-    collect::{collect, Collected},
-    machine::{
-        after_broadcast, after_confirmation, after_escrow_check, retry_delay_ms, BroadcastNext,
-        BroadcastOutcome, Confirmation, RetryStep, SettlementRecord, SettlementState,
-        CONFIRM_POLL_MS, CONFIRM_WINDOW_MS,
-    },
+    collect::collect,
+    machine::{retry_delay_ms, RetryStep, SettlementRecord, SettlementState},
     metrics::SettlementMetrics,
-    payload::SettlementPayload,
-    port::{EscrowSteps, FinalState, RoundDone},
+    port::EscrowSteps,
+    steps::{broadcast_step, sign_step, StepEnd},
 };
 use crate::{
     clock::SharedClock,
     escrow::EscrowInfo,
     protocol::{
-        cosmos::{settle_tx, SignedTx, TxSettings},
+        cosmos::{SignedTx, TxSettings},
         crypto::SigningKey,
-        state::Phase,
     },
     store::SharedStore,
 };
@@ -65,10 +60,10 @@ pub fn load_record(store: &SharedStore, escrow_id: &str) -> Option<SettlementRec
 }
 
 pub struct SettlementActor {
-    info: EscrowInfo,
+    pub(super) info: EscrowInfo,
     steps: Rc<dyn EscrowSteps>,
-    deps: SettlementDeps,
-    record: Option<SettlementRecord>,
+    pub(super) deps: SettlementDeps,
+    pub(super) record: Option<SettlementRecord>,
     busy: bool,
 }
 
@@ -84,20 +79,6 @@ pub struct StartSettlement {
 #[rtype(result = "Option<SettlementRecord>")]
 pub struct GetSettlement;
 
-/// How a step ended.
-enum StepEnd {
-    Drained,
-    Round(RoundDone),
-    Collected(Box<(FinalState, Collected)>),
-    Signed(SignedTx),
-    Broadcast {
-        next: BroadcastNext,
-        tx: SignedTx,
-        sent: bool,
-        note: String,
-    },
-}
-
 impl SettlementActor {
     pub fn new(info: EscrowInfo, steps: Rc<dyn EscrowSteps>, deps: SettlementDeps) -> Self {
         let record = load_record(&deps.store, &info.escrow_id);
@@ -110,12 +91,12 @@ impl SettlementActor {
         }
     }
 
-    fn now_ms(&self) -> i64 {
+    pub(super) fn now_ms(&self) -> i64 {
         self.deps.clock.now_ms()
     }
 
     /// Persists `state` and, once durable, runs the step it names.
-    fn transition(&mut self, state: SettlementState, ctx: &mut Context<Self>) {
+    pub(super) fn transition(&mut self, state: SettlementState, ctx: &mut Context<Self>) {
         let now = self.now_ms();
         let Some(record) = self.record.as_mut() else {
             return;
@@ -143,7 +124,7 @@ impl SettlementActor {
         }));
     }
 
-    fn retry(
+    pub(super) fn retry(
         &mut self,
         step: RetryStep,
         tx: Option<SignedTx>,
@@ -262,7 +243,7 @@ impl SettlementActor {
         }
     }
 
-    fn sign(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn sign(&mut self, ctx: &mut Context<Self>) {
         let Some(payload) = self.record.as_ref().and_then(|r| r.payload.clone()) else {
             return self.retry(
                 RetryStep::Collecting,
@@ -325,163 +306,6 @@ impl SettlementActor {
             }
         };
         self.on_step(end, ctx);
-    }
-
-    fn on_step(&mut self, end: StepEnd, ctx: &mut Context<Self>) {
-        let id = self.info.escrow_id.clone();
-        let log = self.deps.log.clone();
-        let now = self.now_ms();
-        let Some(record) = self.record.as_mut() else {
-            return;
-        };
-        match end {
-            StepEnd::Drained => {
-                record.attempts = 0;
-                self.transition(
-                    SettlementState::Finalizing {
-                        finalize_nonce: None,
-                    },
-                    ctx,
-                );
-            }
-            StepEnd::Round(r) => {
-                record.attempts = 0;
-                info!(log, "finalize round sent"; "stage" => "finalize_round", "escrow" => &id,
-                    "nonce" => r.nonce, "finalize_nonce" => r.finalize_nonce, "phase" => ?r.phase);
-                if r.phase == Phase::Settlement {
-                    record.final_nonce = Some(r.nonce);
-                    self.transition(SettlementState::Collecting { nonce: r.nonce }, ctx);
-                } else {
-                    let f = (r.finalize_nonce > 0).then_some(r.finalize_nonce);
-                    self.transition(SettlementState::Finalizing { finalize_nonce: f }, ctx);
-                }
-            }
-            StepEnd::Collected(boxed) => {
-                let (fin, c) = *boxed;
-                for (host, why) in &c.rejected {
-                    warn!(log, "state signature rejected"; "stage" => "signatures_collected",
-                        "escrow" => &id, "host" => %host, "error" => %why);
-                }
-                record.weight = Some(c.weight);
-                record.final_nonce = Some(c.nonce);
-                info!(log, "signatures collected"; "stage" => "signatures_collected",
-                    "escrow" => &id, "nonce" => c.nonce, "weight" => c.weight.weight,
-                    "threshold" => c.weight.threshold, "unreachable" => c.unreachable.len());
-                if !c.weight.reached() {
-                    let e = format!(
-                        "insufficient signatures: {}/{} weight",
-                        c.weight.weight, c.weight.threshold
-                    );
-                    return self.retry(RetryStep::Collecting, None, e, ctx);
-                }
-                match SettlementPayload::from_state(&fin.state, &c.signatures) {
-                    Ok(p) => record.payload = Some(p),
-                    Err(e) => return self.retry(RetryStep::Collecting, None, e.to_string(), ctx),
-                }
-                record.attempts = 0;
-                if record.broadcast {
-                    self.sign(ctx);
-                } else {
-                    self.transition(SettlementState::Collecting { nonce: c.nonce }, ctx);
-                }
-            }
-            StepEnd::Signed(tx) => {
-                record.tx_hashes.push(tx.hash.clone());
-                record.signed_tx = Some(tx.clone());
-                record.maybe_in_mempool = false;
-                self.transition(SettlementState::Broadcast { tx }, ctx);
-            }
-            StepEnd::Broadcast {
-                next,
-                tx,
-                sent,
-                note,
-            } => {
-                record.maybe_in_mempool |= sent;
-                info!(log, "settlement tx broadcast"; "stage" => "settlement_broadcast",
-                    "escrow" => &id, "tx_hash" => &tx.hash, "result" => &note);
-                match next {
-                    BroadcastNext::Settled => {
-                        let already = !note.starts_with("committed");
-                        let seconds = (now - record.started_ms) as f64 / 1000.0;
-                        info!(log, "settlement confirmed"; "stage" => "settlement_confirmed",
-                            "escrow" => &id, "tx_hash" => &tx.hash, "already_settled" => already,
-                            "seconds" => seconds);
-                        if let Some(m) = &self.deps.metrics {
-                            let result = if already {
-                                "already_settled"
-                            } else {
-                                "confirmed"
-                            };
-                            m.settlements.with_label_values(&[result]).inc();
-                            m.duration.observe(seconds);
-                        }
-                        let state = SettlementState::Settled {
-                            tx_hash: (!already).then_some(tx.hash),
-                            already_settled: already,
-                        };
-                        self.transition(state, ctx);
-                    }
-                    BroadcastNext::Resign => self.retry(RetryStep::Broadcast, None, note, ctx),
-                    _ => self.retry(RetryStep::Broadcast, Some(tx), note, ctx),
-                }
-            }
-        }
-    }
-}
-
-async fn sign_step(
-    chain: ChainTxClient,
-    key: SigningKey,
-    settings: TxSettings,
-    payload: SettlementPayload,
-    now_s: i64,
-) -> Result<SignedTx, String> {
-    let chain_id = chain.chain_id().await.map_err(|e| e.to_string())?;
-    let account = chain
-        .account_number(key.address())
-        .await
-        .map_err(|e| e.to_string())?;
-    let msg = payload.to_msg(key.address()).map_err(|e| e.to_string())?;
-    Ok(settle_tx(&key, &msg, &settings, &chain_id, account, now_s))
-}
-
-/// One broadcast of the persisted bytes, the confirmation polls and the escrow check.
-async fn broadcast_step(
-    chain: ChainTxClient,
-    tx: SignedTx,
-    maybe_in_mempool: bool,
-    escrow_id: String,
-    clock: SharedClock,
-) -> StepEnd {
-    let outcome = chain.broadcast(&tx.bytes).await;
-    let sent = !matches!(outcome, BroadcastOutcome::Refused { .. });
-    let mut note = format!("{outcome:?}");
-    let mut next = after_broadcast(&outcome, maybe_in_mempool);
-    if next == BroadcastNext::Confirm {
-        let deadline = clock.now_ms() + CONFIRM_WINDOW_MS;
-        loop {
-            let c = chain.confirmation(&tx.hash).await;
-            let done = matches!(c, Confirmation::Committed { .. }) || clock.now_ms() >= deadline;
-            if done {
-                note = match &c {
-                    Confirmation::Committed { code: 0, .. } => "committed".to_owned(),
-                    other => format!("{other:?}"),
-                };
-                next = after_confirmation(&c, &tx, clock.now_unix());
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(CONFIRM_POLL_MS as u64)).await;
-        }
-    }
-    if next == BroadcastNext::CheckEscrow {
-        next = after_escrow_check(chain.escrow_settled(&escrow_id).await);
-    }
-    StepEnd::Broadcast {
-        next,
-        tx,
-        sent,
-        note,
     }
 }
 

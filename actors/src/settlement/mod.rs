@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod payload;
 pub mod port;
 pub mod quorum;
+mod steps;
 
 pub use actor::{
     load_record, GetSettlement, SettlementActor, SettlementDeps, StartSettlement, NS_SETTLEMENT,
