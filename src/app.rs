@@ -8,6 +8,7 @@
 pub mod accounting;
 mod lifecycle;
 pub mod polling;
+pub mod settlements;
 
 use std::{
     sync::{atomic::AtomicU64, Arc},
@@ -102,6 +103,8 @@ pub struct AppState {
     pub accounting: crate::app::accounting::Accounting,
     /// Escrows an admin deactivated (skipped by new requests; see `http::operator`).
     pub deactivated: http::operator::Deactivated,
+    /// Settlement actors (`http::settlement`).
+    pub settlements: settlements::Settlements,
 }
 
 impl std::fmt::Debug for AppState {
@@ -132,6 +135,15 @@ impl AppState {
     pub fn new(config: &Config, parts: StateParts) -> AppState {
         let started_at_s = parts.clock.now_unix();
         let polling = ChainPolling::load(&config.chain_poll, &parts.store, &parts.log);
+        let settlements = settlements::Settlements::new(
+            config,
+            parts.store.clone(),
+            parts.directory.clone(),
+            parts.clock.clone(),
+            &parts.registry,
+            parts.log.clone(),
+        );
+        settlements.resume();
         AppState {
             directory: parts.directory,
             actors: parts.actors,
@@ -164,6 +176,7 @@ impl AppState {
             access: config.access.clone(),
             accounting: crate::app::accounting::Accounting::new(config.accounting),
             deactivated: Arc::default(),
+            settlements,
         }
     }
 }

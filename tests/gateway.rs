@@ -24,5 +24,7 @@ mod load;
 mod repair;
 #[path = "gateway/requests.rs"]
 mod requests;
+#[path = "gateway/settle.rs"]
+mod settle;
 #[path = "gateway/supervision.rs"]
 mod supervision;

@@ -21,6 +21,7 @@ pub mod operator;
 pub mod ops;
 pub mod participants;
 pub mod settings;
+pub mod settlement;
 pub mod sse;
 pub mod ui;
 
@@ -127,6 +128,26 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(
                 web::resource("/escrows/{id}/participants/{address}/repair")
                     .route(web::post().to(admin::trigger_repair))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/escrows/{id}/settle")
+                    .route(web::post().to(settlement::settle))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/escrows/{id}/finalize")
+                    .route(web::post().to(settlement::finalize))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/escrows/{id}/settlement")
+                    .route(web::get().to(settlement::get))
+                    .default_service(web::to(method_not_allowed)),
+            )
+            .service(
+                web::resource("/escrows/{id}/signatures/collect")
+                    .route(web::post().to(settlement::collect))
                     .default_service(web::to(method_not_allowed)),
             )
             .service(

@@ -46,6 +46,7 @@ use crate::{
     store::SharedStore,
 };
 
+mod finalize;
 mod mailbox;
 mod settling;
 
@@ -84,6 +85,8 @@ pub struct EscrowActor {
     on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
     retired: bool,
+    /// Set by `BeginDrain` / `FinalizeRound`: settling, no new requests (`actor/finalize.rs`).
+    closing: bool,
     /// This actor's entry in the actor registry (mailbox, messages, timers).
     stats: StatsSlot,
 }
@@ -113,6 +116,7 @@ impl EscrowActor {
             deps,
             on_stop: None,
             retired: false,
+            closing: false,
             stats,
         }
     }

@@ -15,6 +15,7 @@
 mod actor;
 pub mod chain;
 pub mod collect;
+pub mod escrow_port;
 pub mod machine;
 pub mod metrics;
 pub mod payload;

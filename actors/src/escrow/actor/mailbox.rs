@@ -41,6 +41,9 @@ impl Handler<RequestNonce> for EscrowActor {
     fn handle(&mut self, msg: RequestNonce, ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         let id = self.escrow_id().to_string();
+        if self.closing {
+            return Box::pin(async move { Err(EscrowError::NotActive(id)) });
+        }
         if self.picker.is_full() {
             return Box::pin(async move { Err(EscrowError::Saturated(id)) });
         }

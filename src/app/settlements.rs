@@ -1,0 +1,188 @@
+//! The settlement actors of this process: one per escrow being settled, started on demand by
+//! the admin API (or auto-settle) and, at start-up, for every persisted settlement that is not
+//! settled yet, so each resumes where its record says. They run on the system arbiter, next to
+//! the directory and the escrows.
+
+use std::{
+    collections::BTreeMap,
+    rc::Rc,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use actix::prelude::*;
+use devshard_actors::{
+    directory::Directory,
+    escrow::EscrowInfo,
+    protocol::cosmos::TxSettings,
+    settlement::{
+        chain::ChainTxClient, escrow_port::DirectoryEscrow, metrics::SettlementMetrics,
+        SettlementActor, SettlementDeps, SettlementRecord, SettlementState, NS_SETTLEMENT,
+    },
+    stats::TrackedAddr,
+    store::{ns, SharedStore},
+};
+use slog::{info, Logger};
+
+use crate::config::Config;
+
+/// Why a settlement could not be started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettleError {
+    #[error("escrow {0} is not registered with this gateway")]
+    UnknownEscrow(String),
+    #[error("escrow {0} is already settled")]
+    AlreadySettled(String),
+    #[error("escrow {escrow} was created by {creator}, not by this gateway's key {signer}")]
+    NotOurs {
+        escrow: String,
+        creator: String,
+        signer: String,
+    },
+    #[error("escrow {0} has no settlement")]
+    NoSettlement(String),
+}
+
+/// The registry of settlement actors (cheap to clone).
+#[derive(Clone)]
+pub struct Settlements {
+    actors: Arc<Mutex<BTreeMap<String, Addr<SettlementActor>>>>,
+    deps: SettlementDeps,
+    directory: TrackedAddr<Directory>,
+    arbiter: ArbiterHandle,
+}
+
+impl std::fmt::Debug for Settlements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settlements").finish_non_exhaustive()
+    }
+}
+
+impl Settlements {
+    /// Built in the system arbiter's context (where the settlement actors will run).
+    pub fn new(
+        config: &Config,
+        store: SharedStore,
+        directory: TrackedAddr<Directory>,
+        clock: devshard_actors::clock::SharedClock,
+        registry: &prometheus::Registry,
+        log: Logger,
+    ) -> Settlements {
+        let deps = SettlementDeps {
+            store,
+            clock,
+            log,
+            chain: ChainTxClient {
+                rest_url: config.chain.rest_url.clone(),
+                timeout: config.chain.timeout,
+            },
+            key: (*config.key).clone(),
+            tx: TxSettings::default(),
+            metrics: SettlementMetrics::register(registry).ok(),
+            query_timeout: Duration::from_secs(30),
+        };
+        Settlements {
+            actors: Arc::default(),
+            deps,
+            directory,
+            arbiter: Arbiter::current(),
+        }
+    }
+
+    fn info(&self, escrow_id: &str) -> Result<EscrowInfo, SettleError> {
+        self.deps
+            .store
+            .get(ns::ESCROWS, escrow_id)
+            .ok()
+            .flatten()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .ok_or_else(|| SettleError::UnknownEscrow(escrow_id.to_owned()))
+    }
+
+    fn actor(&self, escrow_id: &str) -> Result<Addr<SettlementActor>, SettleError> {
+        let info = self.info(escrow_id)?;
+        if &info.creator != self.deps.key.address() {
+            return Err(SettleError::NotOurs {
+                escrow: escrow_id.to_owned(),
+                creator: info.creator.to_string(),
+                signer: self.deps.key.address().to_string(),
+            });
+        }
+        let mut actors = self.actors.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = actors.get(escrow_id).filter(|a| a.connected()) {
+            return Ok(a.clone());
+        }
+        let deps = self.deps.clone();
+        let port = DirectoryEscrow {
+            directory: self.directory.clone(),
+            escrow_id: escrow_id.to_owned(),
+        };
+        let addr = SettlementActor::start_in_arbiter(&self.arbiter, move |_| {
+            SettlementActor::new(info, Rc::new(port), deps)
+        });
+        actors.insert(escrow_id.to_owned(), addr.clone());
+        Ok(addr)
+    }
+
+    /// Starts every persisted settlement that is not settled yet.
+    pub fn resume(&self) {
+        let records = self.deps.store.list(NS_SETTLEMENT).unwrap_or_default();
+        for (id, value) in records {
+            let Ok(r) = serde_json::from_value::<SettlementRecord>(value) else {
+                continue;
+            };
+            if matches!(r.state, SettlementState::Settled { .. }) {
+                continue;
+            }
+            info!(self.deps.log, "settlement resumed"; "stage" => "settlement_started",
+                "escrow" => &id, "state" => r.state.label());
+            let _ = self.actor(&id);
+        }
+    }
+
+    /// Starts (or joins) the settlement of an escrow.
+    pub async fn start(
+        &self,
+        escrow_id: &str,
+        broadcast: bool,
+    ) -> Result<SettlementRecord, SettleError> {
+        let addr = self.actor(escrow_id)?;
+        let current = addr
+            .send(devshard_actors::settlement::GetSettlement)
+            .await
+            .ok()
+            .flatten();
+        if let Some(r) = &current {
+            if broadcast && matches!(r.state, SettlementState::Settled { .. }) {
+                return Err(SettleError::AlreadySettled(escrow_id.to_owned()));
+            }
+        }
+        addr.send(devshard_actors::settlement::StartSettlement { broadcast })
+            .await
+            .ok()
+            .flatten()
+            .ok_or_else(|| SettleError::NoSettlement(escrow_id.to_owned()))
+    }
+
+    /// The record of an escrow's settlement (`None` while it is active).
+    pub async fn get(&self, escrow_id: &str) -> Result<Option<SettlementRecord>, SettleError> {
+        let info = self.info(escrow_id)?;
+        let running = self
+            .actors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&info.escrow_id)
+            .cloned();
+        match running {
+            Some(a) => Ok(a
+                .send(devshard_actors::settlement::GetSettlement)
+                .await
+                .ok()
+                .flatten()),
+            None => Ok(devshard_actors::settlement::load_record(
+                &self.deps.store,
+                escrow_id,
+            )),
+        }
+    }
+}
