@@ -144,6 +144,7 @@ impl AppState {
             parts.log.clone(),
         );
         settlements.resume();
+        settlements.spawn_auto_settle();
         AppState {
             directory: parts.directory,
             actors: parts.actors,

@@ -13,11 +13,13 @@ use std::{
 use actix::prelude::*;
 use devshard_actors::{
     directory::Directory,
+    directory::GetEscrow,
+    escrow::messages::GetSnapshot,
     escrow::EscrowInfo,
-    protocol::cosmos::TxSettings,
     settlement::{
-        chain::ChainTxClient, escrow_port::DirectoryEscrow, metrics::SettlementMetrics,
-        SettlementActor, SettlementDeps, SettlementRecord, SettlementState, NS_SETTLEMENT,
+        chain::ChainTxClient, escrow_port::DirectoryEscrow, load_record, machine::auto_settle_due,
+        metrics::SettlementMetrics, SettlementActor, SettlementDeps, SettlementRecord,
+        SettlementState, NS_SETTLEMENT,
     },
     stats::TrackedAddr,
     store::{ns, SharedStore},
@@ -50,7 +52,15 @@ pub struct Settlements {
     deps: SettlementDeps,
     directory: TrackedAddr<Directory>,
     arbiter: ArbiterHandle,
+    auto_settle: bool,
+    /// Worst-case cost of one request in tokens (`WORST_CASE_INPUT_BYTES + max_tokens_cap`).
+    worst_case_tokens: u64,
 }
+
+/// How often escrows are checked for auto-settlement (and their budget gauges updated).
+const AUTO_INTERVAL: Duration = Duration::from_millis(250);
+/// Input bytes assumed for the worst-case request of the balance rule.
+const WORST_CASE_INPUT_BYTES: u64 = 64 * 1024;
 
 impl std::fmt::Debug for Settlements {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -77,7 +87,7 @@ impl Settlements {
                 timeout: config.chain.timeout,
             },
             key: (*config.key).clone(),
-            tx: TxSettings::default(),
+            tx: config.settlement.tx(),
             metrics: SettlementMetrics::register(registry).ok(),
             query_timeout: Duration::from_secs(30),
         };
@@ -86,6 +96,67 @@ impl Settlements {
             deps,
             directory,
             arbiter: Arbiter::current(),
+            auto_settle: config.settlement.auto_settle,
+            worst_case_tokens: WORST_CASE_INPUT_BYTES + config.max_tokens_cap,
+        }
+    }
+
+    /// Starts the auto-settle check on the current arbiter: every [`AUTO_INTERVAL`], each
+    /// escrow's nonce and balance budget (also exported as gauges).
+    pub fn spawn_auto_settle(&self) {
+        let this = self.clone();
+        actix::spawn(async move {
+            loop {
+                tokio::time::sleep(AUTO_INTERVAL).await;
+                this.tick().await;
+            }
+        });
+    }
+
+    async fn tick(&self) {
+        let escrows = self.deps.store.list(ns::ESCROWS).unwrap_or_default();
+        for (id, value) in escrows {
+            let Ok(info) = serde_json::from_value::<EscrowInfo>(value) else {
+                continue;
+            };
+            let live = self
+                .directory
+                .send(GetEscrow {
+                    escrow_id: id.clone(),
+                })
+                .await
+                .ok()
+                .flatten();
+            let Some(addr) = live else { continue };
+            let Ok(snap) = addr.send(GetSnapshot).await else {
+                continue;
+            };
+            let limit = info.last_active_nonce();
+            let n = info.group_size() as u64;
+            if let Some(m) = &self.deps.metrics {
+                let left = limit.saturating_sub(snap.nonce);
+                m.balance
+                    .with_label_values(&[&id])
+                    .set(i64::try_from(snap.balance).unwrap_or(i64::MAX));
+                m.nonces_left
+                    .with_label_values(&[&id])
+                    .set(i64::try_from(left).unwrap_or(i64::MAX));
+            }
+            if !self.auto_settle || load_record(&self.deps.store, &id).is_some() {
+                continue;
+            }
+            let worst = self
+                .worst_case_tokens
+                .saturating_mul(info.config.token_price)
+                .saturating_add(info.config.fee_per_nonce);
+            // Margin: the picking rule's N + 1, plus N + 1 for requests already on their way.
+            let margin = 2 * (n + 1);
+            if let Some(reason) = auto_settle_due(snap.nonce, limit, margin, snap.balance, worst) {
+                info!(self.deps.log, "escrow settles by itself"; "stage" => "settlement_started",
+                    "escrow" => &id, "reason" => ?reason, "nonce" => snap.nonce,
+                    "balance" => snap.balance);
+                let _ = self.start(&id, true).await;
+            }
         }
     }
 

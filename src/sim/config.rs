@@ -30,6 +30,8 @@ pub struct SimConfig {
     pub amount: u64,
     /// `max_nonce` of every escrow, reported by the chain and enforced by the hosts.
     pub max_nonce: u64,
+    /// Per-escrow overrides of `max_nonce`.
+    pub max_nonces: std::collections::BTreeMap<String, u64>,
     /// Spendable balance of the creator's account (pays tx fees).
     pub creator_balance: u64,
     /// Model name the hosts advertise and stamp into completions.
@@ -67,6 +69,7 @@ impl SimConfig {
             escrow_ids: vec!["42".to_owned()],
             amount: 1_000_000_000,
             max_nonce: 20_000,
+            max_nonces: Default::default(),
             creator_balance: 1_000_000_000_000,
             model: DEFAULT_MODEL.to_owned(),
             route_prefix: DEFAULT_ROUTE_PREFIX.to_owned(),

@@ -113,12 +113,7 @@ pub(crate) struct Ledger {
 
 impl Ledger {
     /// Accounts for the creator (with `creator_balance`) and every host; one book per escrow.
-    pub(crate) fn new(
-        escrows: &[EscrowInfo],
-        hosts: &[Address],
-        creator_balance: u64,
-        max_nonce: u64,
-    ) -> Ledger {
+    pub(crate) fn new(escrows: &[EscrowInfo], hosts: &[Address], creator_balance: u64) -> Ledger {
         let mut ledger = Ledger {
             accounts: BTreeMap::new(),
             escrows: BTreeMap::new(),
@@ -135,7 +130,7 @@ impl Ledger {
                 e.escrow_id.clone(),
                 EscrowBook {
                     info: e.clone(),
-                    max_nonce,
+                    max_nonce: e.max_nonce,
                     status: EscrowStatus::Open,
                 },
             );

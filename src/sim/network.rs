@@ -130,16 +130,11 @@ impl SimNetwork {
                 slots: slots.clone(),
                 epoch_index,
                 session_config: cfg.effective_session_config(slots.len()),
-                max_nonce: cfg.max_nonce,
+                max_nonce: cfg.max_nonces.get(id).copied().unwrap_or(cfg.max_nonce),
             })
             .collect::<Vec<_>>();
         let host_addresses: Vec<Address> = hosts.iter().map(|h| h.address.clone()).collect();
-        let ledger = Ledger::new(
-            &escrows,
-            &host_addresses,
-            cfg.creator_balance,
-            cfg.max_nonce,
-        );
+        let ledger = Ledger::new(&escrows, &host_addresses, cfg.creator_balance);
         let chain = Chain::new(
             clock.clone(),
             cfg.epochs.clone(),

@@ -93,3 +93,41 @@ async fn fifty_requests_then_settle_through_the_admin_api() {
     );
     live.stop().await;
 }
+
+#[actix_rt::test]
+async fn an_escrow_at_its_nonce_limit_settles_by_itself_and_requests_move_on() {
+    let mut cfg = devshard_gateway::sim::SimConfig::with_seed("settle-auto");
+    cfg.hosts = 4;
+    cfg.profile = devshard_gateway::sim::Profile::Zero;
+    cfg.escrow_ids = vec!["42".into(), "43".into()];
+    cfg.max_nonces.insert("42".into(), 40);
+    let live = live::start_with(cfg, &[("DEVSHARD_ESCROWS", "42,43")], |_| {}).await;
+    let url = live.url().to_string();
+    for i in 0..80 {
+        let (status, _, body) = chat(&url, CHAT).await;
+        assert_eq!(
+            status,
+            200,
+            "request {i}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    let mut state = Value::Null;
+    for _ in 0..600 {
+        let (_, r) = admin_get(&url, "/v1/admin/escrows/42/settlement").await;
+        state = r["state"].clone();
+        if state == "settled" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(state, "settled");
+    assert!(matches!(
+        live.sim.escrow_status("42"),
+        Some(EscrowStatus::Settled { .. })
+    ));
+    assert_eq!(live.sim.escrow_status("43"), Some(EscrowStatus::Open));
+    let (_, r) = admin_get(&url, "/v1/admin/escrows/43/settlement").await;
+    assert_eq!(r["state"], "active");
+    live.stop().await;
+}

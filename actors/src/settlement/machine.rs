@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{payload::SettlementPayload, quorum::Weight};
 use crate::protocol::cosmos::SignedTx;
+#[cfg(test)]
+use crate::protocol::cosmos::TxSettings;
 
 /// Interval of confirmation polls (`GET /cosmos/tx/v1beta1/txs/{hash}`).
 pub const CONFIRM_POLL_MS: i64 = 2_000;
@@ -27,6 +29,68 @@ pub const RETRY_FIRST_MS: i64 = 2_000;
 pub const RETRY_MAX_MS: i64 = 60_000;
 /// Margin past a tx's timeout before it is treated as unable to commit (clock skew).
 pub const TIMEOUT_MARGIN_S: i64 = 30;
+
+/// `[settlement]` of the gateway config: auto-settle and the settlement tx's fee, gas, denom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SettlementSettings {
+    /// Drain and settle an escrow that can no longer serve (nonce limit, balance).
+    pub auto_settle: bool,
+    pub fee_amount: u64,
+    pub fee_denom: String,
+    pub gas_limit: u64,
+    pub timeout_s: u64,
+}
+
+impl Default for SettlementSettings {
+    fn default() -> Self {
+        let tx = crate::protocol::cosmos::TxSettings::default();
+        SettlementSettings {
+            auto_settle: true,
+            fee_amount: tx.fee_amount,
+            fee_denom: tx.fee_denom,
+            gas_limit: tx.gas_limit,
+            timeout_s: tx.timeout_s,
+        }
+    }
+}
+
+impl SettlementSettings {
+    pub fn tx(&self) -> crate::protocol::cosmos::TxSettings {
+        crate::protocol::cosmos::TxSettings {
+            fee_amount: self.fee_amount,
+            fee_denom: self.fee_denom.clone(),
+            gas_limit: self.gas_limit,
+            timeout_s: self.timeout_s,
+        }
+    }
+}
+
+/// Why an escrow settles without anyone asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoSettle {
+    NonceLimit,
+    Balance,
+}
+
+/// Auto-settle decision: the escrow is within `margin` nonces of its serving limit, or its
+/// balance cannot fund one worst-case request.
+pub fn auto_settle_due(
+    nonce: u64,
+    serving_limit: u64,
+    margin: u64,
+    balance: u64,
+    worst_case_cost: u64,
+) -> Option<AutoSettle> {
+    if nonce.saturating_add(margin) >= serving_limit {
+        Some(AutoSettle::NonceLimit)
+    } else if balance < worst_case_cost {
+        Some(AutoSettle::Balance)
+    } else {
+        None
+    }
+}
 
 /// The persisted state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,6 +307,18 @@ mod tests {
             hash: "AB".into(),
             timeout_unix_s: 1_000,
         }
+    }
+
+    #[test]
+    fn auto_settle_at_the_nonce_margin_or_a_short_balance() {
+        assert_eq!(auto_settle_due(10, 40, 16, 1_000, 10), None);
+        assert_eq!(
+            auto_settle_due(24, 40, 16, 1_000, 10),
+            Some(AutoSettle::NonceLimit)
+        );
+        assert_eq!(auto_settle_due(1, 40, 16, 9, 10), Some(AutoSettle::Balance));
+        assert!(SettlementSettings::default().auto_settle);
+        assert_eq!(SettlementSettings::default().tx(), TxSettings::default());
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub struct SettlementMetrics {
     pub duration: Histogram,
     /// Retries scheduled, by step.
     pub retries: IntCounterVec,
+    /// Escrow balance left (`escrow`).
+    pub balance: IntGaugeVec,
+    /// Nonces left before the serving limit `max_nonce − (N + 1)` (`escrow`).
+    pub nonces_left: IntGaugeVec,
 }
 
 impl SettlementMetrics {
@@ -42,7 +46,17 @@ impl SettlementMetrics {
                 Opts::new("settlement_retries_total", "Settlement retries by step"),
                 &["step"],
             )?,
+            balance: IntGaugeVec::new(
+                Opts::new("escrow_balance", "Escrow balance left"),
+                &["escrow"],
+            )?,
+            nonces_left: IntGaugeVec::new(
+                Opts::new("escrow_nonces_left", "Nonces left before the serving limit"),
+                &["escrow"],
+            )?,
         };
+        registry.register(Box::new(m.balance.clone()))?;
+        registry.register(Box::new(m.nonces_left.clone()))?;
         registry.register(Box::new(m.settlements.clone()))?;
         registry.register(Box::new(m.escrows.clone()))?;
         registry.register(Box::new(m.duration.clone()))?;
