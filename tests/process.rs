@@ -6,3 +6,5 @@
 mod child;
 #[path = "process/crash.rs"]
 mod crash;
+#[path = "process/settle.rs"]
+mod settle;

@@ -228,11 +228,15 @@ impl Settlements {
                 return Err(SettleError::AlreadySettled(escrow_id.to_owned()));
             }
         }
-        addr.send(devshard_actors::settlement::StartSettlement { broadcast })
+        let record = addr
+            .send(devshard_actors::settlement::StartSettlement { broadcast })
             .await
             .ok()
             .flatten()
-            .ok_or_else(|| SettleError::NoSettlement(escrow_id.to_owned()))
+            .ok_or_else(|| SettleError::NoSettlement(escrow_id.to_owned()))?;
+        // Durable before visible: the record's write is ordered before this flush.
+        let _ = self.deps.store.flush().await;
+        Ok(record)
     }
 
     /// The record of an escrow's settlement (`None` while it is active).

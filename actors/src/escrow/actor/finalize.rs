@@ -37,8 +37,10 @@ impl EscrowActor {
     fn catch_up_then(
         &mut self,
         ready: Option<Ack>,
+        resend_last: bool,
     ) -> ResponseActFuture<Self, Result<RoundDone, String>> {
-        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready);
+        let sends =
+            sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready, resend_last);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
             for (addr, res) in res.clone().unwrap_or_default() {
                 if let Ok(sent) = res {
@@ -79,7 +81,7 @@ impl Handler<FinalizeRound> for EscrowActor {
         if phase == Phase::Settlement {
             // Nothing more to compose: only make sure every host has the final diffs.
             let ready = Some(self.deps.store.flush());
-            return self.catch_up_then(ready);
+            return self.catch_up_then(ready, true);
         }
         if phase == Phase::Active {
             self.session
@@ -95,7 +97,7 @@ impl Handler<FinalizeRound> for EscrowActor {
         };
         info!(self.deps.log, "finalize round composed"; "stage" => "finalize_round",
             "nonce" => diff.nonce, "phase" => ?self.session.state().phase());
-        self.catch_up_then(Some(ack))
+        self.catch_up_then(Some(ack), false)
     }
 }
 
@@ -123,6 +125,6 @@ impl Handler<CatchUpAll> for EscrowActor {
 
     fn handle(&mut self, _: CatchUpAll, _: &mut Self::Context) -> Self::Result {
         let ready = Some(self.deps.store.flush());
-        Box::pin(self.catch_up_then(ready).map(|_, _, _| ()))
+        Box::pin(self.catch_up_then(ready, true).map(|_, _, _| ()))
     }
 }

@@ -268,7 +268,7 @@ impl Handler<SyncHosts> for EscrowActor {
             .durable
             .settle_pending(&mut self.session, &self.deps, "sync_hosts")
             .map(|(_, ack)| ack);
-        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready);
+        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready, false);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
             for (addr, res) in res.unwrap_or_default() {
                 if let Ok(sent) = res {
