@@ -161,6 +161,15 @@ async fn demo(args: DemoArgs) -> ExitCode {
             body(false)
         ),
     ));
+    if admin {
+        let first = sim.config().escrow_ids.first().cloned().unwrap_or_default();
+        lines.push((
+            "settle".to_string(),
+            format!(
+                "curl -X POST -H \"Authorization: Bearer $DEVSHARD_ADMIN_API_KEY\" {url}/v1/admin/escrows/{first}/settle && curl -H \"Authorization: Bearer $DEVSHARD_ADMIN_API_KEY\" {url}/v1/admin/escrows/{first}/settlement"
+            ),
+        ));
+    }
     lines.push((
         "inject_fault".to_string(),
         format!(

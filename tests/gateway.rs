@@ -27,6 +27,8 @@ mod load;
 mod repair;
 #[path = "gateway/requests.rs"]
 mod requests;
+#[path = "gateway/settle.rs"]
+mod settle;
 #[path = "gateway/supervision.rs"]
 mod supervision;
 #[path = "gateway/warm.rs"]

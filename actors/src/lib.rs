@@ -36,5 +36,6 @@ pub mod policy;
 pub mod protocol;
 pub mod race;
 pub mod repair;
+pub mod settlement;
 pub mod stats;
 pub mod store;

@@ -111,6 +111,8 @@ pub struct Config {
     pub escrows: Vec<String>,
     pub race: RaceLimits,
     pub escrow: EscrowConfig,
+    /// `[settlement]`: auto-settle, fee, gas, denom.
+    pub settlement: devshard_actors::settlement::machine::SettlementSettings,
     pub budget: RestartBudget,
     /// `[chain_poll]` with the environment applied (persisted admin changes come at start).
     pub chain_poll: ChainPollConfig,

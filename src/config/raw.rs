@@ -118,6 +118,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub race: RawRace,
     #[serde(default)]
+    pub settlement: devshard_actors::settlement::machine::SettlementSettings,
+    #[serde(default)]
     pub escrow: EscrowConfig,
     #[serde(default)]
     pub host: RawHost,
@@ -171,6 +173,7 @@ impl Default for RawConfig {
             max_nonce: default_max_nonce(),
             escrows: Vec::new(),
             race: RawRace::default(),
+            settlement: Default::default(),
             escrow: EscrowConfig::default(),
             host: RawHost::default(),
             supervisor: RawSupervisor::default(),

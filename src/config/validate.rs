@@ -217,6 +217,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             ..RaceLimits::default()
         },
         escrow,
+        settlement: raw.settlement.clone(),
         budget: RestartBudget {
             max_restarts: raw.supervisor.max_restarts,
             window_ms: raw.supervisor.window_ms,

@@ -32,6 +32,7 @@
 //! | escrow disabled / no live escrow / actor busy | 503 | `service_unavailable` | `escrow_failed`, `no_capacity`, `actor_timeout`, `actor_unavailable` |
 //! | escrow settled / registered differently | 409 | `invalid_request_error` | `escrow_settled`, `conflict` |
 //! | escrow created by another key | 400 | `invalid_request_error` | `escrow_creator_mismatch` |
+//! | settle: unknown escrow / already settled / not ours | 404 / 409 / 403 | `invalid_request_error` | `escrow_not_found`, `escrow_settled`, `escrow_not_ours` |
 //! | chain unreachable / odd chain data | 502 | `upstream_error` | `chain_unavailable`, `chain_data_invalid` |
 //! | store or internal failure | 500 | `server_error` | `store_error`, `escrow_start_failed`, `internal_error` |
 
@@ -49,7 +50,7 @@ use devshard_actors::{
 };
 use serde_json::json;
 
-use crate::chain::ChainError;
+use crate::{chain::ChainError, state::settlements::SettleError};
 
 /// `Retry-After` seconds when a 429/503 carries no better hint.
 pub const DEFAULT_RETRY_AFTER_S: u64 = 1;
@@ -110,6 +111,8 @@ pub enum ApiError {
     Directory(#[from] DirectoryError),
     #[error(transparent)]
     Chain(#[from] ChainError),
+    #[error(transparent)]
+    Settle(#[from] SettleError),
     #[error("an actor did not answer in time; retry shortly")]
     ActorTimeout,
     #[error("an actor is not running; retry shortly")]
@@ -276,6 +279,13 @@ impl ApiError {
             },
             ApiError::Directory(e) => directory_parts(e),
             ApiError::Chain(e) => chain_parts(e),
+            ApiError::Settle(e) => match e {
+                SettleError::UnknownEscrow(_) | SettleError::NoSettlement(_) => {
+                    parts(404, INVALID, "escrow_not_found")
+                }
+                SettleError::AlreadySettled(_) => parts(409, INVALID, "escrow_settled"),
+                SettleError::NotOurs { .. } => parts(403, INVALID, "escrow_not_ours"),
+            },
             ApiError::ActorTimeout => parts(503, UNAVAILABLE, "actor_timeout"),
             ApiError::ActorGone => parts(503, UNAVAILABLE, "actor_unavailable"),
             ApiError::Internal(_) => parts(500, SERVER, "internal_error"),

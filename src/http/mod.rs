@@ -10,6 +10,7 @@
 //! - [`accounting`]: idempotent replays, the recording stream;
 //! - [`ledger`]: `GET /v1/requests/{request_id}` (admin key or the API key that made it) and
 //!   `GET /v1/admin/ledger` (the cost ledger export);
+//! - [`settlement`]: `/v1/admin/escrows/{id}/settle|finalize|settlement|signatures/collect`;
 //! - [`status`]: `GET /v1/status` (the Go gateway's gateway-mode shape);
 //! - [`filter`], [`messages`], [`shaping`]: the OpenAI request filter pipeline, message checks,
 //!   and the logprobs forcing/stripping;
@@ -39,6 +40,7 @@ pub mod operator;
 pub mod ops;
 pub mod participants;
 pub mod settings;
+pub mod settlement;
 pub mod shaping;
 pub mod sse;
 pub mod status;
@@ -110,6 +112,15 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                         .route(web::post().to(admin::trigger_repair)),
                 )
                 .service(resource("/escrows/{id}/sync").route(web::post().to(admin::sync_escrow)))
+                .service(resource("/escrows/{id}/settle").route(web::post().to(settlement::settle)))
+                .service(
+                    resource("/escrows/{id}/finalize").route(web::post().to(settlement::finalize)),
+                )
+                .service(resource("/escrows/{id}/settlement").route(web::get().to(settlement::get)))
+                .service(
+                    resource("/escrows/{id}/signatures/collect")
+                        .route(web::post().to(settlement::collect)),
+                )
                 .service(resource("/ledger").route(web::get().to(ledger::export)))
                 .service(resource("/state").route(web::get().to(operator::admin_state)))
                 .service(

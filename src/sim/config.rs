@@ -28,6 +28,12 @@ pub struct SimConfig {
     pub escrow_ids: Vec<String>,
     /// Amount of every escrow.
     pub amount: u64,
+    /// `max_nonce` of every escrow, reported by the chain and enforced by the hosts.
+    pub max_nonce: u64,
+    /// Per-escrow overrides of `max_nonce`.
+    pub max_nonces: std::collections::BTreeMap<String, u64>,
+    /// Spendable balance of the creator's account (pays tx fees).
+    pub creator_balance: u64,
     /// Model name the hosts advertise and stamp into completions.
     pub model: String,
     /// Prefix of the devshard routes (`/v1/devshard` or `/devshard/<version>`).
@@ -64,6 +70,9 @@ impl SimConfig {
             seed: seed.to_owned(),
             escrow_ids: vec!["42".to_owned()],
             amount: 1_000_000_000,
+            max_nonce: 20_000,
+            max_nonces: Default::default(),
+            creator_balance: 1_000_000_000_000,
             model: DEFAULT_MODEL.to_owned(),
             route_prefix: DEFAULT_ROUTE_PREFIX.to_owned(),
             gateway_key: SigningKey::derive(seed, GATEWAY_KEY_INDEX),

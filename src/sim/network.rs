@@ -17,10 +17,11 @@ use devshard_actors::{
 use super::{
     chain::{pubkey_b64, Chain, EscrowInfo, ParticipantInfo},
     config::SimConfig,
-    control,
+    control, cosmos_api,
     epoch::{self, EpochView},
     faults::{Counters, Faults},
     host::{self, session::HostView, HostState},
+    ledger::{EscrowStatus, Ledger, TxFaults, SIM_CHAIN_ID},
     profile::LatencyProfile,
     server::{bind_reuse, Handler, Listener, Resp},
     traffic::{ChainFaults, ChainRequests},
@@ -150,14 +151,18 @@ impl SimNetwork {
                 slots: slots.clone(),
                 epoch_index,
                 session_config: cfg.effective_session_config(slots.len()),
+                max_nonce: cfg.max_nonces.get(id).copied().unwrap_or(cfg.max_nonce),
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let host_addresses: Vec<Address> = hosts.iter().map(|h| h.address.clone()).collect();
+        let ledger = Ledger::new(&escrows, &host_addresses, cfg.creator_balance);
         let chain = Chain::new(
             clock.clone(),
             cfg.epochs.clone(),
             cfg.model.clone(),
             escrows,
             participants,
+            ledger,
         );
         let host_states = hosts
             .iter()
@@ -318,6 +323,47 @@ impl SimNetwork {
         self.core.chain.escrow(id).cloned()
     }
 
+    /// The chain id every SignDoc must name.
+    pub fn chain_id(&self) -> &'static str {
+        SIM_CHAIN_ID
+    }
+
+    /// Spendable balance of an account on the chain.
+    pub fn balance(&self, address: &Address) -> u64 {
+        self.core.chain.ledger().balance(address)
+    }
+
+    /// Where an escrow's deposit stands on the chain.
+    pub fn escrow_status(&self, id: &str) -> Option<EscrowStatus> {
+        self.core
+            .chain
+            .ledger()
+            .escrows
+            .get(id)
+            .map(|b| b.status.clone())
+    }
+
+    /// Every distinct settlement tx hash that passed `CheckTx` for an escrow (dropped, failed
+    /// and committed ones alike): a correct gateway shows exactly one per settlement.
+    pub fn settlement_tx_hashes(&self, id: &str) -> Vec<String> {
+        let ledger = self.core.chain.ledger();
+        ledger
+            .settle_hashes
+            .get(id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Replaces the tx faults of the chain (see [`TxFaults`]).
+    pub fn set_tx_faults(&self, faults: TxFaults) {
+        self.core.chain.ledger().faults = faults;
+    }
+
+    /// Closes (`false`) or reopens the chain API's port: clients get "connection refused".
+    pub fn set_chain_reachable(&self, up: bool) {
+        self.chain_listener.set_up(up);
+    }
+
     /// Height, epoch and phase now.
     pub fn epoch(&self) -> EpochView {
         self.core.chain.epoch_view()
@@ -369,6 +415,9 @@ async fn chain_route(core: Arc<NetCore>, req: Request<Incoming>, peer: SocketAdd
         return control::handle(&core, req).await;
     }
     let client = super::traffic::client_id(&req, peer);
+    if cosmos_api::handles(&path) {
+        return cosmos_api::route(core, req, client).await;
+    }
     let method = req.method();
     if method == http::Method::GET && path.starts_with(warm::GRANTEES_PREFIX) {
         return warm::serve_grantees(&core, &path, &client).await;

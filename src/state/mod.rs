@@ -6,6 +6,7 @@
 //! - [`polling`]: the chain poller, its cached view and the chain poll settings in force.
 //! - [`ledger`]: the durable cost ledger (one row per request and per attempt).
 //! - [`series`]: the live page's 15-minute ring buffer and its sampler.
+//! - [`settlements`]: the settlement actors, resumed at start, and auto-settle.
 //!
 //! This module imports nothing from `crate::app` (process wiring) or `crate::http` (handlers):
 //! both depend on it, never the other way round.
@@ -14,6 +15,7 @@ pub mod accounting;
 pub mod ledger;
 pub mod polling;
 pub mod series;
+pub mod settlements;
 
 use std::{
     collections::BTreeSet,
@@ -117,6 +119,8 @@ pub struct AppState {
     pub ledger: Option<ledger::Ledger>,
     /// The live page's 15-minute series.
     pub series: series::Series,
+    /// Settlement actors (`http::settlement`).
+    pub settlements: settlements::Settlements,
 }
 
 impl std::fmt::Debug for AppState {
@@ -147,6 +151,16 @@ impl AppState {
     pub fn new(config: &Config, parts: StateParts) -> AppState {
         let started_at_s = parts.clock.now_unix();
         let polling = ChainPolling::load(&config.chain_poll, &parts.store, &parts.log);
+        let settlements = settlements::Settlements::new(
+            config,
+            parts.store.clone(),
+            parts.directory.clone(),
+            parts.clock.clone(),
+            &parts.registry,
+            parts.log.clone(),
+        );
+        settlements.resume();
+        settlements.spawn_auto_settle();
         AppState {
             directory: parts.directory,
             actors: parts.actors,
@@ -183,6 +197,7 @@ impl AppState {
             deactivated: Arc::default(),
             ledger: None,
             series: series::Series::default(),
+            settlements,
         }
     }
 }

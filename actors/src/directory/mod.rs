@@ -122,6 +122,8 @@ pub(crate) struct EscrowSlot {
     pub info: Arc<EscrowInfo>,
     pub slot: Slot<EscrowActor>,
     pub in_flight: usize,
+    /// Settling (draining or later): never picked for a new request.
+    pub closed: bool,
 }
 
 /// The directory actor (see the module docs).
@@ -171,12 +173,15 @@ impl Actor for Directory {
             match serde_json::from_value::<EscrowInfo>(value) {
                 Ok(info) => {
                     let info = Arc::new(info);
+                    // A settlement in progress survives the restart: still not picked.
+                    let closed = crate::settlement::load_record(&self.deps.store, &id).is_some();
                     self.escrows.insert(
                         id.clone(),
                         EscrowSlot {
                             info,
                             slot: Slot::default(),
                             in_flight: 0,
+                            closed,
                         },
                     );
                     if let Err(e) = self.spawn_escrow(&id, ctx) {

@@ -245,7 +245,7 @@ impl Handler<AddEscrow> for Directory {
         let info = Arc::new(msg.info);
         Box::pin(ack.into_actor(self).map(move |res, act, ctx| {
             res?;
-            act.escrows.insert(id.clone(), EscrowSlot { info, slot: Slot::default(), in_flight: 0 });
+            act.escrows.insert(id.clone(), EscrowSlot { info, slot: Slot::default(), in_flight: 0, closed: false });
             act.spawn_escrow(&id, ctx)?;
             info!(act.deps.log, "escrow registered"; "stage" => "escrow_registered", "escrow" => &id);
             Ok(())

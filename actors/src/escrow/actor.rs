@@ -52,6 +52,7 @@ use crate::{
     store::SharedStore,
 };
 
+mod finalize;
 mod mailbox;
 mod settling;
 mod warm;
@@ -93,6 +94,8 @@ pub struct EscrowActor {
     on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
     retired: bool,
+    /// Set by `BeginDrain` / `FinalizeRound`: settling, no new requests (`actor/finalize.rs`).
+    closing: bool,
     /// This actor's entry in the actor registry (mailbox, messages, timers).
     stats: StatsSlot,
 }
@@ -122,6 +125,7 @@ impl EscrowActor {
             deps,
             on_stop: None,
             retired: false,
+            closing: false,
             stats,
         }
     }

@@ -127,6 +127,8 @@ reasons! {
         PendingDiff => "pending_diff",
         /// Pending txs sequenced for a host sync.
         SyncHosts => "sync_hosts",
+        /// A finalize round (the first carries `MsgFinalizeRound`).
+        FinalizeRound => "finalize_round",
     }
 }
 

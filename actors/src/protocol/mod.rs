@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod canonical;
+pub mod cosmos;
 pub mod crypto;
 pub mod diff;
 pub mod guard;

@@ -41,6 +41,9 @@ impl Handler<RequestNonce> for EscrowActor {
     fn handle(&mut self, msg: RequestNonce, ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         let id = self.escrow_id().to_string();
+        if self.closing {
+            return Box::pin(async move { Err(EscrowError::NotActive(id)) });
+        }
         if self.picker.is_full() {
             return Box::pin(async move { Err(EscrowError::Saturated(id)) });
         }
@@ -310,7 +313,7 @@ impl Handler<SyncHosts> for EscrowActor {
             .durable
             .settle_pending(&mut self.session, &self.deps, EmptyDiffReason::SyncHosts)
             .map(|(_, ack)| ack);
-        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready);
+        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready, false);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
             for (addr, res) in res.unwrap_or_default() {
                 if let Ok(sent) = res {
