@@ -15,6 +15,8 @@ pub mod chain;
 pub mod config;
 pub mod demo;
 pub mod escrows;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod logging;
 pub mod metrics;
