@@ -12,6 +12,7 @@
 pub mod app;
 pub mod bench;
 pub mod chain;
+pub mod chaos;
 pub mod config;
 pub mod demo;
 pub mod escrows;

@@ -51,3 +51,31 @@ fn every_target_has_a_cargo_fuzz_binary() {
     }
     assert!(!fuzzing::run("no_such_target", b""));
 }
+
+/// Found by `chat_normalize` (`fuzz/corpus/chat_normalize/crash-fff114f2…`): serde_json's default
+/// float parser is not exact, so `"n": 3e72` was read as 2.9999999999999996e72 and the gateway
+/// forwarded and hashed a body with another number than the client's (and than a Go host parses).
+/// `float_roundtrip` (workspace `serde_json` feature) makes parsing exact.
+#[test]
+fn a_float_serde_json_used_to_round_is_forwarded_unchanged() {
+    let limits = devshard_gateway::http::normalize::ChatLimits {
+        default_max_tokens: 256,
+        max_tokens_cap: 4_096,
+    };
+    let raw = br#"{"messages":[{"role":"user","content":"x"}],"n":3e72,"t":0.1}"#;
+    let req = devshard_gateway::http::normalize::parse(raw, limits).unwrap();
+    let out = devshard_gateway::http::normalize::finish(req, "m".into()).unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
+    assert_eq!(body["n"].as_f64(), Some(3e72));
+    assert!(
+        String::from_utf8_lossy(&out.body).contains("\"n\":3e+72"),
+        "{:?}",
+        out.body
+    );
+    let data = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fuzz/corpus/chat_normalize/crash-fff114f29179a6bab495c15404ef3b63286fe2b7"
+    ))
+    .unwrap();
+    fuzzing::chat_normalize(&data);
+}
