@@ -13,9 +13,12 @@
 pub mod app;
 pub mod bench;
 pub mod chain;
+pub mod chaos;
 pub mod config;
 pub mod demo;
 pub mod escrows;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod logging;
 pub mod metrics;

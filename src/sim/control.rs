@@ -7,7 +7,7 @@
 //! | `DELETE /sim/hosts/{i}/faults` | clears them |
 //! | `PUT /sim/faults` / `DELETE /sim/faults` | the same for every host |
 //! | `PUT /sim/hosts/{i}/latency` | replaces the host's latency profile |
-//! | `GET /sim/hosts/{i}/sessions/{escrow}` | the host's nonce, roots, mempool size, signed nonces |
+//! | `GET /sim/hosts/{i}/sessions/{escrow}` | the host's nonce, roots, mempool size, signed nonces, open (pending/started) inferences |
 //! | `GET /sim/escrows/{id}` | the chain's escrow record (creator, slots, amount, session config) |
 //! | `GET /sim/chain/requests` | request counts per path / client / server and the last 1 000 requests |
 //! | `POST /sim/chain/requests/reset` | clears the request log |
@@ -16,6 +16,7 @@
 //!
 //! Unknown knobs or bad JSON answer 400 `{"message": …}`; an unknown host 404.
 
+use devshard_actors::protocol::state::InferenceStatus;
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
@@ -166,6 +167,12 @@ async fn host_route(
                     "phase": s.sm.phase().as_str(),
                     "balance": s.sm.balance(),
                     "warm_keys": s.sm.warm_keys(),
+                    // Inferences not finished nor timed out (the chaos runner's settlement check).
+                    "open_inferences": s.sm.records().filter(|r| matches!(r.status,
+                        InferenceStatus::Pending | InferenceStatus::Started))
+                        .map(|r| json!({"id": r.inference_id, "status": r.status.as_str(),
+                            "started_at": r.started_at, "confirmed_at": r.confirmed_at}))
+                        .collect::<Vec<_>>(),
                 })
             });
             match view {
