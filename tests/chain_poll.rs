@@ -1,4 +1,4 @@
-//! The polite control plane (HEALTH.md §7, invariant 10): the `ChainPoller` against the simulated
+//! The polite control plane (docs/health.md §7, invariant 10): the `ChainPoller` against the simulated
 //! chain (a simulated day on the paused clock), against a scripted public API (429/503 back-off,
 //! staleness, live settings) and, `#[ignore]`d, through a real nginx (`tests/nginx/run.sh`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -1,5 +1,5 @@
 //! The seed incident tests (000 health, 001 hedging, 002 late finish, 004 repair) again, with
-//! every simulated host signing with a chain-granted warm key (LIFECYCLE.md §5). Same test code
+//! every simulated host signing with a chain-granted warm key (docs/lifecycle.md §5). Same test code
 //! as `tests/gateway.rs`: only the harness's key mode differs. (Seed 003 is chain polling, which
 //! no host signature takes part in.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

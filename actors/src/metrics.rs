@@ -9,7 +9,7 @@ use prometheus::{
 /// Cheap-to-clone metric handles shared by every actor.
 #[derive(Debug, Clone)]
 pub struct ActorMetrics {
-    /// Final attempt outcomes by class (HEALTH.md §1).
+    /// Final attempt outcomes by class (docs/health.md §1).
     pub attempts: IntCounterVec,
     /// Nonces sequenced, by kind (`inference`, `withheld`, `control`).
     pub nonces: IntCounterVec,
@@ -43,7 +43,7 @@ pub struct ActorMetrics {
     pub panic_mode: IntCounter,
     /// Suspect or probation winners crowned by the liveness rule.
     pub suspect_winners: IntCounter,
-    /// Participants under repair (HEALTH.md §6).
+    /// Participants under repair (docs/health.md §6).
     pub repairs_active: IntGauge,
     /// Repair ticks by result (`unblocked`, `not_yet`, `gave_up`).
     pub repair_attempts: IntCounterVec,

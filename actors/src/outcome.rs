@@ -1,4 +1,4 @@
-//! The one attributed outcome of an attempt (HEALTH.md §1). Produced once, by the escrow, when
+//! The one attributed outcome of an attempt (docs/health.md §1). Produced once, by the escrow, when
 //! the outcome is final; every consumer (health, perf, hedging statistics, metrics, logs) reads
 //! this same value.
 
@@ -50,7 +50,7 @@ pub enum AttemptEnd {
     ReceiptRejected(SessionError),
 }
 
-/// Outcome classes of HEALTH.md §1.
+/// Outcome classes of docs/health.md §1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeClass {
@@ -81,7 +81,7 @@ impl OutcomeClass {
         }
     }
 
-    /// Only these become perf samples (HEALTH.md §3).
+    /// Only these become perf samples (docs/health.md §3).
     pub fn is_sample(self) -> bool {
         matches!(self, OutcomeClass::Success | OutcomeClass::HostFault)
     }

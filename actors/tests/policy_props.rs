@@ -1,4 +1,4 @@
-//! Unit and property tests of the pure health policies (HEALTH.md §1–§4, invariants 1, 3, 4, 6–9 at
+//! Unit and property tests of the pure health policies (docs/health.md §1–§4, invariants 1, 3, 4, 6–9 at
 //! the policy level). No runtime: time is an argument, jitter an explicit draw, and every property
 //! runs from a fixed proptest seed with a modest case count so the binary finishes in seconds.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

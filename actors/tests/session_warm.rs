@@ -1,4 +1,4 @@
-//! Warm keys at the escrow session's verification sites (LIFECYCLE.md §5), against an
+//! Warm keys at the escrow session's verification sites (docs/lifecycle.md §5), against an
 //! independent host state machine: unknown grants are unresolved (never a host fault), granted
 //! keys are accepted and bound at composition, the delta replays without the chain, a bound key
 //! needs no grant any more, and an ungranted key is an invalid receipt.

@@ -26,7 +26,7 @@ fn sat_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// The frozen session config (PROTOCOL.md §4.3).
+/// The frozen session config (docs/protocol.md §4.3).
 pub fn session_config(e: &ChainEscrow, params: Option<&EscrowParams>, n: usize) -> SessionConfig {
     if let Some(exact) = &e.session_config {
         return exact.clone();

@@ -1,6 +1,6 @@
 //! The chain, as read when an escrow is registered: an awc client for the chain REST API
 //! (`/productscience/inference/inference/{devshard_escrow/{id}, participant/{addr}, params}`)
-//! and, for model discovery, the public API's participant list (UPSTREAM-SURFACE.md §3.3).
+//! and, for model discovery, the public API's participant list (docs/protocol.md §9.3).
 //!
 //! awc is `!Send`: calls run on the calling thread's arbiter with that thread's client. A chain
 //! answer becomes an [`EscrowInfo`] in [`build`] (pure, unit-tested); errors are [`ChainError`].

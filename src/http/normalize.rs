@@ -1,4 +1,4 @@
-//! Request normalisation of `POST /v1/chat/completions` (PROTOCOL.md §6.1), as pure functions:
+//! Request normalisation of `POST /v1/chat/completions` (docs/protocol.md §6.1), as pure functions:
 //! the body must be a JSON object; `messages` follows OpenAI's rules ([`super::messages`]); every
 //! other key goes through the filter pipeline ([`super::filter`]: `extra_body` flattened, bounds,
 //! silently dropped keys, unknown keys 400); `max_tokens` and

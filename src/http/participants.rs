@@ -1,4 +1,4 @@
-//! Participant health under `/v1/admin/participants` (HEALTH.md §2), behind the admin key:
+//! Participant health under `/v1/admin/participants` (docs/health.md §2), behind the admin key:
 //!
 //! - `GET /v1/admin/participants` → every known participant as `{participant_key, state, strikes,
 //!   level, ejected_until, probation_remaining, escrows, perf, outcomes}`;

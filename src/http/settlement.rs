@@ -1,4 +1,4 @@
-//! Settlement admin routes (LIFECYCLE.md §1–§3), behind the admin key:
+//! Settlement admin routes (docs/lifecycle.md §1–§3), behind the admin key:
 //!
 //! - `POST /v1/admin/escrows/{id}/settle` → 202 with the settlement record; a second call joins
 //!   the running settlement;

@@ -1,5 +1,5 @@
 //! The streaming answer: the race's channel of already-framed SSE bytes (`data: …\n\n`, ending
-//! with `data: [DONE]\n\n`) becomes the response body as is. Headers follow STYLE.md §3:
+//! with `data: [DONE]\n\n`) becomes the response body as is. Headers follow docs/architecture.md §6:
 //! `text/event-stream`, `Cache-Control: no-cache` and `Content-Encoding: identity` (without the
 //! last one a compression middleware would buffer small chunks). When the client goes away,
 //! actix-web drops the body, which drops the receiver: the race sees its sender closed.

@@ -1,4 +1,4 @@
-//! The Cosmos REST endpoints of the simulated chain (LIFECYCLE.md §3, §6):
+//! The Cosmos REST endpoints of the simulated chain (docs/lifecycle.md §3, §6):
 //!
 //! | method | path | answer |
 //! |---|---|---|

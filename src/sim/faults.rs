@@ -1,4 +1,4 @@
-//! Fault-injection knobs of a simulated host (PROTOCOL.md §8.5 item 7) and per-host counters.
+//! Fault-injection knobs of a simulated host (docs/protocol.md §8.5 item 7) and per-host counters.
 //!
 //! A host holds a queue of fault sets ("script"). The first set is active; a set with
 //! `times: N` is consumed by the next N `chat/completions` requests (catch-up sends included)

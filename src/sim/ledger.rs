@@ -1,4 +1,4 @@
-//! The simulated chain's money and txs (LIFECYCLE.md §6): accounts (numbers, balances), escrow
+//! The simulated chain's money and txs (docs/lifecycle.md §6): accounts (numbers, balances), escrow
 //! deposits with their `max_nonce` and `settled` status, the mempool and committed txs.
 //!
 //! A broadcast runs `CheckTx` ([`super::txs::check`]: decoding, the `SIGN_MODE_DIRECT`

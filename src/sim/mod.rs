@@ -1,6 +1,6 @@
 //! The simulated devshard network: N hosts, the chain's public API and a control API, all
 //! in process on loopback, so the gateway, its tests, the demo and the benchmarks run against
-//! real HTTP and real protocol facts (PROTOCOL.md §8.5).
+//! real HTTP and real protocol facts (docs/protocol.md §8.5).
 //!
 //! # Layout
 //! - `config.rs`    — [`SimConfig`], [`EpochSchedule`].

@@ -1,6 +1,6 @@
 //! What happens to requests on their way to the chain's public API: the request log (per path,
 //! client and server, with the last [`RECENT_REQUESTS`] requests) and the chain faults, for
-//! tests of polite polling (HEALTH.md §7):
+//! tests of polite polling (docs/health.md §7):
 //! - a fixed answer: `http_status` (+ `body`, `retry_after_s`), optionally for the next
 //!   `times` requests only;
 //! - an nginx `limit_req` zone per client address, as the public proxy's `api_zone`

@@ -1,5 +1,5 @@
 //! `CheckTx` and `DeliverTx` of the simulated chain: what a real chain checks before it moves
-//! money, never trusting the sender (LIFECYCLE.md §2–§3, §6).
+//! money, never trusting the sender (docs/lifecycle.md §2–§3, §6).
 //!
 //! - [`check`]: decode `TxRaw` / `AuthInfo` / `TxBody`, one secp256k1 signer in
 //!   `SIGN_MODE_DIRECT`, the 64-byte low-S signature over the SignDoc rebuilt from the tx's own

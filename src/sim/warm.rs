@@ -1,4 +1,4 @@
-//! Warm keys in the simulator (LIFECYCLE.md §5): hosts that sign with an operational key, the
+//! Warm keys in the simulator (docs/lifecycle.md §5): hosts that sign with an operational key, the
 //! chain's grants of those keys, the grants query, its control API and its faults.
 //!
 //! - [`WarmMode`] (`--warm-keys all|none|K`): hosts `0..K` get a warm key

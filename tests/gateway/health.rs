@@ -1,4 +1,4 @@
-//! Host health end to end (HEALTH.md §1–§2, seed 000): shared faults change no host's health and
+//! Host health end to end (docs/health.md §1–§2, seed 000): shared faults change no host's health and
 //! fail fast with a clear cause; forget/unquarantine of everyone lets the next request succeed;
 //! probation with no Healthy host still serves; host-borne faults on 2 of 7 hosts eject exactly
 //! those 2, and they come back through probation.

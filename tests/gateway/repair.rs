@@ -1,4 +1,4 @@
-//! The repair loop (HEALTH.md §6, invariant 11): a diverged participant is withheld in its escrow
+//! The repair loop (docs/health.md §6, invariant 11): a diverged participant is withheld in its escrow
 //! only, gets exactly one repair actor, receives no inference until a signature over our root is
 //! verified, and is unblocked by nothing else.
 

@@ -1,5 +1,5 @@
 //! Supervision: a panicking actor is respawned from its committed state and no other actor's
-//! state changes (HEALTH.md §8 invariant 12, ARCHITECTURE.md restart contract).
+//! state changes (docs/health.md §8 invariant 12, docs/architecture.md §3).
 
 use devshard_actors::{
     directory::{ActorKind, InjectPanicInto},

@@ -1,4 +1,4 @@
-//! Warm keys end to end (LIFECYCLE.md §5): hosts that sign with chain-granted warm keys are
+//! Warm keys end to end (docs/lifecycle.md §5): hosts that sign with chain-granted warm keys are
 //! served, streaming and not; the gateway binds the same keys at the same nonces as every host;
 //! an ungranted key is an invalid signature that ejects that host only; an unreachable grants
 //! endpoint charges and ejects nobody; a revocation after binding changes nothing.

@@ -1,4 +1,4 @@
-//! Warm keys across `kill -9` (LIFECYCLE.md §5): every host signs with a warm key; after the
+//! Warm keys across `kill -9` (docs/lifecycle.md §5): every host signs with a warm key; after the
 //! gateway bound them all it is killed and restarted on the same data directory. It resumes with
 //! the same bindings and the same root, and asks the chain about none of the bound keys again.
 

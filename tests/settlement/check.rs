@@ -1,4 +1,4 @@
-//! An independent check of a settlement, written from LIFECYCLE.md §2–§3 with nothing but
+//! An independent check of a settlement, written from docs/lifecycle.md §2–§3 with nothing but
 //! sha2, secp256k1, base64 and the cosmos-sdk-proto envelope types — none of the gateway's own
 //! functions. It recomputes the state root from the payload JSON, verifies the tx signature
 //! over the SignDoc and every quorum signature over `StateSignatureContent`.

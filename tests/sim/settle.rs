@@ -1,4 +1,4 @@
-//! The chain side of settlement (LIFECYCLE.md §6), black-box over the Cosmos REST API: a
+//! The chain side of settlement (docs/lifecycle.md §6), black-box over the Cosmos REST API: a
 //! session is served and finalized by the test client, every host signs the final root, and a
 //! signed `MsgSettleDevshardEscrow` tx is broadcast. The chain must check the signature over the
 //! SignDoc, the root, the settler and the quorum itself, pay every host and refund the creator,

@@ -1,4 +1,4 @@
-//! `verify-timeout` (PROTOCOL.md §6.7): real votes, deadlines, executor mempool checks, and
+//! `verify-timeout` (docs/protocol.md §6.7): real votes, deadlines, executor mempool checks, and
 //! a MsgTimeoutInference built from the votes that every host accepts.
 
 use std::time::Duration;

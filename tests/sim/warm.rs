@@ -1,4 +1,4 @@
-//! Warm keys in the simulator (LIFECYCLE.md §5): warm hosts sign with their granted key, the
+//! Warm keys in the simulator (docs/lifecycle.md §5): warm hosts sign with their granted key, the
 //! chain serves the grants for both type URLs, hosts bind keys in their own state machines, and
 //! the fault knobs (ungranted key, grants endpoint unreachable or slow, revocation after binding)
 //! behave as a real network would.

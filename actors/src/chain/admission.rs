@@ -1,4 +1,4 @@
-//! Phase gating (HEALTH.md §7, UPSTREAM-SURFACE.md §3.1): what a *new* chat request gets, given
+//! Phase gating (docs/health.md §7, docs/protocol.md §9.1): what a *new* chat request gets, given
 //! the chain view. Attempts already running are not this function's business: they finish.
 //!
 //! - No epoch snapshot, or one older than its bound → `Serve`. A stale phase is not evidence of

@@ -1,4 +1,4 @@
-//! Back-off after a host answered 429 or 503 (HEALTH.md §7): `Retry-After` (delay-seconds or an
+//! Back-off after a host answered 429 or 503 (docs/health.md §7): `Retry-After` (delay-seconds or an
 //! HTTP-date) is honoured exactly; without it the delay doubles per consecutive throttle from
 //! `backoff_initial_ms` up to `backoff_max_ms`. Pure: the caller passes the time.
 

@@ -1,4 +1,4 @@
-//! The per-host request budget and back-off gate shared by every poller (HEALTH.md §7, invariant
+//! The per-host request budget and back-off gate shared by every poller (docs/health.md §7, invariant
 //! 10). Hosts are keyed by URL authority (`host:port`): the public API host has its gate, each
 //! miner host its own, and a miner that is also the public API shares one.
 //!

@@ -1,4 +1,4 @@
-//! The polite control plane (HEALTH.md §7, invariant 10): polling the chain's public API for the
+//! The polite control plane (docs/health.md §7, invariant 10): polling the chain's public API for the
 //! epoch and phase, the active participants and each miner's `/v1/versions`, within a per-host
 //! request budget that no interval setting can exceed, with 429/503 back-off, last-known-good
 //! snapshots with staleness bounds, and phase gating of new requests.

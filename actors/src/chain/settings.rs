@@ -1,4 +1,4 @@
-//! Settings of chain polling (HEALTH.md §7): intervals, the per-host request budget, back-off and
+//! Settings of chain polling (docs/health.md §7): intervals, the per-host request budget, back-off and
 //! the PoC request mode. Layered by the caller: defaults < config file (serde) < environment
 //! ([`ChainPollSettings::apply_env`]) < `PUT /v1/admin/settings` ([`ApplyPollSettings`]).
 //!
@@ -97,7 +97,7 @@ fn default_timeout_ms() -> u64 {
     10_000
 }
 
-/// Chain polling settings (names as in HEALTH.md §7).
+/// Chain polling settings (names as in docs/health.md §7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ChainPollSettings {

@@ -1,4 +1,4 @@
-//! What the chain's public API says, parsed (UPSTREAM-SURFACE.md §3.1–§3.2): `GET
+//! What the chain's public API says, parsed (docs/protocol.md §9.1–§9.2): `GET
 //! /v1/epochs/latest`, `GET /v1/epochs/current/participants` and a miner's `GET /v1/versions`.
 //! Integers may arrive as JSON numbers or strings; unknown fields are ignored.
 

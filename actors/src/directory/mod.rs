@@ -96,7 +96,7 @@ pub struct DirectoryDeps {
     pub metrics: ActorMetrics,
     /// Where every actor of this gateway registers its stats (debug listing).
     pub actors: ActorRegistry,
-    /// Warm-key grant checks (LIFECYCLE.md §5), shared by every escrow.
+    /// Warm-key grant checks (docs/lifecycle.md §5), shared by every escrow.
     pub warm: WarmKeyChecker,
 }
 

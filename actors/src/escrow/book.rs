@@ -1,4 +1,4 @@
-//! The nonce book, one part of the escrow actor (PROTOCOL.md §6.5, HEALTH.md §5): every nonce
+//! The nonce book, one part of the escrow actor (docs/protocol.md §6.5, docs/health.md §5): every nonce
 //! the escrow handed out until it is settled ([`NonceEntry`]: sent, receipt, ended, pending finish,
 //! awaiting a timeout), the per-nonce timers (finish reconciliation poll or timeout deadline) and
 //! the queue of timeout votes, which run one nonce at a time (one RPC per verifier at a time).

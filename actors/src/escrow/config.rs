@@ -1,4 +1,4 @@
-//! Tunables of an escrow actor (defaults follow PROTOCOL.md §5–§6 and HEALTH.md).
+//! Tunables of an escrow actor (defaults follow docs/protocol.md §5–§6 and docs/health.md).
 
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +16,7 @@ pub struct EscrowConfig {
     pub max_waiting: usize,
     /// Added to protocol deadlines before a timeout vote (`TimeoutBuffer`).
     pub timeout_buffer_ms: i64,
-    /// First and largest interval of finish reconciliation polls (HEALTH.md §5).
+    /// First and largest interval of finish reconciliation polls (docs/health.md §5).
     pub finish_poll_initial_ms: u64,
     pub finish_poll_max_ms: u64,
     #[serde(skip)]

@@ -1,4 +1,4 @@
-//! The fault guard, one part of the escrow actor (HEALTH.md §1): builds the one outcome of each
+//! The fault guard, one part of the escrow actor (docs/health.md §1): builds the one outcome of each
 //! attempt and runs the correlation guard over host faults. A host fault is *held* until it is
 //! confirmed as that host's own — some host of this escrow succeeds, or its window passes with no
 //! other host failing the same way — and is dropped (no strike, no sample) when two or more hosts
@@ -46,7 +46,7 @@ pub(super) struct FailureSettled {
 
 /// See the module docs.
 pub(super) struct FaultGuard {
-    /// Correlation guard (HEALTH.md §1).
+    /// Correlation guard (docs/health.md §1).
     detector: SharedFaultDetector<Address>,
     /// Host faults waiting for confirmation.
     held: Vec<HeldOutcome>,

@@ -1,4 +1,4 @@
-//! Hedges and probation pairs (HEALTH.md §4, §2), decided over the escrow's host routing: extra
+//! Hedges and probation pairs (docs/health.md §4, §2), decided over the escrow's host routing: extra
 //! attempts that do not wait in the picker's queue. A hedge is paid from the token bucket and
 //! goes only to a host expected to be faster than what is left of the primary, passing over at
 //! most `hedge_max_skip_nonces` upcoming nonces (sent as diffs without inference); a pair goes to

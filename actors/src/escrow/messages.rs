@@ -47,7 +47,7 @@ pub enum AttemptKind {
     Primary,
     /// The previous attempt failed before content.
     Retry,
-    /// The primary is slow: a budgeted hedge (HEALTH.md §4).
+    /// The primary is slow: a budgeted hedge (docs/health.md §4).
     Hedge(HedgeRequest),
     /// The primary runs on a Suspect/Probation host: pair it with a Healthy host's attempt.
     Pair,
@@ -156,7 +156,7 @@ pub struct EscrowSnapshot {
     pub repairs: Vec<String>,
     pub repairs_given_up: Vec<String>,
     pub panic_mode: bool,
-    /// Warm key bound to each slot (LIFECYCLE.md §5).
+    /// Warm key bound to each slot (docs/lifecycle.md §5).
     pub warm_keys: std::collections::BTreeMap<u32, crate::protocol::crypto::Address>,
 }
 

@@ -1,4 +1,4 @@
-//! The queue of transactions waiting for the next composed diff (PROTOCOL.md §5.2, §5.5).
+//! The queue of transactions waiting for the next composed diff (docs/protocol.md §5.2, §5.5).
 //!
 //! Transactions come from receipts (`MsgConfirmStart`), hosts' mempools (finishes, validations,
 //! votes) and our own timeout handling. They are ordered by priority — ConfirmStart 0 < Finish 1 <

@@ -1,4 +1,4 @@
-//! The nonce picker, one part of the escrow actor (PROTOCOL.md §6.2, HEALTH.md §4): the races
+//! The nonce picker, one part of the escrow actor (docs/protocol.md §6.2, docs/health.md §4): the races
 //! waiting for a nonce, in arrival order, and the picker-hold timer.
 //!
 //! The next nonce's host is fixed (`nonce % N`). The first waiting race that has not tried that

@@ -1,4 +1,4 @@
-//! The escrow's side of the repair loop (HEALTH.md §6): a participant whose state diverged from
+//! The escrow's side of the repair loop (docs/health.md §6): a participant whose state diverged from
 //! ours is withheld in this escrow only (its nonces carry no inference) and gets exactly one
 //! `RepairActor` (kept by host routing); the escrow plans each tick (durable canonical diffs the
 //! host lacks) and judges what the host answers. Only a signature over our root, verified here,

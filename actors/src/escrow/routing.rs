@@ -1,10 +1,10 @@
-//! Host routing, one part of the escrow actor (HEALTH.md §2, §4, §6): the latest health of each
+//! Host routing, one part of the escrow actor (docs/health.md §2, §4, §6): the latest health of each
 //! participant, the hosts withheld in this escrow (ejected, under repair, repair given up), panic
 //! mode, the hedge token bucket and the repair actors of diverged participants.
 //!
 //! Ejected participants are withheld (their nonces become diffs without inference); when that
 //! would leave no routable host the escrow enters panic mode and races its hosts anyway
-//! (HEALTH.md §2 floor, invariant 3). Diverged participants are withheld even in panic mode. The
+//! (docs/health.md §2 floor, invariant 3). Diverged participants are withheld even in panic mode. The
 //! withheld set is recomputed from its inputs and committed by swap. Hedge and pair decisions
 //! over this view are in `hedging.rs`.
 
@@ -43,9 +43,9 @@ pub(super) struct Routing {
     withheld: BTreeSet<Address>,
     /// No participant is routable: the least-bad hosts are raced anyway.
     panic_mode: bool,
-    /// Hedge token bucket (HEALTH.md §4).
+    /// Hedge token bucket (docs/health.md §4).
     budget: HedgeBudget,
-    /// One repair actor per diverged participant (HEALTH.md §6).
+    /// One repair actor per diverged participant (docs/health.md §6).
     repairs: BTreeMap<Address, TrackedAddr<RepairActor>>,
     /// Diverged participants whose repair gave up (still withheld).
     gave_up: BTreeSet<Address>,

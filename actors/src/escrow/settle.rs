@@ -1,4 +1,4 @@
-//! Settling an ended attempt (HEALTH.md §1, §5): what its end means — the outcome class and
+//! Settling an ended attempt (docs/health.md §1, §5): what its end means — the outcome class and
 //! reason (attribution), whether another attempt may help, whether the host lost our diffs, and
 //! what it answered (for the fault signature). Pure; the actor applies the judgement to the
 //! nonce book, the fault guard and host routing. A finish marker that arrives after the stream

@@ -1,4 +1,4 @@
-//! `SyncHosts` (PROTOCOL.md §5.6): once pending txs are sequenced in one more diff and durable,
+//! `SyncHosts` (docs/protocol.md §5.6): once pending txs are sequenced in one more diff and durable,
 //! catch every routable host up to our nonce with chunked, payload-less sends. Dead hosts are
 //! skipped (a host's sends stop at its first failure). The actor processes each answer (sync
 //! nonce, state signature, mempool) and answers who is in sync.

@@ -1,4 +1,4 @@
-//! Timeout votes for attempts that failed without a finish (PROTOCOL.md §6.5, HEALTH.md §5), and
+//! Timeout votes for attempts that failed without a finish (docs/protocol.md §6.5, docs/health.md §5), and
 //! the `SendPendingDiff` that carries a confirmed `MsgTimeoutInference` to its host.
 //!
 //! At the protocol deadline (`started_at + refusal_timeout` or `confirmed_at + execution_timeout`,

@@ -1,4 +1,4 @@
-//! Calls from the gateway to devshard hosts over awc (PROTOCOL.md §3).
+//! Calls from the gateway to devshard hosts over awc (docs/protocol.md §3).
 //!
 //! awc is `!Send`: a `HostClient` lives on one arbiter thread (one per thread, created lazily) and
 //! its futures run there. Every POST is signed (`X-Devshard-Signature` / `X-Devshard-Timestamp`);
@@ -21,7 +21,7 @@ use crate::protocol::{
     },
 };
 
-/// Timeouts of host calls (PROTOCOL.md §3.7 `DefaultClientConfig`).
+/// Timeouts of host calls (docs/protocol.md §3.7 `DefaultClientConfig`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HostTimeouts {
     /// Connect + response headers of an inference POST.

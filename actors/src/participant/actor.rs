@@ -1,6 +1,6 @@
 //! `ParticipantActor`: one per participant address, process-wide (shared by every escrow in which
 //! the address holds slots). Runs the health state machine and the decayed perf estimates of
-//! HEALTH.md §2–§3 (pure functions in `policy`) over the final outcomes escrows send it.
+//! docs/health.md §2–§3 (pure functions in `policy`) over the final outcomes escrows send it.
 //!
 //! - **Owns**: the participant's record (health state, perf estimates, outcome counts) and the
 //!   latest view each escrow reported (for the floor and the relative-evidence rule).

@@ -1,5 +1,5 @@
 //! Attribution: the pure function that turns what happened to an attempt into one outcome class
-//! (HEALTH.md §1) and its typed [`OutcomeReason`]. Classification is on typed errors only.
+//! (docs/health.md §1) and its typed [`OutcomeReason`]. Classification is on typed errors only.
 
 use crate::{
     host::{error, HostError, Rejection},

@@ -1,4 +1,4 @@
-//! Back-off with jitter for the repair loop (HEALTH.md §6.4: 2 s first, then 15 s → 30 s →
+//! Back-off with jitter for the repair loop (docs/health.md §6.4: 2 s first, then 15 s → 30 s →
 //! 60 s → 300 s, ±20 %). The chain poller's 429/503 back-off and `Retry-After` parsing live in
 //! `chain::backoff`.
 //!

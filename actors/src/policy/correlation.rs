@@ -1,4 +1,4 @@
-//! The correlation guard of HEALTH.md §1, per escrow: when two or more distinct hosts fail with
+//! The correlation guard of docs/health.md §1, per escrow: when two or more distinct hosts fail with
 //! the same fault signature within `shared_fault_window_ms` and no host succeeded in between, the
 //! fault is *shared* — nobody gets a strike, the fan-out stops, and the client gets a clear cause.
 //!

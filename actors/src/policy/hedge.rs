@@ -1,4 +1,4 @@
-//! Hedging decisions (HEALTH.md §4): the hedge budget, when a hedge fires and where it goes, and
+//! Hedging decisions (docs/health.md §4): the hedge budget, when a hedge fires and where it goes, and
 //! the liveness rule of §2 that decides when a Suspect/Probation attempt's content is crowned.
 //!
 //! Decisions the spec leaves open, made here:
@@ -290,7 +290,7 @@ pub enum CrownDecision {
     },
 }
 
-/// The liveness rule (HEALTH.md §2): the earliest Healthy content is crowned at once; otherwise
+/// The liveness rule (docs/health.md §2): the earliest Healthy content is crowned at once; otherwise
 /// the best doubtful content is crowned as soon as no Healthy attempt is still running without
 /// content, or `suspect_hold_ms` after it produced content. Content is never withheld for longer.
 pub fn choose_winner(

@@ -1,6 +1,6 @@
 //! Pure decision functions: plain functions over plain state, unit-tested without a runtime.
 //!
-//! - [`attribution`]: what happened to an attempt → one outcome class (HEALTH.md §1).
+//! - [`attribution`]: what happened to an attempt → one outcome class (docs/health.md §1).
 //! - [`correlation`]: the correlation guard (shared faults, held strikes, cause messages; §1).
 //! - [`health`]: the participant health state machine (§2).
 //! - [`perf`]: time-decayed performance estimates and the Unresponsive verdict (§3).

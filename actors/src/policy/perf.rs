@@ -1,4 +1,4 @@
-//! Time-decayed performance estimates of one participant (HEALTH.md §3): what hedging reads.
+//! Time-decayed performance estimates of one participant (docs/health.md §3): what hedging reads.
 //!
 //! Every quantity decays exponentially with `perf_half_life_ms`: a sample of age `a` weighs
 //! `2^(−a / half_life)`. There is no window and no boundary, so one failure fades continuously.
@@ -320,7 +320,7 @@ impl PerfEstimates {
     }
 }
 
-/// Unresponsive (HEALTH.md §3): enough decayed samples **and** enough decayed failures **and** a
+/// Unresponsive (docs/health.md §3): enough decayed samples **and** enough decayed failures **and** a
 /// decayed, Beta-smoothed success rate below `unresponsive_threshold`.
 pub fn is_unresponsive(est: &PerfEstimates, settings: &HealthSettings, now_ms: i64) -> bool {
     reaches(

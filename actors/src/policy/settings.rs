@@ -1,5 +1,5 @@
-//! Every health, perf, hedging and repair knob of HEALTH.md, with its default, plus the chain
-//! poller's intervals (HEALTH.md §7). Operators change them at runtime (`PUT /v1/admin/settings`,
+//! Every health, perf, hedging and repair knob of docs/health.md, with its default, plus the chain
+//! poller's intervals (docs/health.md §7). Operators change them at runtime (`PUT /v1/admin/settings`,
 //! persisted); a changed value is checked with [`HealthSettings::validate`] before it is used.
 //!
 //! Durations are `i64` milliseconds so that they combine with the `now_ms: i64` every policy
@@ -23,7 +23,7 @@ impl fmt::Display for SettingError {
     }
 }
 
-/// Health, perf, hedging and repair settings (HEALTH.md §1–§6). Unknown fields are rejected;
+/// Health, perf, hedging and repair settings (docs/health.md §1–§6). Unknown fields are rejected;
 /// missing fields take their default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

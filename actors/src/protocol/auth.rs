@@ -1,4 +1,4 @@
-//! HTTP request authentication between the gateway and hosts (PROTOCOL.md §3.1).
+//! HTTP request authentication between the gateway and hosts (docs/protocol.md §3.1).
 //!
 //! Every POST carries `X-Devshard-Signature` = lowercase hex of `sign(digest)` and
 //! `X-Devshard-Timestamp` = decimal unix seconds, where

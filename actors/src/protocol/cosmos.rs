@@ -1,4 +1,4 @@
-//! Cosmos SDK transactions of the settlement (LIFECYCLE.md §2–§3).
+//! Cosmos SDK transactions of the settlement (docs/lifecycle.md §2–§3).
 //!
 //! `MsgSettleDevshardEscrow` is declared by hand with prost derives, like [`super::proto`]. The
 //! envelope uses the `cosmos-sdk-proto` types (`AuthInfo`, `SignerInfo`, `Fee`, `SignDoc`,
@@ -44,7 +44,7 @@ pub struct SlotSignature {
     pub signature: Vec<u8>,
 }
 
-/// `MsgSettleDevshardEscrow` (LIFECYCLE.md §2).
+/// `MsgSettleDevshardEscrow` (docs/lifecycle.md §2).
 #[derive(Clone, PartialEq, Message)]
 pub struct MsgSettleDevshardEscrow {
     #[prost(string, tag = "1")]

@@ -1,4 +1,4 @@
-//! secp256k1 signing and recovery, `gonka` bech32 addresses and SHA-256 (PROTOCOL.md §0, §2).
+//! secp256k1 signing and recovery, `gonka` bech32 addresses and SHA-256 (docs/protocol.md §0, §2).
 //!
 //! `sign(m)` is recoverable ECDSA over `sha256(m)` (RFC 6979, low-S) serialised as
 //! `R(32) ‖ S(32) ‖ V(1)` with `V ∈ {0,1}`. Verification is always recover-and-compare; successful

@@ -1,5 +1,5 @@
 //! A signed diff: one nonce's transactions, the post-state root and the creator's signature
-//! (PROTOCOL.md §4.2).
+//! (docs/protocol.md §4.2).
 
 use super::{
     crypto::{self, Address, CryptoError, SigningKey},

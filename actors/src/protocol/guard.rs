@@ -2,10 +2,10 @@
 //!
 //! A root we cannot reproduce is normally a divergence (a host that forked or lied), answered by
 //! the repair loop. But some mismatches have a reason we can compute from our own state:
-//! - the host hashes another version tag into the root (`sha256(tag)` in PROTOCOL.md §5.4): it
-//!   runs another protocol version (VERSIONS.md), which no repair can fix;
+//! - the host hashes another version tag into the root (`sha256(tag)` in docs/protocol.md §5.4): it
+//!   runs another protocol version (docs/versions.md), which no repair can fix;
 //! - the host's `rest_hash` leaves the warm-key bindings out (`warm_keys_hash = sha256("")`): it
-//!   does not implement warm keys (LIFECYCLE.md §5), or a composition of `rest_hash` we do not
+//!   does not implement warm keys (docs/lifecycle.md §5), or a composition of `rest_hash` we do not
 //!   implement.
 //!
 //! [`explain`] recomputes the candidate roots from our state's public parts and returns the
@@ -20,7 +20,7 @@ use super::{
     state::{compose_root, StateMachine, STATE_ROOT_VERSION},
 };
 
-/// Version tags upstream has used (VERSIONS.md).
+/// Version tags upstream has used (docs/versions.md).
 pub const KNOWN_VERSION_TAGS: [&str; 7] = ["v1", "v2", "v3", "v4", "v4.1", "v5", "v6"];
 
 /// Why a host's root cannot be reproduced, when we can tell.

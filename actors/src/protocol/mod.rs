@@ -1,4 +1,4 @@
-//! The devshard host protocol (PROTOCOL.md): wire schema, signatures, the deterministic state
+//! The devshard host protocol (docs/protocol.md): wire schema, signatures, the deterministic state
 //! machine and the SSE framing of host responses. Shared by the gateway and the simulator, so both
 //! sides compute the same roots from the same diffs.
 

@@ -1,4 +1,4 @@
-//! Protobuf messages of the `devshard.v1` wire schema (PROTOCOL.md Appendix A).
+//! Protobuf messages of the `devshard.v1` wire schema (docs/protocol.md Appendix A).
 //!
 //! Declared by hand with `prost` derives; field numbers and scalar types are the contract. prost
 //! writes fields in field-number order and omits proto3 zero scalars, so the bytes match the

@@ -1,4 +1,4 @@
-//! Crowning by the liveness rule (HEALTH.md §2): the first Healthy content is crowned at once;
+//! Crowning by the liveness rule (docs/health.md §2): the first Healthy content is crowned at once;
 //! content from a Suspect/Probation host is crowned as soon as no Healthy attempt is still running
 //! without content, or `suspect_hold_ms` after it arrived. If any attempt produced content, the
 //! client gets content.
@@ -44,7 +44,7 @@ impl Handler<FirstContent> for RaceActor {
 
 impl RaceActor {
     /// What a losing attempt does: a Suspect/Probation host's attempt drains to its end (its
-    /// finish is the probation credit HEALTH.md §2 asks for); a Healthy one is cancelled.
+    /// finish is the probation credit docs/health.md §2 asks for); a Healthy one is cancelled.
     pub(super) fn loser_crown(&self, idx: usize) -> Crown {
         let doubtful = self
             .attempts

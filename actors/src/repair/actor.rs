@@ -1,4 +1,4 @@
-//! `RepairActor`: one per (escrow, diverged participant) — the repair loop of HEALTH.md §6.
+//! `RepairActor`: one per (escrow, diverged participant) — the repair loop of docs/health.md §6.
 //!
 //! Each tick teaches the host the escrow's canonical diffs by catch-up (payload-less sends, only
 //! durable diffs, admission-free), then fetches `GET …/signatures?nonce=N` and has the escrow

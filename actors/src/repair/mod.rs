@@ -1,4 +1,4 @@
-//! Repair of participants whose state diverged from the escrow's (HEALTH.md §6).
+//! Repair of participants whose state diverged from the escrow's (docs/health.md §6).
 
 mod actor;
 pub mod messages;

@@ -1,4 +1,4 @@
-//! The chain REST calls of a settlement (LIFECYCLE.md §3), over the same per-thread awc client
+//! The chain REST calls of a settlement (docs/lifecycle.md §3), over the same per-thread awc client
 //! as every other chain and host call: the chain id (`node_info`), the account number, a
 //! `BROADCAST_MODE_SYNC` broadcast, the tx lookup and the escrow's `settled` flag. Answers are
 //! classified once, here, into the typed outcomes the state machine decides on.

@@ -1,4 +1,4 @@
-//! Collecting state signatures of the final nonce (PROTOCOL.md §5.7): the escrow's own verified
+//! Collecting state signatures of the final nonce (docs/protocol.md §5.7): the escrow's own verified
 //! signatures first, then `GET …/signatures?nonce=N` from every host still missing, in
 //! parallel, then catch-up for hosts that did not have one. Every signature is verified before
 //! it counts; a rejected one is reported (logged, and counted against the host).

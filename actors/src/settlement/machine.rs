@@ -1,4 +1,4 @@
-//! The settlement state machine of one escrow (LIFECYCLE.md §1) as data and pure decisions.
+//! The settlement state machine of one escrow (docs/lifecycle.md §1) as data and pure decisions.
 //!
 //! ```text
 //! active ─▶ draining ─▶ finalizing ─▶ collecting ─▶ broadcast ─▶ settled

@@ -1,4 +1,4 @@
-//! Settling an escrow on chain (LIFECYCLE.md §1–§3, PROTOCOL.md §5.7–§5.8).
+//! Settling an escrow on chain (docs/lifecycle.md §1–§3, docs/protocol.md §5.7–§5.8).
 //!
 //! # Layout
 //! - [`machine`]: the persisted [`SettlementRecord`] and the pure decisions of each step.

@@ -1,4 +1,4 @@
-//! The settlement payload (LIFECYCLE.md §2): the JSON operators read from
+//! The settlement payload (docs/lifecycle.md §2): the JSON operators read from
 //! `GET /v1/admin/escrows/{id}/settlement` and the `MsgSettleDevshardEscrow` built from it.
 //!
 //! `{escrow_id, version, state_root, nonce, fees, rest_hash, host_stats[], signatures[]}`; bytes

@@ -1,4 +1,4 @@
-//! State signatures of the final root and their weight (PROTOCOL.md §5.7, LIFECYCLE.md §1).
+//! State signatures of the final root and their weight (docs/protocol.md §5.7, docs/lifecycle.md §1).
 //!
 //! A signature counts only after it verified against `StateSignatureContent{root, escrow, nonce}`
 //! and the slot's owner. The weight counts each distinct validator address once, with its slot
@@ -29,7 +29,7 @@ pub fn threshold(slots: usize) -> u32 {
 }
 
 /// Accepts a state signature of `slot` over `root` at `nonce`: the signer must be the slot's
-/// validator (cold key). The one place a warm-key acceptance (LIFECYCLE.md §5) plugs in.
+/// validator (cold key). The one place a warm-key acceptance (docs/lifecycle.md §5) plugs in.
 pub fn accept_state_signature(
     group: &[Slot],
     escrow_id: &str,

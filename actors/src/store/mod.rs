@@ -97,7 +97,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn append_diff(&self, escrow_id: &str, diff: &Diff) -> Ack {
         self.append_diff_with_warm(escrow_id, diff, &[])
     }
-    /// Appends one diff with the warm keys its application bound (LIFECYCLE.md §5), in the same
+    /// Appends one diff with the warm keys its application bound (docs/lifecycle.md §5), in the same
     /// write, so a replay restores the bindings without asking the chain.
     fn append_diff_with_warm(
         &self,

@@ -1,4 +1,4 @@
-//! `POST {prefix}/sessions/{id}/chat/completions` (PROTOCOL.md §3.2), up to the receipt.
+//! `POST {prefix}/sessions/{id}/chat/completions` (docs/protocol.md §3.2), up to the receipt.
 //!
 //! Order: counters and fault set → RTT/2 → `http_status` fault → escrow lookup (500
 //! `escrow not found`) → auth (401) → owner check (403) → JSON and diff decoding (400) →

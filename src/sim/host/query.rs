@@ -1,4 +1,4 @@
-//! The unauthenticated GETs of a host (PROTOCOL.md §3.6): `diffs`, `mempool`, `signatures`.
+//! The unauthenticated GETs of a host (docs/protocol.md §3.6): `diffs`, `mempool`, `signatures`.
 //! A host without a session for the escrow answers 404 `session not found`.
 
 use http::StatusCode;

@@ -1,4 +1,4 @@
-//! The SSE answer of `chat/completions` after the receipt (PROTOCOL.md §3.2 step 5).
+//! The SSE answer of `chat/completions` after the receipt (docs/protocol.md §3.2 step 5).
 //!
 //! Event order: `devshard_receipt` → (executor with payload) inference data → `[DONE]` →
 //! `devshard_meta` with the host's whole mempool, which then includes the signed

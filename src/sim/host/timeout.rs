@@ -1,4 +1,4 @@
-//! `POST {prefix}/sessions/{id}/verify-timeout` (PROTOCOL.md §3.3, §6.7).
+//! `POST {prefix}/sessions/{id}/verify-timeout` (docs/protocol.md §3.3, §6.7).
 //!
 //! The host applies the request's diffs best effort (stops at the first failure, ignores it),
 //! then decides:

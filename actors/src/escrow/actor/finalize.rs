@@ -1,4 +1,4 @@
-//! Settlement steps of the escrow (LIFECYCLE.md §1, PROTOCOL.md §5.8): draining closes the
+//! Settlement steps of the escrow (docs/lifecycle.md §1, docs/protocol.md §5.8): draining closes the
 //! escrow to new requests; each finalize round composes one diff without inference (the first
 //! carries `MsgFinalizeRound`), waits for it to be durable, and catches every host up; the final
 //! state and its signatures are read for the settlement payload. `closing` is not persisted:

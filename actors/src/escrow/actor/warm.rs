@@ -1,4 +1,4 @@
-//! Warm-key checks before a signature is judged (LIFECYCLE.md §5): the escrow asks the chain
+//! Warm-key checks before a signature is judged (docs/lifecycle.md §5): the escrow asks the chain
 //! (through the shared grant cache) about every warm signer the state does not already vouch
 //! for, then judges the receipt, mempool or vote with the cache filled. A check that fails or is
 //! slow leaves the signer unresolved: the receipt is answered `WarmKeyUnresolved` (a gateway

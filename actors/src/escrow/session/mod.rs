@@ -1,4 +1,4 @@
-//! The escrow's protocol session as plain data: the single sequencer of PROTOCOL.md §5 and §8.4
+//! The escrow's protocol session as plain data: the single sequencer of docs/protocol.md §5 and §8.4
 //! (`user.Session` upstream), with no actor, timer or I/O in it.
 //!
 //! - `compose*` builds the next diff (`nonce + 1`): pending txs in priority order plus extras,

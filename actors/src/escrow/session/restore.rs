@@ -12,7 +12,7 @@ use crate::{
 impl Session {
     /// Rebuilds a session from its durable diff log: every diff must replay to its own root.
     /// Before each diff is replayed, the warm keys it bound are injected, so the replay needs no
-    /// chain: a warm signature of an already-bound key takes the bound path (LIFECYCLE.md §5).
+    /// chain: a warm signature of an already-bound key takes the bound path (docs/lifecycle.md §5).
     pub fn restore(
         info: Arc<EscrowInfo>,
         log: Vec<Diff>,

@@ -1,4 +1,4 @@
-//! Warm keys at the session's verification sites (LIFECYCLE.md §5).
+//! Warm keys at the session's verification sites (docs/lifecycle.md §5).
 //!
 //! Every signature a host makes is judged by the state machine's one acceptance rule
 //! ([`StateMachine::signer_acceptance_with`] for a slot, [`StateMachine::address_acceptance_with`]

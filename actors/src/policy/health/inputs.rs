@@ -1,5 +1,5 @@
 //! What the health state machine reads about an outcome and its escrows: the charge an outcome
-//! carries (HEALTH.md §1 table, §2 immediate ejections) and the escrow-level facts behind the
+//! carries (docs/health.md §1 table, §2 immediate ejections) and the escrow-level facts behind the
 //! floor and relative evidence (§1, §2), with the pure check [`ejection_allowed`], and the
 //! panic-mode order of an escrow with no routable host ([`panic_order`]).
 
@@ -81,7 +81,7 @@ pub struct EscrowView {
     pub peer_success_recent: bool,
 }
 
-/// Escrow-level facts an ejection needs (HEALTH.md §1 relative evidence, §2 floor).
+/// Escrow-level facts an ejection needs (docs/health.md §1 relative evidence, §2 floor).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct EjectionContext {
     /// Every escrow in which the participant holds slots.
@@ -121,7 +121,7 @@ pub fn ejection_allowed(
     }
 }
 
-/// Panic mode (HEALTH.md §2): when an escrow has no routable participant, the least-bad are raced
+/// Panic mode (docs/health.md §2): when an escrow has no routable participant, the least-bad are raced
 /// anyway. Indices of `states`, least bad first: fewest decayed strikes, then the earliest end of
 /// ejection, then position. The caller races the first few and logs/counts the panic.
 pub fn panic_order(states: &[&HealthState], settings: &HealthSettings, now_ms: i64) -> Vec<usize> {

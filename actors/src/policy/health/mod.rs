@@ -1,4 +1,4 @@
-//! The participant health state machine of HEALTH.md §2, as pure transitions over a persisted
+//! The participant health state machine of docs/health.md §2, as pure transitions over a persisted
 //! [`HealthState`]. Time is always an argument; jitter is an explicit draw in `[-1, 1]`.
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! Canonical JSON of a prompt and the prompt hash (PROTOCOL.md §5.2).
+//! Canonical JSON of a prompt and the prompt hash (docs/protocol.md §5.2).
 //!
 //! `prompt_hash = sha256(canonical_json(body))` must match what a Go host computes, byte for byte:
 //! the body is decoded like Go's `json.Unmarshal` into `interface{}` (every number a float64) and

@@ -1,4 +1,4 @@
-//! What a forwarded chunk means for the race: does it carry content (PROTOCOL.md §6.3 point 4)
+//! What a forwarded chunk means for the race: does it carry content (docs/protocol.md §6.3 point 4)
 //! and is it an OpenAI-style error event.
 
 use serde_json::{Map, Value};

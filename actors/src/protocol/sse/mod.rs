@@ -1,4 +1,4 @@
-//! SSE framing of `POST …/chat/completions` answers, both ways (PROTOCOL.md §3.2).
+//! SSE framing of `POST …/chat/completions` answers, both ways (docs/protocol.md §3.2).
 //!
 //! Host side: every event is one `data: <json>\n\n` line — the `devshard_receipt` event first,
 //! then raw chat chunks and `data: [DONE]`, then the `devshard_meta` event.

@@ -1,4 +1,4 @@
-//! Transaction effects (PROTOCOL.md §5.3): Start, ConfirmStart, Finish, RevealSeed and
+//! Transaction effects (docs/protocol.md §5.3): Start, ConfirmStart, Finish, RevealSeed and
 //! FinalizeRound, plus the per-diff sequencing checks and the dispatch. Timeouts live in
 //! `timeout.rs`, Validation and ValidationVote in `validate.rs`.
 //!

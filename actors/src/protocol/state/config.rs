@@ -1,4 +1,4 @@
-//! Session configuration, frozen when the session is bound (PROTOCOL.md §4.3).
+//! Session configuration, frozen when the session is bound (docs/protocol.md §4.3).
 //!
 //! The user (gateway) and every host must use the same values or their state roots diverge, so
 //! the config is part of the [`StateMachine`](super::StateMachine) and never changes afterwards.

@@ -1,4 +1,4 @@
-//! The signed byte strings of PROTOCOL.md §2 that the state machine verifies, plus signing helpers
+//! The signed byte strings of docs/protocol.md §2 that the state machine verifies, plus signing helpers
 //! for the parties that produce them (executor/validator hosts in the simulator, the gateway when
 //! it builds a ConfirmStart, tests).
 //!

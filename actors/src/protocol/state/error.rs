@@ -1,5 +1,5 @@
 //! Errors of the state machine. Display texts start with the upstream sentinel texts
-//! (`types/errors.go`, PROTOCOL.md §7) so hosts answer HTTP 500 bodies that the gateway (ours or
+//! (`types/errors.go`, docs/protocol.md §7) so hosts answer HTTP 500 bodies that the gateway (ours or
 //! upstream's) classifies by substring, e.g. `invalid nonce: must be sequential: expected M, got N`.
 
 /// Why a diff or a transaction was rejected.

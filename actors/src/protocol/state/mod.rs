@@ -1,4 +1,4 @@
-//! The deterministic devshard state machine (PROTOCOL.md §4.2–§5.4), shared by the gateway and
+//! The deterministic devshard state machine (docs/protocol.md §4.2–§5.4), shared by the gateway and
 //! the host simulator so both compute the same roots from the same diffs.
 //!
 //! # Layout

@@ -1,4 +1,4 @@
-//! The data model of a session (PROTOCOL.md §4): group slots, the session phase, inference
+//! The data model of a session (docs/protocol.md §4): group slots, the session phase, inference
 //! records and per-slot host statistics, with their deterministic protobuf forms.
 
 use serde::{Deserialize, Serialize};

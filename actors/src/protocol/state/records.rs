@@ -1,5 +1,5 @@
 //! The live records: an ordered map by inference id that is cheap to clone and keeps the
-//! `live_hash` (PROTOCOL.md §5.4) incrementally.
+//! `live_hash` (docs/protocol.md §5.4) incrementally.
 //!
 //! `live_hash = sha256(proto(InferencesMapProto{records by id}))`, and that encoding is just the
 //! concatenation of every record's field-1 framing `0x0a ‖ varint(len) ‖ proto(record)`. So:

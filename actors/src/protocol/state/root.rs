@@ -1,4 +1,4 @@
-//! The "v2" state root (PROTOCOL.md §5.4, upstream `state/hash.go`):
+//! The "v2" state root (docs/protocol.md §5.4, upstream `state/hash.go`):
 //!
 //! ```text
 //! host_stats_hash = sha256(proto(HostStatsMapProto{entries sorted by slot}))

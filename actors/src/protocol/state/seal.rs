@@ -1,4 +1,4 @@
-//! End-of-nonce processing (PROTOCOL.md §5.3): the per-nonce fee, the Finalizing → Settlement
+//! End-of-nonce processing (docs/protocol.md §5.3): the per-nonce fee, the Finalizing → Settlement
 //! transition with its drain, and the deterministic auto-seal.
 //!
 //! Order after the txs of diff `nonce` (as upstream `applyCore`):

@@ -1,4 +1,4 @@
-//! MsgTimeoutInference (PROTOCOL.md §5.3): REFUSED requires Pending, EXECUTION requires Started.
+//! MsgTimeoutInference (docs/protocol.md §5.3): REFUSED requires Pending, EXECUTION requires Started.
 //!
 //! Votes are deduplicated by address (a second vote from the same address, via any of its
 //! slots, is `ErrDuplicateVote`). Each vote's signature must recover, over

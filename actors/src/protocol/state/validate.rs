@@ -1,4 +1,4 @@
-//! Validation effects (PROTOCOL.md §5.3): MsgValidation from a non-executor host and
+//! Validation effects (docs/protocol.md §5.3): MsgValidation from a non-executor host and
 //! MsgValidationVote on a challenged inference.
 //!
 //! Rules (where the protocol text is silent, upstream `state/machine.go` is followed):

@@ -1,4 +1,4 @@
-//! Warm-key bindings in the state (LIFECYCLE.md §5): who may sign for a slot, and the binding a
+//! Warm-key bindings in the state (docs/lifecycle.md §5): who may sign for a slot, and the binding a
 //! chain-granted warm key gets when the diff carrying its signature is applied.
 //!
 //! - Every signature check of the state machine (receipts, finish, validation and vote proposer
@@ -84,12 +84,12 @@ impl StateMachine {
         self
     }
 
-    /// LIFECYCLE.md §5 with this session's resolver: may `recovered` sign for `slot`?
+    /// docs/lifecycle.md §5 with this session's resolver: may `recovered` sign for `slot`?
     pub fn signer_acceptance(&self, slot: u32, recovered: &Address) -> Acceptance {
         self.signer_acceptance_with(slot, recovered, self.warm.0.as_ref())
     }
 
-    /// LIFECYCLE.md §5 with an explicit resolver (the gateway passes its grant cache). A slot
+    /// docs/lifecycle.md §5 with an explicit resolver (the gateway passes its grant cache). A slot
     /// outside the group accepts nobody.
     pub fn signer_acceptance_with(
         &self,

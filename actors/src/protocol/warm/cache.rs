@@ -1,7 +1,7 @@
 //! [`GrantCache`]: what the gateway knows of the chain's warm-key grants.
 //!
 //! Positive answers are kept for the life of the process (upstream does the same; a grant that
-//! bound a key stays in the state anyway, LIFECYCLE.md §5). Negative answers are kept for
+//! bound a key stays in the state anyway, docs/lifecycle.md §5). Negative answers are kept for
 //! [`NEGATIVE_TTL_MS`] and at most [`NEGATIVE_CAPACITY`] of them (the oldest go first), so a
 //! host spraying random keys cannot grow memory and a key granted later is seen within the TTL.
 //! A key with no fresh answer resolves to [`GrantAnswer::Unknown`]: the caller asks the chain.

@@ -1,4 +1,4 @@
-//! [`WarmKeyChecker`]: step 4 of LIFECYCLE.md §5 for real — the grant cache in front of the
+//! [`WarmKeyChecker`]: step 4 of docs/lifecycle.md §5 for real — the grant cache in front of the
 //! chain query, with the `warm_key_check_failed` log stage and the check metrics.
 //!
 //! Both marker type URLs are asked (newer chains first); the key is granted if either lists it,

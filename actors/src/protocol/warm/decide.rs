@@ -1,4 +1,4 @@
-//! The acceptance decision of LIFECYCLE.md §5, as a pure function of the cold key, the bindings
+//! The acceptance decision of docs/lifecycle.md §5, as a pure function of the cold key, the bindings
 //! and (only when needed) the chain's answer.
 
 use std::fmt;

@@ -1,5 +1,5 @@
 //! The chain's warm-key grants: `GET /productscience/inference/inference/grantees_by_message_type/
-//! {validator}/{type_url}` → `{"grantees": [{"address", "pub_key"}]}` (LIFECYCLE.md §5).
+//! {validator}/{type_url}` → `{"grantees": [{"address", "pub_key"}]}` (docs/lifecycle.md §5).
 //!
 //! [`GrantsSource`] is the query as a trait (its futures are local: awc is `!Send`), and
 //! [`RestGrants`] the real one over awc with a per-request timeout, so a slow chain costs at most

@@ -1,4 +1,4 @@
-//! `warm_keys_hash` (PROTOCOL.md §5.4, LIFECYCLE.md §5) and warm-key deltas.
+//! `warm_keys_hash` (docs/protocol.md §5.4, docs/lifecycle.md §5) and warm-key deltas.
 //!
 //! ```text
 //! warm_keys_hash = sha256(for slot asc: slot_be4 ‖ len_be4 ‖ addr)      sha256("") when none

@@ -1,4 +1,4 @@
-//! Warm keys (LIFECYCLE.md §5): hosts that sign with an operational key the chain authorizes for
+//! Warm keys (docs/lifecycle.md §5): hosts that sign with an operational key the chain authorizes for
 //! their validator, instead of the validator's cold key.
 //!
 //! # The one rule

@@ -1,4 +1,4 @@
-//! Serde helpers for Go `[]byte` JSON fields: standard base64 with `=` padding (PROTOCOL.md §0).
+//! Serde helpers for Go `[]byte` JSON fields: standard base64 with `=` padding (docs/protocol.md §0).
 //!
 //! Decoding follows Go `encoding/json`: `null` decodes to empty bytes, padding is required, and
 //! non-zero trailing bits are tolerated (Go's `StdEncoding` is not strict). Optional byte fields

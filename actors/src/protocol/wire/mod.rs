@@ -1,4 +1,4 @@
-//! JSON wire types of the host HTTP API (PROTOCOL.md §0, §3, §8.1), shaped exactly like upstream.
+//! JSON wire types of the host HTTP API (docs/protocol.md §0, §3, §8.1), shaped exactly like upstream.
 //!
 //! Byte fields are standard padded base64 ([`b64`]), integers are plain JSON numbers and
 //! `map[uint32][]byte` is an object keyed by decimal strings. Decoding is as lenient as Go's

@@ -1,4 +1,4 @@
-//! Warm keys in the state machine (LIFECYCLE.md §5): acceptance order, binding on apply, sticky
+//! Warm keys in the state machine (docs/lifecycle.md §5): acceptance order, binding on apply, sticky
 //! and exclusive bindings, the hash, replay from a stored delta and snapshots.
 
 use std::{
