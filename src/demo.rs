@@ -163,10 +163,14 @@ async fn demo(args: DemoArgs) -> ExitCode {
     ));
     if admin {
         let first = sim.config().escrow_ids.first().cloned().unwrap_or_default();
+        // The generated key is printed as is; an operator's own key stays in its variable.
+        let key = generated_admin
+            .clone()
+            .unwrap_or_else(|| "$DEVSHARD_ADMIN_API_KEY".to_string());
         lines.push((
             "settle".to_string(),
             format!(
-                "curl -X POST -H \"Authorization: Bearer $DEVSHARD_ADMIN_API_KEY\" {url}/v1/admin/escrows/{first}/settle && curl -H \"Authorization: Bearer $DEVSHARD_ADMIN_API_KEY\" {url}/v1/admin/escrows/{first}/settlement"
+                "curl -X POST -H \"Authorization: Bearer {key}\" {url}/v1/admin/escrows/{first}/settle && curl -H \"Authorization: Bearer {key}\" {url}/v1/admin/escrows/{first}/settlement"
             ),
         ));
     }

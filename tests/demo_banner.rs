@@ -23,6 +23,7 @@ const NAMES: &[&str] = &[
     "admin_key",
     "curl_stream",
     "curl",
+    "settle",
     "inject_fault",
 ];
 
