@@ -62,7 +62,7 @@ fn a_float_serde_json_used_to_round_is_forwarded_unchanged() {
         default_max_tokens: 256,
         max_tokens_cap: 4_096,
     };
-    let raw = br#"{"messages":[{"role":"user","content":"x"}],"n":3e72,"t":0.1}"#;
+    let raw = br#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"maximum":3e72}}}],"temperature":0.1}"#;
     let req = devshard_gateway::http::normalize::parse(raw, limits).unwrap();
     let out = devshard_gateway::http::normalize::finish(
         req,
@@ -74,9 +74,12 @@ fn a_float_serde_json_used_to_round_is_forwarded_unchanged() {
     )
     .unwrap();
     let body: serde_json::Value = serde_json::from_slice(&out.body).unwrap();
-    assert_eq!(body["n"].as_f64(), Some(3e72));
+    assert_eq!(
+        body["tools"][0]["function"]["parameters"]["maximum"].as_f64(),
+        Some(3e72)
+    );
     assert!(
-        String::from_utf8_lossy(&out.body).contains("\"n\":3e+72"),
+        String::from_utf8_lossy(&out.body).contains("\"maximum\":3e+72"),
         "{:?}",
         out.body
     );
