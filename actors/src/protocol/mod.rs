@@ -10,4 +10,5 @@ pub mod proto;
 pub mod recovered;
 pub mod sse;
 pub mod state;
+pub mod version;
 pub mod wire;
