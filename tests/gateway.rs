@@ -4,6 +4,8 @@
 
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
+#[path = "gateway/fidelity.rs"]
+mod fidelity;
 #[path = "gateway/flow.rs"]
 mod flow;
 #[path = "gateway/harness.rs"]

@@ -253,6 +253,7 @@ impl RaceActor {
             clock: self.spec.clock.clone(),
             limits: self.spec.limits,
             input_bytes: u64::try_from(self.spec.params.body.len()).unwrap_or(u64::MAX),
+            stream: self.spec.params.stream,
             cancel: cancelled,
         };
         actix::spawn(task.run());
@@ -298,11 +299,11 @@ impl RaceActor {
         self.maybe_finish(ctx);
     }
 
-    /// Cancels every running attempt except `keep`. Once a winner is crowned, Suspect/Probation
-    /// attempts are left to drain (see `loser_crown`).
+    /// Cancels every running attempt except `keep`. Once a winner is crowned, losers with a
+    /// receipt and Suspect/Probation ones are left to drain (see `crown.rs`).
     pub(super) fn cancel_all(&self, keep: Option<usize>) {
         for (i, a) in self.attempts.iter().enumerate() {
-            let drains = keep.is_some() && a.preference != Preference::Healthy;
+            let drains = keep.is_some() && super::crown::loser_drains(a);
             if Some(i) != keep && !a.ended && !drains {
                 let _ = a.cancel.send(true);
             }

@@ -5,6 +5,15 @@
 //! streaming attempt writes straight to the client channel (bounded: a slow client slows the host
 //! stream, never memory). After `[DONE]` the stream is still read for `devshard_meta` (the finish
 //! marker), up to `meta_drain`.
+//!
+//! Timers while reading: `receipt_timeout` until the receipt; then, for a streaming request,
+//! `stall_timeout` between chunks. A non-streaming host writes nothing between its receipt and
+//! the whole body, so `stream: false` runs no stall timer there: only the hard
+//! `attempt_timeout` (20 min, upstream's bound) ends a long answer.
+//!
+//! End of stream: before any terminator it is a truncation (a host fault). After the receipt
+//! without `[DONE]` it is classified as upstream does: no content → an empty stream (upstream's
+//! reading of a receipt as a terminator); content already read → a truncation mid-answer.
 
 use bytes::Bytes;
 use tokio::{
@@ -43,6 +52,8 @@ pub(super) struct AttemptTask {
     pub clock: SharedClock,
     pub limits: RaceLimits,
     pub input_bytes: u64,
+    /// The client asked for `stream: true` (the stall timer runs only then).
+    pub stream: bool,
     pub cancel: watch::Receiver<bool>,
 }
 
@@ -138,22 +149,22 @@ impl AttemptTask {
         };
         let hard_deadline = tokio::time::Instant::now() + self.limits.attempt_timeout;
         loop {
-            let wait = if p.done {
-                self.limits.meta_drain
-            } else if p.timings.receipt_ms.is_none() {
-                self.limits.receipt_timeout
-            } else {
-                self.limits.stall_timeout
-            };
+            let wait = self.read_limit(p);
+            let read = stream.next_events();
             let next = tokio::select! {
-                r = timeout(wait, stream.next_events()) => r,
+                r = async {
+                    match wait {
+                        Some(w) => timeout(w, read).await.map_err(|_| w),
+                        None => Ok(read.await),
+                    }
+                } => r,
                 _ = self.cancel.changed() => return AttemptEnd::Cancelled,
                 _ = tokio::time::sleep_until(hard_deadline) => return AttemptEnd::Stalled,
             };
             let events = match next {
                 Err(_) if p.done => break,
-                Err(_) if p.timings.receipt_ms.is_none() => {
-                    return AttemptEnd::Host(HostError::Timeout(wait))
+                Err(w) if p.timings.receipt_ms.is_none() => {
+                    return AttemptEnd::Host(HostError::Timeout(w))
                 }
                 Err(_) => return AttemptEnd::Stalled,
                 Ok(Err(e)) if p.done => {
@@ -170,13 +181,20 @@ impl AttemptTask {
                 }
             }
         }
-        if !p.done {
-            return AttemptEnd::Host(HostError::Truncated);
+        end_of_stream(p)
+    }
+
+    /// How long the next read may take: `None` = no timer but the attempt's hard deadline.
+    fn read_limit(&self, p: &Progress) -> Option<std::time::Duration> {
+        if p.done {
+            Some(self.limits.meta_drain)
+        } else if p.timings.receipt_ms.is_none() {
+            Some(self.limits.receipt_timeout)
+        } else if self.stream {
+            Some(self.limits.stall_timeout)
+        } else {
+            None
         }
-        if p.timings.content_chunks == 0 {
-            return AttemptEnd::EmptyStream;
-        }
-        AttemptEnd::Completed
     }
 
     /// Sends one catch-up chunk (no payload) and reports its receipt to the escrow.
@@ -333,18 +351,64 @@ fn error_event(end: &AttemptEnd) -> Bytes {
     sse::data_event(body.to_string().as_bytes())
 }
 
-/// Status and message of an OpenAI-style error event (`{"error": {"message", "code"}}`).
-fn error_details(json: &[u8]) -> (Option<u16>, String) {
+/// The end of a host stream that closed cleanly (see the module docs).
+fn end_of_stream(p: &Progress) -> AttemptEnd {
+    match (
+        p.done,
+        p.timings.receipt_ms.is_some(),
+        p.timings.content_chunks,
+    ) {
+        (false, false, _) | (false, true, 1..) => AttemptEnd::Host(HostError::Truncated),
+        (_, _, 0) => AttemptEnd::EmptyStream,
+        (true, _, _) => AttemptEnd::Completed,
+    }
+}
+
+/// Status and message of a host error event, as upstream reads it (UPSTREAM-SURFACE §7.4):
+/// `{"error": {…}}` or `{"object": "error", …}`; the status is its `code` when in 400–599,
+/// else 400 when its `type` names a bad request (a client-caused failure such as a context-length
+/// overflow), else unknown (a host fault).
+pub(super) fn error_details(json: &[u8]) -> (Option<u16>, String) {
     let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
-    let err = v.get("error").unwrap_or(&v);
+    let err = v.get("error").filter(|e| e.is_object()).unwrap_or(&v);
     let message = err
         .get("message")
         .and_then(|m| m.as_str())
         .unwrap_or("the host reported an error")
         .to_string();
-    let code = err.get("code").and_then(|c| {
-        c.as_u64()
-            .or_else(|| c.as_str().and_then(|s| s.parse().ok()))
+    let code = err
+        .get("code")
+        .and_then(|c| {
+            c.as_u64()
+                .or_else(|| c.as_str().and_then(|s| s.parse().ok()))
+        })
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| (400..600).contains(c));
+    let bad_request = err.get("type").and_then(|t| t.as_str()).is_some_and(|t| {
+        t.to_ascii_lowercase()
+            .replace('_', "")
+            .contains("badrequest")
     });
-    (code.and_then(|c| u16::try_from(c).ok()), message)
+    (code.or(bad_request.then_some(400)), message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_details;
+
+    #[test]
+    fn host_error_events_read_as_upstream() {
+        let ctx = br#"{"error":{"message":"context length exceeded","type":"BadRequestError"}}"#;
+        assert_eq!(
+            error_details(ctx),
+            (Some(400), "context length exceeded".into())
+        );
+        let vllm = br#"{"object":"error","message":"too long","type":"bad_request_error"}"#;
+        assert_eq!(error_details(vllm), (Some(400), "too long".into()));
+        let coded = br#"{"error":{"message":"busy","code":"503"}}"#;
+        assert_eq!(error_details(coded), (Some(503), "busy".into()));
+        let host = br#"{"error":{"message":"CUDA out of memory","type":"InternalError"}}"#;
+        assert_eq!(error_details(host).0, None);
+        assert_eq!(error_details(br#"{"error":{"code":200}}"#).0, None);
+    }
 }

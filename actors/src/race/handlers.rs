@@ -142,7 +142,7 @@ impl RaceActor {
             None => ("running", None, None),
             Some((end, _)) => match (end, failure_kind(end)) {
                 (AttemptEnd::Completed, _) if won => ("won", None, None),
-                // A loser that ran to its end (a Suspect/Probation host's drained attempt).
+                // A loser that ran to its end (it had a receipt, or its host was doubtful).
                 (AttemptEnd::Completed, _) => ("drained", None, None),
                 (AttemptEnd::Cancelled, _) => ("cancelled", None, None),
                 (AttemptEnd::ClientGone, _) => ("client_gone", None, None),
