@@ -186,6 +186,8 @@ pub struct RawRace {
     pub stall_timeout_ms: u64,
     pub attempt_timeout_ms: u64,
     pub meta_drain_ms: u64,
+    /// Longest SSE line read from a host (bytes, `\n` included; default 16 MiB).
+    pub sse_max_line_bytes: usize,
 }
 
 impl Default for RawRace {
@@ -196,6 +198,7 @@ impl Default for RawRace {
             stall_timeout_ms: DEFAULT_RACE_STALL_TIMEOUT_MS,
             attempt_timeout_ms: DEFAULT_RACE_ATTEMPT_TIMEOUT_MS,
             meta_drain_ms: DEFAULT_RACE_META_DRAIN_MS,
+            sse_max_line_bytes: devshard_actors::protocol::sse::DEFAULT_MAX_EVENT_BYTES,
         }
     }
 }

@@ -27,6 +27,19 @@ fn positive_ms(key: &'static str, ms: u64) -> Result<Duration, ConfigError> {
     Ok(Duration::from_millis(ms))
 }
 
+/// Smallest accepted `race.sse_max_line_bytes`: a receipt line must always fit.
+const MIN_SSE_LINE_BYTES: usize = 64 * 1024;
+
+fn sse_line_limit(bytes: usize) -> Result<usize, ConfigError> {
+    if bytes < MIN_SSE_LINE_BYTES {
+        return Err(invalid(
+            "race.sse_max_line_bytes",
+            format!("{bytes} is below the minimum of {MIN_SSE_LINE_BYTES} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// `http://host[:port][/path]` without a trailing slash. awc is built without TLS here, so
 /// `https` is refused up front rather than failing at the first chain call.
 fn http_url(key: &'static str, url: &str) -> Result<String, ConfigError> {
@@ -214,6 +227,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             stall_timeout: positive_ms("race.stall_timeout_ms", raw.race.stall_timeout_ms)?,
             attempt_timeout: positive_ms("race.attempt_timeout_ms", raw.race.attempt_timeout_ms)?,
             meta_drain: Duration::from_millis(raw.race.meta_drain_ms),
+            sse_max_line_bytes: sse_line_limit(raw.race.sse_max_line_bytes)?,
             ..RaceLimits::default()
         },
         escrow,

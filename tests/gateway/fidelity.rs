@@ -189,3 +189,45 @@ async fn a_client_caused_host_error_is_a_400_with_the_hosts_message_and_strikes_
         "{p:?}"
     );
 }
+
+#[actix_rt::test]
+async fn a_meta_event_over_the_line_limit_after_done_never_makes_a_delivered_answer_a_fault() {
+    tokio::time::pause();
+    let mut h = Harness::start(sim("huge-meta")).await;
+    h.limits.sse_max_line_bytes = 64 * 1024;
+    let (nonce, executor) = next_executor(&h).await;
+    h.sim
+        .set_faults(
+            executor,
+            Faults {
+                oversize_meta_bytes: Some(100 * 1024),
+                times: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    for stream in [true, false] {
+        let a = h.chat(Harness::body("huge meta", stream)).await;
+        assert!(a.is_success() && !a.content().is_empty(), "{a:?}");
+        if stream {
+            assert_eq!(
+                h.snapshot("42").await.nonce,
+                nonce,
+                "delivered on the first host"
+            );
+        }
+    }
+    // The finish is fetched from the mempool as for a missing meta: a success, never a fault.
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let p = h.participant(&h.host(executor)).await;
+    assert_eq!(p.outcomes.get(&OutcomeClass::HostFault), None, "{p:?}");
+    assert!(p.outcomes.get(&OutcomeClass::Success).is_some(), "{p:?}");
+}
+
+#[test]
+fn the_default_sse_line_limit_is_16_mib() {
+    assert_eq!(
+        devshard_actors::race::RaceLimits::default().sse_max_line_bytes,
+        16 << 20
+    );
+}

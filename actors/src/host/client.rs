@@ -105,6 +105,12 @@ impl InferenceStream {
         }
     }
 
+    /// The same stream with another SSE line cap (before anything was read).
+    pub fn with_line_limit(mut self, max_line: usize) -> Self {
+        self.parser = SseParser::with_max_event_bytes(max_line);
+        self
+    }
+
     /// Whether a terminator (`[DONE]` or a receipt) was seen (upstream's truncation rule).
     pub fn finish(self) -> Result<(), HostError> {
         self.parser.finish().map_err(|_| HostError::Truncated)

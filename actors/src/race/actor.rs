@@ -254,6 +254,7 @@ impl RaceActor {
             limits: self.spec.limits,
             input_bytes: u64::try_from(self.spec.params.body.len()).unwrap_or(u64::MAX),
             stream: self.spec.params.stream,
+            log: self.log.clone(),
             cancel: cancelled,
         };
         actix::spawn(task.run());

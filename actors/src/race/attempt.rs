@@ -54,6 +54,7 @@ pub(super) struct AttemptTask {
     pub input_bytes: u64,
     /// The client asked for `stream: true` (the stall timer runs only then).
     pub stream: bool,
+    pub log: slog::Logger,
     pub cancel: watch::Receiver<bool>,
 }
 
@@ -143,7 +144,7 @@ impl AttemptTask {
         )
         .await;
         let mut stream = match opened {
-            Ok(Ok(s)) => s,
+            Ok(Ok(s)) => s.with_line_limit(self.limits.sse_max_line_bytes),
             Ok(Err(e)) => return AttemptEnd::Host(e),
             Err(_) => return AttemptEnd::Host(HostError::Timeout(self.limits.receipt_timeout)),
         };
@@ -207,7 +208,8 @@ impl AttemptTask {
             self.limits.receipt_timeout,
         )
         .await
-        .map_err(AttemptEnd::Host)?;
+        .map_err(AttemptEnd::Host)?
+        .with_line_limit(self.limits.sse_max_line_bytes);
         while let Some(events) = s.next_events().await.map_err(AttemptEnd::Host)? {
             for e in events {
                 if let HostEvent::Receipt(receipt) = e {
@@ -280,6 +282,14 @@ impl AttemptTask {
             HostEvent::Meta(txs) => {
                 super::prewarm::mempool(&txs);
                 p.mempool = Some(txs);
+            }
+            HostEvent::Malformed(m) if m.kind == MalformedKind::TooLarge && p.done => {
+                // A meta event over the line cap after `[DONE]`: the answer is delivered, only
+                // the mempool is unknown (the finish is looked for as for a missing meta).
+                slog::warn!(self.log, "meta event over the SSE line limit after [DONE]; ignored";
+                    "stage" => "meta_too_large", "nonce" => self.grant.nonce,
+                    "limit" => self.limits.sse_max_line_bytes, "reason" => m.reason);
+                return Some(end_of_stream(p));
             }
             HostEvent::Malformed(m) if m.kind == MalformedKind::TooLarge => {
                 return Some(AttemptEnd::Host(HostError::Decode(m.reason)));
