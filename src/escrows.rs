@@ -5,11 +5,16 @@
 //! that this gateway's key created it) and hands the record to the directory (`AddEscrow`),
 //! which persists it before starting the escrow's actor. Registering an escrow that is already
 //! registered is a no-op that returns the existing record.
+//!
+//! The escrow's protocol version (`v2` or `v4.1`) comes from the registration call, else the
+//! configuration (`protocol`, or the version `route_prefix` names). A version this gateway does
+//! not implement (v5 height sync, v6, the Ristretto line…) is refused at once, before any chain
+//! call, with a message naming it and the supported ones: never a silently diverging escrow.
 
 use devshard_actors::{
     directory::{ActorKind, AddEscrow, Directory, EntityStatus, GetEscrow, GetStatus},
     escrow::{messages::GetSnapshot, EscrowInfo},
-    protocol::crypto::Address,
+    protocol::{crypto::Address, version::ProtocolVersion},
     stats::TrackedAddr,
     store::{ns, SharedStore},
 };
@@ -59,8 +64,10 @@ pub async fn register(
     signer: &Address,
     escrow_id: &str,
     model: Option<&str>,
+    protocol: Option<&str>,
 ) -> Result<Registered, ApiError> {
     let id = escrow_id.trim();
+    let protocol = requested_protocol(id, protocol)?;
     if statuses(directory).await?.iter().any(|e| e.id == id) {
         if let Some(info) = stored_info(store, id)? {
             return Ok(Registered {
@@ -69,7 +76,7 @@ pub async fn register(
             });
         }
     }
-    let info = chain.lookup_escrow(id, signer, model).await?;
+    let info = chain.lookup_escrow_on(id, signer, model, protocol).await?;
     directory
         .send(AddEscrow { info: info.clone() })
         .timeout(ACTOR_TIMEOUT)
@@ -78,6 +85,23 @@ pub async fn register(
         info,
         created: true,
     })
+}
+
+/// The version a registration call asks for; an unsupported one is a 400 naming it.
+pub fn requested_protocol(
+    escrow_id: &str,
+    protocol: Option<&str>,
+) -> Result<Option<ProtocolVersion>, ApiError> {
+    let Some(name) = protocol.map(str::trim).filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    ProtocolVersion::parse(name)
+        .map(Some)
+        .map_err(|e| ApiError::BadRequest {
+            message: format!("escrow {escrow_id} cannot be registered: {e}"),
+            param: Some("protocol"),
+            code: "unsupported_protocol_version",
+        })
 }
 
 /// Registers every configured escrow that is not registered yet. Failures are logged and
@@ -92,7 +116,7 @@ pub async fn register_configured(
 ) -> usize {
     let mut added = 0;
     for id in ids {
-        match register(chain, directory, store, signer, id, None).await {
+        match register(chain, directory, store, signer, id, None, None).await {
             Ok(r) if r.created => {
                 added += 1;
                 info!(log, "escrow registered from the configuration";
@@ -145,6 +169,7 @@ pub async fn summary(
         "group_size": info.group_size(),
         "max_nonce": info.max_nonce,
         "route_prefix": info.route_prefix,
+        "protocol": info.config.protocol,
         "config": info.config,
         "hosts": hosts,
         "actor": status.map(|s| json!({"alive": s.alive, "failed": s.failed,

@@ -28,3 +28,5 @@ mod repair;
 mod requests;
 #[path = "gateway/supervision.rs"]
 mod supervision;
+#[path = "gateway/versions.rs"]
+mod versions;

@@ -10,7 +10,10 @@ pub mod types;
 
 use std::{cell::RefCell, time::Duration};
 
-use devshard_actors::{escrow::EscrowInfo, protocol::crypto::Address};
+use devshard_actors::{
+    escrow::EscrowInfo,
+    protocol::{crypto::Address, version::ProtocolVersion},
+};
 use serde::de::DeserializeOwned;
 use slog::{info, warn, Logger};
 
@@ -148,11 +151,23 @@ impl ChainClient {
 
     /// Reads escrow `escrow_id` and everything needed to serve it, checks that `signer` created
     /// it, and returns the registration record. `model` overrides the model the chain reports.
+    /// The escrow's protocol version is the configured default ([`Self::lookup_escrow_on`]).
     pub async fn lookup_escrow(
         &self,
         escrow_id: &str,
         signer: &Address,
         model: Option<&str>,
+    ) -> Result<EscrowInfo, ChainError> {
+        self.lookup_escrow_on(escrow_id, signer, model, None).await
+    }
+
+    /// [`Self::lookup_escrow`] for an escrow on `protocol` (`None`: the configured default).
+    pub async fn lookup_escrow_on(
+        &self,
+        escrow_id: &str,
+        signer: &Address,
+        model: Option<&str>,
+        protocol: Option<ProtocolVersion>,
     ) -> Result<EscrowInfo, ChainError> {
         let id = escrow_id.trim();
         if id.is_empty() || id.parse::<u64>().is_err() {
@@ -200,11 +215,13 @@ impl ChainClient {
             participants,
             model,
         };
+        let version = self.settings.protocol_for(protocol);
         build::escrow_info(
             id,
             gathered,
             self.settings.max_nonce,
-            &self.settings.route_prefix,
+            &self.settings.route_for(version),
+            version,
         )
     }
 

@@ -4,7 +4,9 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use devshard_actors::{
-    directory::RestartBudget, host::client::HostTimeouts, protocol::crypto::SigningKey,
+    directory::RestartBudget,
+    host::client::HostTimeouts,
+    protocol::{crypto::SigningKey, version::ProtocolVersion},
     race::RaceLimits,
 };
 
@@ -169,6 +171,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             format!("{prefix:?} must start with '/' and not end with '/' (e.g. /v1/devshard)"),
         ));
     }
+    let protocol = protocol_setting(&raw.protocol, prefix)?;
     if raw.max_nonce == 0 {
         return Err(invalid("max_nonce", "must be greater than 0"));
     }
@@ -209,6 +212,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             public_api_url,
             timeout: positive_ms("chain_timeout_ms", raw.chain_timeout_ms)?,
             route_prefix: prefix.to_string(),
+            protocol,
             default_model: default_model.clone(),
             max_nonce: raw.max_nonce,
         },
@@ -238,5 +242,18 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         chain_poll,
         access,
         accounting,
+        ca_file: raw.ca_file.clone().filter(|p| !p.as_os_str().is_empty()),
     })
+}
+
+/// `protocol`, or the version `route_prefix` names; an unsupported version is refused by name.
+fn protocol_setting(protocol: &str, prefix: &str) -> Result<Option<ProtocolVersion>, ConfigError> {
+    let named = ProtocolVersion::from_route_prefix(prefix)
+        .map_err(|e| invalid("route_prefix", e.to_string()))?;
+    match non_empty(protocol) {
+        Some(p) => ProtocolVersion::parse(&p)
+            .map(Some)
+            .map_err(|e| invalid("protocol", e.to_string())),
+        None => Ok(named),
+    }
 }
