@@ -28,5 +28,9 @@ mod repair;
 mod requests;
 #[path = "gateway/supervision.rs"]
 mod supervision;
+#[path = "gateway/tls.rs"]
+mod tls;
+#[path = "gateway/tls_proxy.rs"]
+mod tls_proxy;
 #[path = "gateway/versions.rs"]
 mod versions;

@@ -38,3 +38,4 @@ pub mod race;
 pub mod repair;
 pub mod stats;
 pub mod store;
+pub mod tls;

@@ -41,6 +41,8 @@ pub enum ChainError {
     InvalidEscrowId(String),
     #[error("chain request {url} failed: {reason}")]
     Transport { url: String, reason: String },
+    #[error("chain request {url} failed: {reason}")]
+    Tls { url: String, reason: String },
     #[error("chain request {url} answered {status}: {body}")]
     Status {
         url: String,
@@ -83,7 +85,14 @@ thread_local! {
 fn client() -> awc::Client {
     CLIENT.with(|c| {
         c.borrow_mut()
-            .get_or_insert_with(|| awc::Client::builder().disable_redirects().finish())
+            .get_or_insert_with(|| {
+                awc::Client::builder()
+                    .connector(
+                        awc::Connector::new().rustls_0_23(devshard_actors::tls::client_config()),
+                    )
+                    .disable_redirects()
+                    .finish()
+            })
             .clone()
     })
 }
@@ -114,9 +123,15 @@ impl ChainClient {
             .insert_header(("Accept", "application/json"))
             .send()
             .await
-            .map_err(|e| ChainError::Transport {
-                url: url.clone(),
-                reason: e.to_string(),
+            .map_err(|e| match devshard_actors::tls::tls_failure(&e) {
+                Some(reason) => ChainError::Tls {
+                    url: url.clone(),
+                    reason,
+                },
+                None => ChainError::Transport {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                },
             })?;
         let status = res.status();
         let body = res

@@ -42,19 +42,18 @@ fn sse_line_limit(bytes: usize) -> Result<usize, ConfigError> {
     Ok(bytes)
 }
 
-/// `http://host[:port][/path]` without a trailing slash. awc is built without TLS here, so
-/// `https` is refused up front rather than failing at the first chain call.
+/// `http(s)://host[:port][/path]` without a trailing slash (TLS through rustls, `ca_file`).
 fn http_url(key: &'static str, url: &str) -> Result<String, ConfigError> {
     let u = url.trim().trim_end_matches('/');
-    if u.starts_with("https://") {
-        return Err(invalid(
-            key,
-            format!("{u:?}: https is not supported by this build; use a plain http endpoint (e.g. a node in the same cluster or a local TLS-terminating proxy)"),
-        ));
-    }
-    match u.strip_prefix("http://") {
+    match u
+        .strip_prefix("http://")
+        .or_else(|| u.strip_prefix("https://"))
+    {
         Some(rest) if !rest.is_empty() => Ok(u.to_string()),
-        _ => Err(invalid(key, format!("{u:?} is not an http:// URL"))),
+        _ => Err(invalid(
+            key,
+            format!("{u:?} is not an http:// or https:// URL"),
+        )),
     }
 }
 

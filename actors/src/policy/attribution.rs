@@ -45,6 +45,7 @@ pub fn classify_host(e: &HostError) -> (OutcomeClass, &'static str) {
         HostError::Timeout(_) => (OutcomeClass::HostFault, "timeout"),
         HostError::Truncated => (OutcomeClass::HostFault, "truncated"),
         HostError::Decode(_) => (OutcomeClass::HostFault, "undecodable"),
+        HostError::Tls(_) => (OutcomeClass::GatewayFault, "tls_untrusted"),
         HostError::Status { rejection, .. } => match rejection {
             Rejection::TimestampDrift => (OutcomeClass::HostFault, "timestamp_drift"),
             Rejection::BadAuth => (OutcomeClass::GatewayFault, "bad_auth"),

@@ -111,6 +111,7 @@ fn failure_kind(end: &AttemptEnd) -> Option<String> {
     Some(match end {
         AttemptEnd::Completed | AttemptEnd::Cancelled | AttemptEnd::ClientGone => return None,
         AttemptEnd::Host(HostError::Connect(_)) => "connect".into(),
+        AttemptEnd::Host(HostError::Tls(_)) => "tls".into(),
         AttemptEnd::Host(HostError::Transport(_)) => "transport".into(),
         AttemptEnd::Host(HostError::Timeout(_)) => "timeout".into(),
         AttemptEnd::Host(HostError::Status { status, .. }) => format!("status_{status}"),
