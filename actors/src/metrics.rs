@@ -43,6 +43,9 @@ pub struct ActorMetrics {
     pub panic_mode: IntCounter,
     /// Suspect or probation winners crowned by the liveness rule.
     pub suspect_winners: IntCounter,
+    /// Losers left to drain to their finish after a winner was crowned, by why (`receipt`:
+    /// its host had confirmed the start; `doubtful`: a Suspect/Probation host's credit run).
+    pub losers_drained: IntCounterVec,
     /// Participants under repair (HEALTH.md §6).
     pub repairs_active: IntGauge,
     /// Repair ticks by result (`unblocked`, `not_yet`, `gave_up`).
@@ -133,6 +136,13 @@ impl ActorMetrics {
                 "Requests raced with no routable host",
             )?,
             suspect_winners: IntCounter::new("suspect_winners_total", "Doubtful winners crowned")?,
+            losers_drained: IntCounterVec::new(
+                Opts::new(
+                    "losers_drained_total",
+                    "Losing attempts drained to their finish instead of cancelled",
+                ),
+                &["why"],
+            )?,
             repairs_active: IntGauge::new("repairs_active", "Participants under repair")?,
             repair_attempts: IntCounterVec::new(
                 Opts::new("repair_attempts_total", "Repair ticks by result"),
@@ -161,6 +171,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.shared_faults.clone()))?;
         registry.register(Box::new(m.panic_mode.clone()))?;
         registry.register(Box::new(m.suspect_winners.clone()))?;
+        registry.register(Box::new(m.losers_drained.clone()))?;
         registry.register(Box::new(m.repairs_active.clone()))?;
         registry.register(Box::new(m.repair_attempts.clone()))?;
         registry.register(Box::new(m.repair_unblock_seconds.clone()))?;

@@ -304,8 +304,19 @@ impl RaceActor {
     /// receipt and Suspect/Probation ones are left to drain (see `crown.rs`).
     pub(super) fn cancel_all(&self, keep: Option<usize>) {
         for (i, a) in self.attempts.iter().enumerate() {
-            let drains = keep.is_some() && super::crown::loser_drains(a);
-            if Some(i) != keep && !a.ended && !drains {
+            if Some(i) == keep || a.ended {
+                continue;
+            }
+            if keep.is_some() && super::crown::loser_drains(a) {
+                let why = if a.receipt { "receipt" } else { "doubtful" };
+                info!(self.log, "loser left to drain to its finish"; "stage" => "loser_draining",
+                    "nonce" => a.nonce, "host" => a.host.short(), "why" => why);
+                self.spec
+                    .metrics
+                    .losers_drained
+                    .with_label_values(&[why])
+                    .inc();
+            } else {
                 let _ = a.cancel.send(true);
             }
         }
