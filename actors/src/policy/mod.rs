@@ -13,5 +13,6 @@ pub mod backoff;
 pub mod correlation;
 pub mod health;
 pub mod hedge;
+pub mod mempool;
 pub mod perf;
 pub mod settings;

@@ -55,7 +55,18 @@ pub(super) struct AttemptTask {
     /// The client asked for `stream: true` (the stall timer runs only then).
     pub stream: bool,
     pub log: slog::Logger,
-    pub cancel: watch::Receiver<bool>,
+    pub cancel: watch::Receiver<CancelSignal>,
+}
+
+/// What the race tells a running attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CancelSignal {
+    Running,
+    /// Another attempt won. Without a receipt the attempt stops (`Cancelled`); with one it
+    /// drains to its finish (its receipt may have reached the race after the crown decision).
+    LostRace,
+    /// Stop now (the client left, a shared fault): `Cancelled`.
+    Stop,
 }
 
 /// Mutable progress of the attempt.
@@ -159,7 +170,13 @@ impl AttemptTask {
                         None => Ok(read.await),
                     }
                 } => r,
-                _ = self.cancel.changed() => return AttemptEnd::Cancelled,
+                changed = self.cancel.changed() => {
+                    let signal = changed.map_or(CancelSignal::Stop, |()| *self.cancel.borrow());
+                    if self.lost_but_drains(signal, p) {
+                        continue;
+                    }
+                    return AttemptEnd::Cancelled;
+                }
                 _ = tokio::time::sleep_until(hard_deadline) => return AttemptEnd::Stalled,
             };
             let events = match next {
@@ -183,6 +200,23 @@ impl AttemptTask {
             }
         }
         end_of_stream(p)
+    }
+
+    /// Whether a `LostRace` signal leaves this attempt draining (it has a receipt) instead of
+    /// cancelled; switches it to draining if so.
+    fn lost_but_drains(&self, signal: CancelSignal, p: &mut Progress) -> bool {
+        let drains = match signal {
+            CancelSignal::Running => true,
+            CancelSignal::LostRace => p.timings.receipt_ms.is_some() && !p.crowned,
+            CancelSignal::Stop => false,
+        };
+        if drains && signal == CancelSignal::LostRace && !p.draining {
+            p.draining = true;
+            p.buffer.clear();
+            slog::info!(self.log, "loser left to drain to its finish"; "stage" => "loser_draining",
+                "nonce" => self.grant.nonce, "why" => "receipt");
+        }
+        drains
     }
 
     /// How long the next read may take: `None` = no timer but the attempt's hard deadline.

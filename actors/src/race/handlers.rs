@@ -50,9 +50,18 @@ impl Handler<AttemptFinished> for RaceActor {
 
     fn handle(&mut self, msg: AttemptFinished, ctx: &mut Self::Context) {
         let now = self.now();
+        let lost = self.winner.is_some_and(|w| w != msg.idx);
         if let Some(a) = self.attempts.get_mut(msg.idx) {
             a.ended = true;
             a.end = Some((msg.end.clone(), now));
+            if lost && msg.end == AttemptEnd::Completed {
+                let why = if a.receipt { "receipt" } else { "doubtful" };
+                self.spec
+                    .metrics
+                    .losers_drained
+                    .with_label_values(&[why])
+                    .inc();
+            }
         }
         if let Some(tx) = self.pending_crowns.remove(&msg.idx) {
             let _ = tx.send(Crown::Lose);
