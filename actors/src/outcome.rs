@@ -6,8 +6,49 @@ use actix::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    escrow::attempt::AttemptTimings, policy::health::EscrowView, protocol::crypto::Address,
+    host::HostError,
+    policy::health::EscrowView,
+    protocol::{crypto::Address, session_error::SessionError},
 };
+
+/// Timestamps of one attempt (unix ms), taken by the race when each event happened. Samples are
+/// built from these, never from "now at settlement".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct AttemptTimings {
+    pub send_ms: i64,
+    pub receipt_ms: Option<i64>,
+    pub first_token_ms: Option<i64>,
+    pub first_content_ms: Option<i64>,
+    pub end_ms: i64,
+    /// Request body bytes (`input_length`).
+    pub input_bytes: u64,
+    /// Content chunks forwarded (≈ output tokens for streaming hosts).
+    pub content_chunks: u32,
+}
+
+/// How an attempt ended, as the race saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptEnd {
+    /// `[DONE]` seen after content: the whole answer was delivered.
+    Completed,
+    /// The host refused or failed (HTTP status, transport, truncation).
+    Host(HostError),
+    /// Receipt and `[DONE]` but no content chunk.
+    EmptyStream,
+    /// The host streamed an OpenAI error event.
+    ErrorEvent {
+        status: Option<u16>,
+        message: String,
+    },
+    /// No progress for longer than the stall limit.
+    Stalled,
+    /// We cancelled it (a loser after the winner's first content, or a hedge no longer needed).
+    Cancelled,
+    /// The client went away.
+    ClientGone,
+    /// The escrow rejected the attempt's receipt (state hash, state signature, receipt signature).
+    ReceiptRejected(SessionError),
+}
 
 /// Outcome classes of HEALTH.md §1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -1,4 +1,4 @@
-//! Protocol versions per escrow (VERSIONS.md): `demo --protocol v4.1` serves streaming and
+//! Protocol versions per escrow (docs/versions.md): `demo --protocol v4.1` serves streaming and
 //! non-streaming answers with its hosts on route `/devshard/v4.1` agreeing with the gateway's
 //! root (tag `"v4.1"`), and an escrow on a version we do not implement is refused at once.
 

@@ -142,81 +142,77 @@ impl Directory {
     }
 }
 
+/// What the death of an entity actor leads to.
+enum Death {
+    /// A newer actor already runs (or the entity is gone): nothing to do.
+    Ignored,
+    /// Past its restart budget: the entity is disabled.
+    Disabled,
+    /// Respawn it from the store.
+    Respawn,
+}
+
+impl Directory {
+    /// Counts the death of the actor in `slot` against the restart budget.
+    fn on_death<A: Actor>(slot: &mut Slot<A>, now_ms: i64, budget: super::RestartBudget) -> Death {
+        if slot.addr.as_ref().is_some_and(|a| a.connected()) {
+            return Death::Ignored;
+        }
+        slot.addr = None;
+        if !Self::charge_restart(slot, now_ms, budget) {
+            slot.failed = true;
+            return Death::Disabled;
+        }
+        Death::Respawn
+    }
+}
+
 impl Handler<Died> for Directory {
     type Result = ();
 
     fn handle(&mut self, msg: Died, ctx: &mut Self::Context) {
         let now = self.deps.clock.now_ms();
         let budget = self.deps.budget;
-        match msg.kind {
-            ActorKind::Escrow => {
-                let Some(e) = self.escrows.get_mut(&msg.id) else {
-                    return;
-                };
-                if e.slot.addr.as_ref().is_some_and(|a| a.connected()) {
-                    return;
-                }
-                e.slot.addr = None;
-                if !Self::charge_restart(&mut e.slot, now, budget) {
-                    e.slot.failed = true;
-                    self.deps
-                        .metrics
-                        .restarts
-                        .with_label_values(&["escrow", "disabled"])
-                        .inc();
-                    error!(self.deps.log, "escrow failed too often; disabled";
-                        "stage" => "actor_failed", "kind" => "escrow", "escrow" => &msg.id);
-                    return;
-                }
-                self.deps
-                    .metrics
-                    .restarts
-                    .with_label_values(&["escrow", "respawned"])
-                    .inc();
-                warn!(self.deps.log, "escrow actor died; respawning from the store";
-                    "stage" => "actor_respawn", "kind" => "escrow", "escrow" => &msg.id);
-                let id = msg.id.clone();
-                self.after_flush(ctx, format!("respawn escrow {id}"), move |act, ctx| {
-                    if let Err(e) = act.spawn_escrow(&id, ctx) {
-                        error!(act.deps.log, "escrow respawn failed"; "escrow" => &id, "error" => %e);
-                    }
-                });
-            }
+        let (kind, death, participant) = match msg.kind {
+            ActorKind::Escrow => match self.escrows.get_mut(&msg.id) {
+                Some(e) => ("escrow", Self::on_death(&mut e.slot, now, budget), None),
+                None => return,
+            },
             ActorKind::Participant => {
                 let Ok(address) = Address::parse(&msg.id) else {
                     return;
                 };
-                let Some(p) = self.participants.get_mut(&address) else {
-                    return;
-                };
-                if p.addr.as_ref().is_some_and(|a| a.connected()) {
-                    return;
+                match self.participants.get_mut(&address) {
+                    Some(p) => ("participant", Self::on_death(p, now, budget), Some(address)),
+                    None => return,
                 }
-                p.addr = None;
-                if !Self::charge_restart(p, now, budget) {
-                    p.failed = true;
-                    self.deps
-                        .metrics
-                        .restarts
-                        .with_label_values(&["participant", "disabled"])
-                        .inc();
-                    error!(self.deps.log, "participant failed too often; disabled";
-                        "stage" => "actor_failed", "kind" => "participant", "participant" => &msg.id);
-                    return;
-                }
-                self.deps
-                    .metrics
-                    .restarts
-                    .with_label_values(&["participant", "respawned"])
-                    .inc();
-                warn!(self.deps.log, "participant actor died; respawning from the store";
-                    "stage" => "actor_respawn", "kind" => "participant", "participant" => &msg.id);
-                let name = format!("respawn participant {}", msg.id);
-                self.after_flush(ctx, name, move |act, ctx| {
-                    let _ = act.participant(&address, ctx);
+            }
+            ActorKind::Race => return,
+        };
+        let restarts = &self.deps.metrics.restarts;
+        match death {
+            Death::Ignored => {}
+            Death::Disabled => {
+                restarts.with_label_values(&[kind, "disabled"]).inc();
+                error!(self.deps.log, "{} failed too often; disabled", kind;
+                    "stage" => "actor_failed", "kind" => kind, kind => &msg.id);
+            }
+            Death::Respawn => {
+                restarts.with_label_values(&[kind, "respawned"]).inc();
+                warn!(self.deps.log, "{} actor died; respawning from the store", kind;
+                    "stage" => "actor_respawn", "kind" => kind, kind => &msg.id);
+                let (id, name) = (msg.id.clone(), format!("respawn {kind} {}", msg.id));
+                self.after_flush(ctx, name, move |act, ctx| match participant {
+                    Some(address) => {
+                        let _ = act.participant(&address, ctx);
+                    }
+                    None => {
+                        if let Err(e) = act.spawn_escrow(&id, ctx) {
+                            error!(act.deps.log, "escrow respawn failed"; "escrow" => &id, "error" => %e);
+                        }
+                    }
                 });
             }
-            ActorKind::Race => {}
         }
     }
 }

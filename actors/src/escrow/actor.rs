@@ -1,6 +1,8 @@
-//! `EscrowActor`: one per escrow. Owns the protocol session (nonce counter, local state machine,
-//! in-memory diff window, host sync nonces, pending txs, signatures), the nonce picker, the
-//! bookkeeping of every attempt (sent, receipt, finished, pending timeout) and timeout handling.
+//! `EscrowActor`: one per escrow. Owns the protocol session and five parts, each with private
+//! state in its own file (see the table in `escrow/mod.rs`): the nonce picker, the nonce book,
+//! the durability path, the fault guard and host routing. This file keeps only the actor itself:
+//! its construction and life cycle, the timers, and the execution of what the parts decide
+//! (futures to spawn, timers to arm, outcomes to send). The handlers are in `mailbox.rs`.
 //!
 //! - **Who holds its `Addr`**: the `Directory` (and races, for the duration of one request).
 //! - **Survives a restart**: nothing in memory is trusted after the actor stopped (a recoverable
@@ -12,29 +14,25 @@
 //!   may take waits `picker_hold_ms` before it is withheld), `nonce <n>` per unsettled nonce
 //!   (finish reconciliation poll or timeout deadline), `fault_release` (held host faults confirmed
 //!   by the correlation guard), and the 1 s `sync_persist` interval (dirty host sync nonces).
-//! - **Stats**: its mailbox depth and message counts are counted by the [`TrackedAddr`]s that
+//! - **Stats**: its mailbox depth and message counts are counted by the [`TrackedAddr`](crate::stats::TrackedAddr)s that
 //!   every sender holds; a respawned actor starts with fresh stats.
-//! - **Durable before visible**: a grant is answered only after the store acknowledged its diff.
+//! - **Durable before visible**: a grant is answered only after the store acknowledged its diff
+//!   (`durable.rs`).
 
-use std::{
-    collections::{BTreeMap, BTreeSet, VecDeque},
-    sync::Arc,
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use actix::prelude::*;
-use slog::{info, o, warn, Logger};
-use tokio::sync::oneshot;
+use slog::{info, o, Logger};
 
 use super::{
+    book::{Deadlines, NonceBook},
     config::EscrowConfig,
+    durable::{AfterAck, Durable, OnDurable, Pending},
     error::EscrowError,
-    messages::{
-        AttemptKind, EscrowSnapshot, GetSnapshot, InferenceParams, InjectPanic, InjectStall,
-        NonceGrant, Retire,
-    },
+    guard::FaultGuard,
     nonces::NonceEntry,
-    outcomes::HeldOutcome,
+    picker::{Picker, Step, Waiter},
+    routing::Routing,
     session::Session,
 };
 use crate::{
@@ -42,18 +40,14 @@ use crate::{
     directory::{ActorKind, Died},
     metrics::ActorMetrics,
     outcome::OutcomeSink,
-    policy::{
-        correlation::SharedFaultDetector, health::HealthState, hedge::HedgeBudget,
-        perf::PerfEstimates, settings::HealthSettings,
-    },
+    policy::settings::HealthSettings,
     protocol::crypto::{Address, SigningKey},
-    repair::RepairActor,
-    stats::{
-        timers::{self, Timer},
-        tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedAddr, TrackedRecipient,
-    },
-    store::{ns, SharedStore},
+    stats::{timers, tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedRecipient},
+    store::SharedStore,
 };
+
+mod mailbox;
+mod settling;
 
 /// How often dirty host sync nonces are persisted.
 const SYNC_PERSIST_INTERVAL: Duration = Duration::from_secs(1);
@@ -76,129 +70,50 @@ pub struct EscrowDeps {
     pub actors: ActorRegistry,
 }
 
-/// What the escrow knows about one participant's health.
-#[derive(Debug, Clone, Default)]
-pub struct HostHealth {
-    pub health: HealthState,
-    pub perf: PerfEstimates,
-    pub routable: bool,
-}
-
-/// A race waiting for a nonce.
-pub(super) struct Waiter {
-    pub race_id: u64,
-    pub params: Arc<InferenceParams>,
-    pub exclude: Vec<Address>,
-    pub kind: AttemptKind,
-    pub reply: oneshot::Sender<Result<NonceGrant, EscrowError>>,
-}
-
 /// The escrow actor (see the module docs).
 pub struct EscrowActor {
-    pub(super) session: Session,
-    pub(super) key: Arc<SigningKey>,
-    pub(super) store: SharedStore,
-    pub(super) clock: SharedClock,
-    pub(super) log: Logger,
-    pub(super) cfg: EscrowConfig,
-    pub(super) outcomes: OutcomeSink,
-    /// Every nonce we handed out that is not settled yet.
-    pub(super) attempts: BTreeMap<u64, NonceEntry>,
-    /// Races waiting for a nonce, in arrival order.
-    pub(super) waiting: VecDeque<Waiter>,
-    /// Participants we must not send inference to in this escrow (ejected, under repair).
-    pub(super) withheld: BTreeSet<Address>,
-    /// Highest nonce whose diff the store acknowledged.
-    pub(super) durable_nonce: u64,
-    /// Sync nonces changed since they were last persisted.
-    pub(super) sync_dirty: bool,
-    /// The picker-hold timer, while armed.
-    pub(super) hold_timer: Option<Timer>,
-    /// Timers per nonce (finish reconciliation or timeout deadline).
-    pub(super) nonce_timers: BTreeMap<u64, Timer>,
-    /// Timeout votes run one nonce at a time (one RPC per verifier at a time).
-    pub(super) timeout_queue: VecDeque<u64>,
-    pub(super) timeout_running: bool,
-    pub(super) fault_injection: bool,
-    pub(super) metrics: ActorMetrics,
-    /// Live health settings (pushed by the directory).
-    pub(super) settings: Arc<HealthSettings>,
-    /// Latest health and perf of each participant of this escrow.
-    pub(super) hosts_health: BTreeMap<Address, HostHealth>,
-    /// Correlation guard (HEALTH.md §1).
-    pub(super) detector: SharedFaultDetector<Address>,
-    /// Host faults waiting for confirmation.
-    pub(super) held: Vec<HeldOutcome>,
-    pub(super) release_timer: Option<Timer>,
-    /// Last success per participant (relative evidence).
-    pub(super) last_success: BTreeMap<Address, i64>,
-    /// This escrow has seen a success.
-    pub(super) any_success: bool,
-    /// Hedge token bucket (HEALTH.md §4).
-    pub(super) budget: HedgeBudget,
-    /// No participant is routable: the least-bad hosts are raced anyway.
-    pub(super) panic_mode: bool,
-    /// One repair actor per diverged participant (HEALTH.md §6).
-    pub(super) repairs: BTreeMap<Address, TrackedAddr<RepairActor>>,
-    /// Diffs encoded once for the request bodies that carry them.
-    pub(super) wire: super::wire_cache::WireDiffs,
-    /// Diverged participants whose repair gave up (still withheld).
-    pub(super) gave_up: BTreeSet<Address>,
+    session: Session,
+    /// Dependencies (its logger tagged with the escrow; its settings follow live changes).
+    deps: EscrowDeps,
+    picker: Picker,
+    book: NonceBook,
+    durable: Durable,
+    guard: FaultGuard,
+    routing: Routing,
     /// Told when this actor stops, so the directory can respawn it.
-    pub(super) on_stop: Option<TrackedRecipient<Died>>,
+    on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
-    pub(super) retired: bool,
+    retired: bool,
     /// This actor's entry in the actor registry (mailbox, messages, timers).
-    pub(super) stats: StatsSlot,
-    /// The registry, for the repair actors this escrow starts.
-    pub(super) actors: ActorRegistry,
+    stats: StatsSlot,
 }
 
 impl EscrowActor {
     /// A new actor over a session (fresh or restored).
-    pub fn new(session: Session, deps: EscrowDeps) -> EscrowActor {
-        let escrow_id = session.info().escrow_id.clone();
-        let durable_nonce = session.nonce();
-        let detector = SharedFaultDetector::new(&deps.settings);
-        let budget = HedgeBudget::new(&deps.settings);
+    pub fn new(session: Session, mut deps: EscrowDeps) -> EscrowActor {
+        let info = session.info().clone();
         let stats = deps
             .actors
-            .register(Kind::Escrow, escrow_id.clone(), &deps.clock);
+            .register(Kind::Escrow, info.escrow_id.clone(), &deps.clock);
+        deps.log = deps.log.new(o!("escrow" => info.escrow_id.clone()));
+        let deadlines = Deadlines {
+            refusal_timeout_s: info.config.refusal_timeout,
+            execution_timeout_s: info.config.execution_timeout,
+            buffer_ms: deps.cfg.timeout_buffer_ms,
+        };
+        let hosts = info.hosts.iter().map(|h| h.address.clone()).collect();
+        let (log, metrics) = (deps.log.clone(), deps.metrics.clone());
         EscrowActor {
+            picker: Picker::new(deps.cfg.max_waiting),
+            book: NonceBook::new(deadlines, log.clone()),
+            durable: Durable::new(session.nonce()),
+            guard: FaultGuard::new(&deps.settings, log.clone(), metrics.clone()),
+            routing: Routing::new(hosts, &deps.settings, log, metrics),
             session,
-            key: deps.key,
-            store: deps.store,
-            clock: deps.clock,
-            log: deps.log.new(o!("escrow" => escrow_id)),
-            cfg: deps.cfg,
-            outcomes: deps.outcomes,
-            attempts: BTreeMap::new(),
-            waiting: VecDeque::new(),
-            withheld: BTreeSet::new(),
-            durable_nonce,
-            sync_dirty: false,
-            hold_timer: None,
-            nonce_timers: BTreeMap::new(),
-            timeout_queue: VecDeque::new(),
-            timeout_running: false,
-            fault_injection: deps.fault_injection,
-            metrics: deps.metrics,
-            settings: deps.settings,
-            hosts_health: BTreeMap::new(),
-            detector,
-            held: Vec::new(),
-            release_timer: None,
-            last_success: BTreeMap::new(),
-            any_success: false,
-            budget,
-            panic_mode: false,
-            repairs: BTreeMap::new(),
-            wire: super::wire_cache::WireDiffs::default(),
-            gave_up: BTreeSet::new(),
+            deps,
             on_stop: None,
             retired: false,
             stats,
-            actors: deps.actors,
         }
     }
 
@@ -208,41 +123,20 @@ impl EscrowActor {
         self
     }
 
-    pub(super) fn escrow_id(&self) -> &str {
-        &self.session.info().escrow_id
-    }
-
-    pub(super) fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
-    }
-
     /// Registers nonces restored from the log that still need settling.
     pub fn with_orphans(mut self, orphans: Vec<NonceEntry>) -> Self {
         for entry in orphans {
-            self.attempts.insert(entry.nonce, entry);
+            self.book.insert(entry);
         }
         self
     }
 
-    fn persist_syncs(&mut self) {
-        if !self.sync_dirty {
-            return;
-        }
-        self.sync_dirty = false;
-        let syncs: BTreeMap<String, u64> = self
-            .session
-            .host_syncs()
-            .iter()
-            .map(|(a, n)| (a.to_string(), *n))
-            .collect();
-        let record = serde_json::json!({ "host_sync": syncs });
-        let ack = self.store.put(ns::SESSIONS, self.escrow_id(), record);
-        let log = self.log.clone();
-        actix::spawn(async move {
-            if let Err(e) = ack.await {
-                warn!(log, "sync nonces not persisted"; "stage" => "store_error", "error" => %e);
-            }
-        });
+    fn escrow_id(&self) -> &str {
+        &self.session.info().escrow_id
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.deps.clock.now_ms()
     }
 }
 
@@ -257,24 +151,20 @@ impl Actor for EscrowActor {
             ctx,
             "sync_persist",
             SYNC_PERSIST_INTERVAL,
-            |act, _| act.persist_syncs(),
+            |act, _| act.durable.persist_syncs(&act.session, &act.deps),
         );
-        let nonces: Vec<u64> = self.attempts.keys().copied().collect();
-        for nonce in nonces {
+        for nonce in self.book.nonces() {
             self.arm_nonce_timer(nonce, ctx);
         }
-        info!(self.log, "escrow actor started"; "stage" => "escrow_started",
-            "nonce" => self.session.nonce(), "unsettled" => self.attempts.len());
+        info!(self.deps.log, "escrow actor started"; "stage" => "escrow_started",
+            "nonce" => self.session.nonce(), "unsettled" => self.book.len());
     }
 
     fn stopping(&mut self, _: &mut Self::Context) -> Running {
-        for w in self.waiting.drain(..) {
-            let _ = w.reply.send(Err(EscrowError::ShuttingDown(
-                self.session.info().escrow_id.clone(),
-            )));
-        }
-        self.persist_syncs();
-        self.stop_repairs();
+        let id = self.escrow_id().to_string();
+        self.picker.fail_all(&EscrowError::ShuttingDown(id));
+        self.durable.persist_syncs(&self.session, &self.deps);
+        self.routing.stop_repairs();
         Running::Stop
     }
 
@@ -293,91 +183,130 @@ impl Actor for EscrowActor {
 
 tracked_actor!(EscrowActor);
 
-impl Handler<Retire> for EscrowActor {
-    type Result = ();
-
-    fn handle(&mut self, _: Retire, ctx: &mut Self::Context) {
-        self.retired = true;
-        ctx.stop();
-    }
-}
-
-impl Handler<GetSnapshot> for EscrowActor {
-    type Result = MessageResult<GetSnapshot>;
-
-    fn handle(&mut self, _: GetSnapshot, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.snapshot())
-    }
-}
-
-impl Handler<InjectPanic> for EscrowActor {
-    type Result = ();
-
-    #[allow(clippy::panic)]
-    fn handle(&mut self, _: InjectPanic, _: &mut Self::Context) {
-        if self.fault_injection {
-            panic!(
-                "fault injection: escrow {} panics on request",
-                self.escrow_id()
-            );
-        }
-    }
-}
-
-impl Handler<InjectStall> for EscrowActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: InjectStall, ctx: &mut Self::Context) {
-        if self.fault_injection {
-            warn!(self.log, "fault injection: the mailbox stalls"; "stage" => "fault_injected",
-                "stall_ms" => msg.ms);
-            let stall = tokio::time::sleep(Duration::from_millis(msg.ms));
-            ctx.wait(stall.into_actor(self));
-        }
-    }
-}
-
+// Picking and granting nonces.
 impl EscrowActor {
-    fn snapshot(&self) -> EscrowSnapshot {
-        let sm = self.session.state();
-        EscrowSnapshot {
-            escrow_id: self.escrow_id().to_string(),
-            model: self.session.info().model.clone(),
-            nonce: self.session.nonce(),
-            phase: format!("{:?}", sm.phase()).to_lowercase(),
-            state_root: hex::encode(sm.state_root()),
-            balance: sm.balance(),
-            durable_nonce: self.durable_nonce,
-            host_sync: self
-                .session
-                .host_syncs()
-                .iter()
-                .map(|(a, n)| (a.to_string(), *n))
-                .collect(),
-            pending_txs: self.session.pending().len(),
-            waiting_races: self.waiting.len(),
-            attempts_in_flight: self.attempts.values().filter(|e| e.is_in_flight()).count(),
-            pending_finishes: self
-                .attempts
-                .values()
-                .filter(|e| e.is_pending_finish())
-                .map(|e| e.nonce)
-                .collect(),
-            pending_timeouts: self
-                .attempts
-                .values()
-                .filter(|e| e.is_awaiting_timeout())
-                .map(|e| e.nonce)
-                .collect(),
-            repairs: self.repairs.keys().map(ToString::to_string).collect(),
-            repairs_given_up: self.gave_up.iter().map(ToString::to_string).collect(),
-            panic_mode: self.panic_mode,
-            signatures: self
-                .session
-                .signatures()
-                .iter()
-                .map(|(a, s)| (a.to_string(), s.nonce))
-                .collect(),
+    /// Hands out nonces while there are waiting races that can take them.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        self.picker.prune();
+        loop {
+            match self.picker.next_step(&self.session, &self.routing) {
+                Step::Grant(w) => {
+                    self.cancel_hold(ctx);
+                    self.grant(w, ctx);
+                }
+                Step::Ghost(host) => {
+                    if !self.ghost(&host, ctx) {
+                        return;
+                    }
+                }
+                Step::Withhold => {
+                    if !self.withhold("host_withheld", ctx) {
+                        return;
+                    }
+                }
+                Step::Hold => return self.arm_hold(ctx),
+                Step::Idle => return self.cancel_hold(ctx),
+                Step::Stop => return,
+            }
+        }
+    }
+
+    fn grant(&mut self, w: Waiter, ctx: &mut Context<Self>) {
+        let granted = self
+            .durable
+            .grant(&mut self.session, &self.routing, &self.deps, w);
+        if let Some((entry, pending)) = granted {
+            self.book.insert(entry);
+            self.await_durable(pending, ctx);
+        }
+    }
+
+    /// Passes over `skip` nonces (diffs without inference) and grants the next one.
+    fn skip_then_grant(&mut self, (w, skip): (Waiter, u32), ctx: &mut Context<Self>) {
+        for _ in 0..skip {
+            if !self.withhold("hedge_skip", ctx) {
+                break;
+            }
+        }
+        self.grant(w, ctx);
+    }
+
+    /// Sequences the next nonce without inference; `false` when nothing could be composed.
+    fn withhold(&mut self, reason: &str, ctx: &mut Context<Self>) -> bool {
+        let composed = self
+            .durable
+            .compose_withheld(&mut self.session, &self.deps, reason);
+        let Some((diff, ack)) = composed else {
+            return false;
+        };
+        let then = OnDurable::Nothing;
+        self.await_durable(
+            Pending {
+                nonce: diff.nonce,
+                ack,
+                then,
+            },
+            ctx,
+        );
+        true
+    }
+
+    /// Sequences a ghost inference for a host whose repair gave up.
+    fn ghost(&mut self, host: &Address, ctx: &mut Context<Self>) -> bool {
+        let book = &self.book;
+        let composed = self
+            .durable
+            .compose_ghost(&mut self.session, &self.deps, host, |at| {
+                book.ghost_deadline_ms(at)
+            });
+        let Some((entry, pending)) = composed else {
+            return false;
+        };
+        let nonce = entry.nonce;
+        self.await_durable(pending, ctx);
+        self.book.insert(entry);
+        self.arm_nonce_timer(nonce, ctx);
+        true
+    }
+
+    /// Runs a diff's durability ack; what follows is decided by `durable.rs`.
+    fn await_durable(&mut self, p: Pending, ctx: &mut Context<Self>) {
+        let Pending { nonce, ack, then } = p;
+        ctx.spawn(ack.into_actor(self).map(move |res, act, ctx| {
+            match act.durable.acked(&act.deps, nonce, res, then) {
+                AfterAck::Done => {}
+                AfterAck::Unclaimed(nonce) => act.unclaimed(nonce, ctx),
+                AfterAck::Stop => ctx.stop(),
+            }
+        }));
+    }
+
+    /// A granted nonce nobody will send: no host was given work, so no health outcome; the
+    /// protocol still settles it (a refused-timeout vote at its deadline refunds the reserve).
+    fn unclaimed(&mut self, nonce: u64, ctx: &mut Context<Self>) {
+        if self.book.unclaimed(nonce) {
+            self.await_timeout(nonce, "grant_unclaimed", ctx);
+        }
+    }
+
+    fn arm_hold(&mut self, ctx: &mut Context<Self>) {
+        if self.picker.hold_armed() {
+            return;
+        }
+        let hold = Duration::from_millis(self.deps.cfg.picker_hold_ms);
+        let timer = timers::run_later(&self.stats, ctx, "picker_hold", hold, |act, ctx| {
+            act.picker.take_hold();
+            if act.picker.still_blocked(&act.session) {
+                act.withhold("no_taker", ctx);
+            }
+            act.pump(ctx);
+        });
+        self.picker.set_hold(timer);
+    }
+
+    fn cancel_hold(&mut self, ctx: &mut Context<Self>) {
+        if let Some(t) = self.picker.take_hold() {
+            t.cancel(&self.stats, ctx);
         }
     }
 }

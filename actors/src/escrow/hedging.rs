@@ -1,173 +1,188 @@
-//! Hedges and probation pairs (HEALTH.md §4, §2): extra attempts that do not wait in the picker's
-//! queue. A hedge is paid from the token bucket and goes only to a host expected to be faster
-//! than what is left of the primary, passing over at most `hedge_max_skip_nonces` upcoming nonces
-//! (sent as diffs without inference); a pair goes to the next Healthy host within the same bound.
+//! Hedges and probation pairs (HEALTH.md §4, §2), decided over the escrow's host routing: extra
+//! attempts that do not wait in the picker's queue. A hedge is paid from the token bucket and
+//! goes only to a host expected to be faster than what is left of the primary, passing over at
+//! most `hedge_max_skip_nonces` upcoming nonces (sent as diffs without inference); a pair goes to
+//! the next Healthy host within the same bound.
+//!
+//! Each decision either answers the race at once or returns how many nonces to pass over before
+//! the grant (the actor composes those and grants through `durable.rs`).
 
-use actix::prelude::*;
 use slog::info;
 
 use super::{
-    actor::{EscrowActor, Waiter},
-    error::EscrowError,
-    messages::HedgeRequest,
+    error::EscrowError, messages::HedgeRequest, picker::Waiter, routing::Routing, session::Session,
+    EscrowDeps,
 };
 use crate::{
     policy::{
-        health::{HealthState, Preference},
+        health::Preference,
         hedge::{self, CandidateView, HedgeDecision, PrimaryProgress},
-        perf::PerfEstimates,
+        settings::HealthSettings,
     },
     protocol::crypto::Address,
 };
 
-impl EscrowActor {
-    fn candidate(&self, host: &Address, input_bytes: u64) -> CandidateView {
-        let now = self.now_ms();
-        let (health, perf) = self
-            .hosts_health
-            .get(host)
-            .map_or((HealthState::default(), PerfEstimates::default()), |h| {
-                (h.health.clone(), h.perf.clone())
-            });
-        CandidateView::new(&perf, &health, &self.settings, now, input_bytes)
-    }
+/// A waiter to grant after passing over `skip` nonces.
+pub(super) type SkipThenGrant = (Waiter, u32);
 
-    /// When a hedge becomes due for a primary sent now to `host`.
-    pub(super) fn hedge_due(&self, host: &Address, input_bytes: u64, sent_ms: i64) -> Option<i64> {
-        let primary = self.candidate(host, input_bytes);
-        let progress = PrimaryProgress {
-            sent_ms,
-            got_receipt: false,
-            got_first_content: false,
-            attempts: 1,
-        };
-        hedge::hedge_trigger(&primary, &progress, &self.settings).map(|(due, _)| due)
-    }
+fn candidate(
+    routing: &Routing,
+    settings: &HealthSettings,
+    host: &Address,
+    input_bytes: u64,
+    now: i64,
+) -> CandidateView {
+    let (health, perf) = routing.health_of(host);
+    CandidateView::new(&perf, &health, settings, now, input_bytes)
+}
 
-    /// Upcoming nonces' hosts as hedge candidates (`skip_nonces` = position).
-    fn upcoming(&self, exclude: &[Address], input_bytes: u64) -> Vec<(u64, CandidateView)> {
-        let next = self.session.nonce().saturating_add(1);
-        let max_skip = u64::from(self.settings.hedge_max_skip_nonces);
-        (0..=max_skip)
-            .filter_map(|k| {
-                let nonce = next.saturating_add(k);
-                let host = self.session.info().host_for_nonce(nonce)?.address.clone();
-                let mut c = self.candidate(&host, input_bytes);
-                c.skip_nonces = u32::try_from(k).unwrap_or(u32::MAX);
-                c.in_race = exclude.contains(&host);
-                c.routable = c.routable && !self.withheld.contains(&host);
-                Some((nonce, c))
-            })
-            .collect()
-    }
+/// When a hedge becomes due for a primary sent now to `host`.
+pub(super) fn hedge_due(
+    routing: &Routing,
+    settings: &HealthSettings,
+    host: &Address,
+    input_bytes: u64,
+    now: i64,
+) -> Option<i64> {
+    let primary = candidate(routing, settings, host, input_bytes, now);
+    let progress = PrimaryProgress {
+        sent_ms: now,
+        got_receipt: false,
+        got_first_content: false,
+        attempts: 1,
+    };
+    hedge::hedge_trigger(&primary, &progress, settings).map(|(due, _)| due)
+}
 
-    /// Decides a hedge and, when it goes ahead, grants it at once.
-    pub(super) fn hedge(&mut self, w: Waiter, req: HedgeRequest, ctx: &mut Context<Self>) {
-        let input = u64::try_from(w.params.body.len()).unwrap_or(u64::MAX);
-        let primary = self.candidate(&req.primary, input);
-        let progress = PrimaryProgress {
-            sent_ms: req.sent_ms,
-            got_receipt: req.got_receipt,
-            got_first_content: req.got_first_content,
-            attempts: req.attempts,
-        };
-        let upcoming = self.upcoming(&w.exclude, input);
-        let views: Vec<CandidateView> = upcoming.iter().map(|(_, c)| *c).collect();
-        let decision = hedge::hedge_decision(
-            &primary,
-            &progress,
-            &views,
-            self.budget.available(),
-            &self.settings,
-            self.now_ms(),
-        );
-        match decision {
-            HedgeDecision::Hedge {
-                target_index,
-                reason,
-                skip_nonces,
-            } => {
-                if !self.budget.try_spend() {
-                    self.skip_hedge(w, "budget");
-                    return;
-                }
-                self.metrics.hedge_tokens.set(self.budget.tokens());
-                let reason = format!("{reason:?}").to_lowercase();
-                self.metrics.hedges.with_label_values(&[&reason]).inc();
-                let target = upcoming
-                    .get(target_index)
-                    .map(|(n, _)| *n)
-                    .unwrap_or_default();
-                info!(self.log, "hedge started"; "stage" => "hedge_started", "reason" => &reason,
-                    "primary" => req.primary.short(), "nonce" => target, "skipped_nonces" => skip_nonces,
-                    "request" => &w.params.request_id);
-                self.skip_then_grant(w, skip_nonces, ctx);
-            }
-            HedgeDecision::Skip { reason } => {
-                let reason = format!("{reason:?}").to_lowercase();
-                self.skip_hedge(w, &reason);
-            }
-            HedgeDecision::Wait { until_ms } => {
-                let _ = w.reply.send(Err(EscrowError::HedgeWait(until_ms)));
-            }
-            HedgeDecision::NotNeeded => {
-                let _ = w
-                    .reply
-                    .send(Err(EscrowError::HedgeSkipped("not_needed".into())));
-            }
-        }
-    }
-
-    fn skip_hedge(&mut self, w: Waiter, reason: &str) {
-        self.metrics
-            .hedges_skipped
-            .with_label_values(&[reason])
-            .inc();
-        info!(self.log, "hedge skipped"; "stage" => "hedge_skipped", "reason" => reason,
-            "request" => &w.params.request_id);
-        let _ = w
-            .reply
-            .send(Err(EscrowError::HedgeSkipped(reason.to_string())));
-    }
-
-    /// A probation pair: the next Healthy host not yet in the race, within the skip bound.
-    pub(super) fn pair(&mut self, w: Waiter, ctx: &mut Context<Self>) {
-        let input = u64::try_from(w.params.body.len()).unwrap_or(u64::MAX);
-        let upcoming = self.upcoming(&w.exclude, input);
-        let skip = upcoming
-            .iter()
-            .find(|(_, c)| c.routable && !c.in_race && c.preference == Preference::Healthy)
-            .map(|(_, c)| c.skip_nonces);
-        match skip {
-            Some(k) => {
-                info!(self.log, "probation attempt paired with a healthy host"; "stage" => "probation_paired",
-                    "request" => &w.params.request_id, "skipped_nonces" => k);
-                self.skip_then_grant(w, k, ctx);
-            }
-            None => {
-                let _ = w
-                    .reply
-                    .send(Err(EscrowError::HedgeSkipped("no_healthy_host".into())));
-            }
-        }
-    }
-
-    /// Passes over `skip` nonces (diffs without inference) and grants the next one.
-    fn skip_then_grant(&mut self, w: Waiter, skip: u32, ctx: &mut Context<Self>) {
-        for _ in 0..skip {
-            match self.compose_withheld("hedge_skip") {
-                Some((diff, ack)) => self.watch_ack(diff.nonce, ack, ctx),
-                None => break,
-            }
-        }
-        self.grant(w, ctx);
-    }
-
-    /// Whether any routable participant is Healthy.
-    pub(super) fn healthy_available(&self) -> bool {
-        self.session.info().hosts.iter().any(|h| {
-            !self.withheld.contains(&h.address)
-                && self.preference(&h.address) == Preference::Healthy
+/// Upcoming nonces' hosts as hedge candidates (`skip_nonces` = position).
+fn upcoming(
+    routing: &Routing,
+    session: &Session,
+    settings: &HealthSettings,
+    exclude: &[Address],
+    input_bytes: u64,
+    now: i64,
+) -> Vec<(u64, CandidateView)> {
+    let next = session.nonce().saturating_add(1);
+    let max_skip = u64::from(settings.hedge_max_skip_nonces);
+    (0..=max_skip)
+        .filter_map(|k| {
+            let nonce = next.saturating_add(k);
+            let host = session.info().host_for_nonce(nonce)?.address.clone();
+            let mut c = candidate(routing, settings, &host, input_bytes, now);
+            c.skip_nonces = u32::try_from(k).unwrap_or(u32::MAX);
+            c.in_race = exclude.contains(&host);
+            c.routable = c.routable && !routing.is_withheld(&host);
+            Some((nonce, c))
         })
+        .collect()
+}
+
+/// Decides a hedge: the waiter to grant (after skipping nonces), or `None` when the race was
+/// answered (skipped, wait, not needed).
+pub(super) fn hedge(
+    routing: &mut Routing,
+    session: &Session,
+    deps: &EscrowDeps,
+    now: i64,
+    w: Waiter,
+    req: HedgeRequest,
+) -> Option<SkipThenGrant> {
+    let settings = &deps.settings;
+    let input = u64::try_from(w.params.body.len()).unwrap_or(u64::MAX);
+    let primary = candidate(routing, settings, &req.primary, input, now);
+    let progress = PrimaryProgress {
+        sent_ms: req.sent_ms,
+        got_receipt: req.got_receipt,
+        got_first_content: req.got_first_content,
+        attempts: req.attempts,
+    };
+    let upcoming = upcoming(routing, session, settings, &w.exclude, input, now);
+    let views: Vec<CandidateView> = upcoming.iter().map(|(_, c)| *c).collect();
+    let decision = hedge::hedge_decision(
+        &primary,
+        &progress,
+        &views,
+        routing.hedge_budget_available(),
+        settings,
+        now,
+    );
+    match decision {
+        HedgeDecision::Hedge {
+            target_index,
+            reason,
+            skip_nonces,
+        } => {
+            if !routing.spend_hedge_token() {
+                skip_hedge(deps, w, "budget");
+                return None;
+            }
+            let reason = format!("{reason:?}").to_lowercase();
+            deps.metrics.hedges.with_label_values(&[&reason]).inc();
+            let target = upcoming
+                .get(target_index)
+                .map(|(n, _)| *n)
+                .unwrap_or_default();
+            info!(deps.log, "hedge started"; "stage" => "hedge_started", "reason" => &reason,
+                "primary" => req.primary.short(), "nonce" => target, "skipped_nonces" => skip_nonces,
+                "request" => &w.params.request_id);
+            Some((w, skip_nonces))
+        }
+        HedgeDecision::Skip { reason } => {
+            let reason = format!("{reason:?}").to_lowercase();
+            skip_hedge(deps, w, &reason);
+            None
+        }
+        HedgeDecision::Wait { until_ms } => {
+            let _ = w.reply.send(Err(EscrowError::HedgeWait(until_ms)));
+            None
+        }
+        HedgeDecision::NotNeeded => {
+            let _ = w
+                .reply
+                .send(Err(EscrowError::HedgeSkipped("not_needed".into())));
+            None
+        }
+    }
+}
+
+fn skip_hedge(deps: &EscrowDeps, w: Waiter, reason: &str) {
+    deps.metrics
+        .hedges_skipped
+        .with_label_values(&[reason])
+        .inc();
+    info!(deps.log, "hedge skipped"; "stage" => "hedge_skipped", "reason" => reason,
+        "request" => &w.params.request_id);
+    let _ = w
+        .reply
+        .send(Err(EscrowError::HedgeSkipped(reason.to_string())));
+}
+
+/// A probation pair: the next Healthy host not yet in the race, within the skip bound.
+pub(super) fn pair(
+    routing: &Routing,
+    session: &Session,
+    deps: &EscrowDeps,
+    now: i64,
+    w: Waiter,
+) -> Option<SkipThenGrant> {
+    let input = u64::try_from(w.params.body.len()).unwrap_or(u64::MAX);
+    let upcoming = upcoming(routing, session, &deps.settings, &w.exclude, input, now);
+    let skip = upcoming
+        .iter()
+        .find(|(_, c)| c.routable && !c.in_race && c.preference == Preference::Healthy)
+        .map(|(_, c)| c.skip_nonces);
+    match skip {
+        Some(k) => {
+            info!(deps.log, "probation attempt paired with a healthy host"; "stage" => "probation_paired",
+                "request" => &w.params.request_id, "skipped_nonces" => k);
+            Some((w, k))
+        }
+        None => {
+            let _ = w
+                .reply
+                .send(Err(EscrowError::HedgeSkipped("no_healthy_host".into())));
+            None
+        }
     }
 }

@@ -1,26 +1,61 @@
 //! The escrow: its protocol session (plain data) and the actor that drives it.
+//!
+//! The actor (`actor.rs`, with its mailbox in `actor/mailbox.rs` and its settling effects in
+//! `actor/settling.rs`) owns the session and five parts. Each part keeps its state private in
+//! its own file and is changed only through its methods:
+//!
+//! | part | file | owns |
+//! |---|---|---|
+//! | nonce picker | `picker.rs` | waiting races, the `picker_hold` timer |
+//! | nonce book | `book.rs` | unsettled nonces, `nonce <n>` timers, the timeout-vote queue |
+//! | durability path | `durable.rs` | append → store ack → grant; the durable nonce; signed bodies; sync-nonce persistence |
+//! | fault guard | `guard.rs` | outcome building, held faults, the correlation detector, `fault_release`, last successes |
+//! | host routing | `routing.rs` | health view, withheld hosts, panic mode, hedge budget, repair actors |
+//!
+//! Decisions over several parts, without state of their own: `hedging.rs` (hedge and pair),
+//! `settle.rs` (what an attempt's end means), `timeouts.rs` (timeout votes), `sync.rs`
+//! (`SyncHosts` sends), `repair.rs` (repair plans and steps).
+//!
+//! | message | handled by |
+//! |---|---|
+//! | `RequestNonce` | picker (`Primary`, `Retry`); `hedging.rs` over routing (`Hedge`, `Pair`); grant in `durable.rs` |
+//! | `RaceGone` | picker |
+//! | `GrantUnused` | book (settled by a timeout vote) |
+//! | `AttemptReceipt` | session; book (receipt time); durable (sync nonces dirty) |
+//! | `AttemptEnded` | `settle.rs` judges; book, guard (outcome), routing (repair of a diverged host) |
+//! | `HealthChanged` | routing, then the picker runs |
+//! | `ApplyHealthSettings` | guard (correlation window), live settings |
+//! | `SyncHosts` | durable (pending txs made durable), `sync.rs` |
+//! | `PlanRepair`, `RepairStep` | `repair.rs` over durable, session, routing |
+//! | `RepairGaveUp`, `TriggerRepair`, `GetRepairStates`, `ForgetDivergence` | routing |
+//! | `GetSnapshot`, `Retire`, `InjectPanic`, `InjectStall` | the actor (`actor/mailbox.rs`) |
+//!
+//! Every handler is in `actor/mailbox.rs`; timers fire into `actor.rs` and `actor/settling.rs`.
 
 mod actor;
 pub mod attempt;
+mod book;
 pub mod config;
+mod durable;
 pub mod error;
-mod health;
+mod guard;
 mod hedging;
 pub mod info;
 pub mod messages;
 pub mod nonces;
-mod outcomes;
 pub mod pending;
 mod picker;
 mod repair;
+mod routing;
 pub mod session;
 mod settle;
 mod sync;
 mod timeouts;
 mod wire_cache;
 
-pub use actor::{EscrowActor, EscrowDeps, HostHealth};
+pub use actor::{EscrowActor, EscrowDeps};
 pub use config::EscrowConfig;
 pub use error::EscrowError;
 pub use info::{EscrowInfo, HostEndpoint};
+pub use routing::HostHealth;
 pub use session::Session;

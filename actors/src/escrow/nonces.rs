@@ -2,8 +2,10 @@
 
 use serde::Serialize;
 
-use super::attempt::AttemptTimings;
-use crate::protocol::{crypto::Address, proto::TimeoutReason, wire::PayloadJson};
+use crate::{
+    outcome::AttemptTimings,
+    protocol::{crypto::Address, proto::TimeoutReason, wire::PayloadJson},
+};
 
 /// Where an attempt's nonce stands.
 #[derive(Debug, Clone, PartialEq, Serialize)]

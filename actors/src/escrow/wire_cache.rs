@@ -1,13 +1,15 @@
 //! The escrow's encoded diffs: each diff's wire JSON, encoded once and spliced into every request
 //! body that carries it (a lagging host is re-sent every diff it has not acknowledged, so under
 //! load one diff travels in many requests). Bounded to the [`CAPACITY`] newest nonces; an older
-//! diff (a host catching up from far behind) is encoded again when needed.
+//! diff (a host catching up from far behind) is encoded again when needed. Bodies are signed for
+//! the escrow by a [`Signer`].
 
 use std::{cell::RefCell, collections::BTreeMap};
 
 use bytes::Bytes;
 
-use crate::protocol::{diff::Diff, wire};
+use super::{error::EscrowError, messages::SignedBody, session::Session, EscrowDeps};
+use crate::protocol::{auth, crypto::SigningKey, diff::Diff, wire};
 
 /// Encoded diffs kept (the newest nonces).
 pub const CAPACITY: usize = 4_096;
@@ -53,6 +55,59 @@ impl WireDiffs {
             .map(|d| self.get(d))
             .collect::<Result<Vec<_>, _>>()?;
         wire::encode_inference_request(&encoded, nonce, payload)
+    }
+
+    /// Signed payload-less catch-up sends of `diffs`, `chunk` diffs each, each targeting the
+    /// last nonce it carries.
+    pub(super) fn catch_up_chunks(
+        &self,
+        signer: &Signer<'_>,
+        diffs: &[std::sync::Arc<Diff>],
+        chunk: usize,
+    ) -> Result<Vec<SignedBody>, EscrowError> {
+        diffs
+            .chunks(chunk.max(1))
+            .map(|part| {
+                let last_nonce = part.last().map_or(0, |d| d.nonce);
+                signer.sign(self.body(part.iter().map(|d| &**d), last_nonce, None))
+            })
+            .collect()
+    }
+}
+
+/// Signs serialised request bodies for one escrow at one time.
+pub(super) struct Signer<'a> {
+    key: &'a SigningKey,
+    escrow_id: &'a str,
+    now_unix: i64,
+}
+
+impl<'a> Signer<'a> {
+    pub(super) fn new(session: &'a Session, deps: &'a EscrowDeps, now_unix: i64) -> Self {
+        Signer {
+            key: &deps.key,
+            escrow_id: &session.info().escrow_id,
+            now_unix,
+        }
+    }
+
+    /// Signs an already serialised request body.
+    pub(super) fn sign(
+        &self,
+        body: Result<Vec<u8>, serde_json::Error>,
+    ) -> Result<SignedBody, EscrowError> {
+        let body = body.map_err(|e| EscrowError::Protocol(e.to_string()))?;
+        let headers = auth::sign_request(
+            self.key,
+            self.escrow_id,
+            &body,
+            u64::try_from(self.now_unix).unwrap_or(0),
+        );
+        Ok(SignedBody {
+            body: Bytes::from(body),
+            signature_hex: headers.signature_hex,
+            timestamp: headers.timestamp,
+        })
     }
 }
 

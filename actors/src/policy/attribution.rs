@@ -2,9 +2,9 @@
 //! (HEALTH.md §1). Classification is on typed errors only.
 
 use crate::{
-    escrow::{attempt::AttemptEnd, session::SessionError},
     host::{HostError, Rejection},
-    outcome::OutcomeClass,
+    outcome::{AttemptEnd, OutcomeClass},
+    protocol::session_error::SessionError,
 };
 
 /// Class and machine-readable reason of an attempt that ended as `end`.

@@ -8,6 +8,7 @@ pub mod crypto;
 pub mod diff;
 pub mod proto;
 pub mod recovered;
+pub mod session_error;
 pub mod sse;
 pub mod state;
 pub mod version;

@@ -1,4 +1,4 @@
-//! Devshard protocol versions (VERSIONS.md): which rules an escrow's hosts run.
+//! Devshard protocol versions (docs/versions.md): which rules an escrow's hosts run.
 //!
 //! From v4 on three things share the chain's approved version name: the host route
 //! `/devshard/<name>`, the session's bind and the tag hashed into every state root. Older

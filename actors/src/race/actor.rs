@@ -31,10 +31,10 @@ use super::{
 use crate::{
     directory::{RaceEnded, RaceStarted},
     escrow::{
-        attempt::AttemptEnd,
         error::EscrowError,
         messages::{AttemptKind, HedgeRequest, NonceGrant, RaceGone, RequestNonce},
     },
+    outcome::AttemptEnd,
     policy::health::Preference,
     protocol::crypto::Address,
     stats::{

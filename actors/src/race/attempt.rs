@@ -29,11 +29,12 @@ use super::{
 use crate::{
     clock::SharedClock,
     escrow::{
-        attempt::{AttemptEnd, AttemptReport, AttemptTimings, AttemptVerdict},
+        attempt::{AttemptReport, AttemptVerdict},
         messages::{AttemptEnded, AttemptReceipt, NonceGrant},
         EscrowActor,
     },
     host::{client, HostError},
+    outcome::{AttemptEnd, AttemptTimings},
     protocol::{
         proto::DevshardTx,
         sse::{self, HostEvent, MalformedKind},

@@ -1,7 +1,7 @@
 //! Client-facing errors of a race that failed before any byte reached the client.
 
 use super::api::RaceError;
-use crate::escrow::{attempt::AttemptEnd, error::EscrowError};
+use crate::{escrow::error::EscrowError, outcome::AttemptEnd};
 
 /// The client-facing error of an escrow refusal.
 pub(super) fn escrow_error(e: &EscrowError) -> RaceError {

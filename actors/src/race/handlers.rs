@@ -11,8 +11,9 @@ use super::{
     messages::{AttemptFinished, Crown, Delivered, RaceView, ReceiptSeen},
 };
 use crate::{
-    escrow::{attempt::AttemptEnd, messages::AttemptKind},
+    escrow::messages::AttemptKind,
     host::HostError,
+    outcome::AttemptEnd,
     stats::{tracked_actor, Describe},
 };
 

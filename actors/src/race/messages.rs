@@ -4,10 +4,7 @@ use actix::Message;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::{
-    escrow::attempt::{AttemptEnd, AttemptVerdict},
-    protocol::crypto::Address,
-};
+use crate::{escrow::attempt::AttemptVerdict, outcome::AttemptEnd, protocol::crypto::Address};
 
 /// An attempt produced its first content and asks to be crowned.
 #[derive(Debug, Message)]

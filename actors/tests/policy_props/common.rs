@@ -1,8 +1,7 @@
 //! Builders shared by the policy tests.
 
 use devshard_actors::{
-    escrow::attempt::AttemptTimings,
-    outcome::{AttemptOutcome, OutcomeClass},
+    outcome::{AttemptOutcome, AttemptTimings, OutcomeClass},
     policy::settings::HealthSettings,
 };
 use proptest::test_runner::{Config, RngSeed};

@@ -22,30 +22,13 @@ use crate::protocol::{
     crypto::{self, Address, SigningKey},
     diff::Diff,
     proto::{self, DevshardTx, MsgConfirmStart, MsgStartInference, Tx},
-    state::{self, StateError, StateMachine},
+    state::{self, StateMachine},
     wire::ReceiptBody,
 };
 
 mod unsettled;
 
-/// Errors of the session layer (protocol facts about hosts and our own state).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SessionError {
-    #[error("host state hash does not match local state (nonce {nonce})")]
-    StateHashMismatch { nonce: u64 },
-    #[error("host reports nonce {host_nonce} beyond ours ({ours})")]
-    HostAhead { host_nonce: u64, ours: u64 },
-    #[error("invalid state signature: {0}")]
-    InvalidStateSig(String),
-    #[error("invalid executor receipt for nonce {nonce}: {reason}")]
-    InvalidReceipt { nonce: u64, reason: String },
-    #[error(transparent)]
-    State(#[from] StateError),
-    #[error("stored diff {nonce} does not replay: {reason}")]
-    Corrupt { nonce: u64, reason: String },
-    #[error("escrow has no host for nonce {0}")]
-    NoHost(u64),
-}
+pub use crate::protocol::session_error::SessionError;
 
 /// Parameters of one inference (the `MsgStartInference` fields we choose).
 #[derive(Debug, Clone, PartialEq)]

@@ -3,10 +3,8 @@
 
 use super::Session;
 use crate::{
-    escrow::{
-        attempt::AttemptTimings,
-        nonces::{NonceEntry, NonceState},
-    },
+    escrow::nonces::{NonceEntry, NonceState},
+    outcome::AttemptTimings,
     protocol::state::InferenceStatus,
 };
 

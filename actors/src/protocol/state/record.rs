@@ -1,4 +1,4 @@
-//! The data model of a session (PROTOCOL.md §4): group slots, the session phase, inference
+//! The data model of a session (docs/protocol.md §4): group slots, the session phase, inference
 //! records and per-slot host statistics, with their deterministic protobuf forms.
 
 use serde::{Deserialize, Serialize};
@@ -166,7 +166,7 @@ pub struct HostStats {
     pub cost: u64,
     /// Validations this slot was required to do (not derived by the state machine; stays 0).
     pub required_validations: u32,
-    /// Never changed by any tx (VERSIONS.md: a validation changes only the record); stays 0.
+    /// Never changed by any tx (docs/versions.md: a validation changes only the record); stays 0.
     pub completed_validations: u32,
 }
 

@@ -1,4 +1,4 @@
-//! End-of-nonce processing (PROTOCOL.md §5.3): the per-nonce fee, the Finalizing → Settlement
+//! End-of-nonce processing (docs/protocol.md §5.3): the per-nonce fee, the Finalizing → Settlement
 //! transition with its drain, and the deterministic auto-seal.
 //!
 //! Order after the txs of diff `nonce` (as upstream `applyCore`):
@@ -7,7 +7,7 @@
 //! 2. `latest_nonce = nonce`;
 //! 3. Finalizing and `latest >= finalize_nonce + N` → Settlement; from v4.1 on the live records
 //!    are first drained (ascending id: Started → `actual_cost = reserved`, Finished, executor
-//!    `cost += reserved`; Pending → reservation refunded, TimedOut, no `missed`; VERSIONS.md),
+//!    `cost += reserved`; Pending → reservation refunded, TimedOut, no `missed`; docs/versions.md),
 //!    then every live record is folded into `sealed_acc` (ascending id, seal nonce = `latest`);
 //! 4. still Active and `nonce % auto_seal_interval == 0` → auto-seal.
 //!

@@ -1,4 +1,4 @@
-//! Validation effects (PROTOCOL.md §5.3): MsgValidation from a non-executor host and
+//! Validation effects (docs/protocol.md §5.3): MsgValidation from a non-executor host and
 //! MsgValidationVote on a challenged inference.
 //!
 //! Rules (where the protocol text is silent, upstream `state/machine.go` is followed):
@@ -11,7 +11,7 @@
 //!   record the validator address's slot weight is added to `votes_valid`/`votes_invalid`, and
 //!   `valid = false` moves it to Challenged. On later statuses only the bit changes. A
 //!   validation changes **only the inference record**: `host_stats` (`required_validations`,
-//!   `completed_validations`) is never touched, in every upstream version (VERSIONS.md;
+//!   `completed_validations`) is never touched, in every upstream version (docs/versions.md;
 //!   upstream's v4.1 known-answer roots diverge from nonce 7 otherwise).
 //! - **ValidationVote** is a no-op on Validated/Invalidated records (safe batching, as upstream)
 //!   and otherwise requires Challenged. One participation per address: an address already in

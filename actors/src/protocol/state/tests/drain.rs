@@ -1,4 +1,4 @@
-//! The v4.1 settlement drain (VERSIONS.md) against v2, which folds live records unchanged.
+//! The v4.1 settlement drain (docs/versions.md) against v2, which folds live records unchanged.
 
 use super::*;
 use crate::protocol::{

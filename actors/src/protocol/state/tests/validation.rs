@@ -29,7 +29,7 @@ fn valid_validation_counts_weight_and_keeps_finished() {
     );
 }
 
-/// The multi-slot rule on its own (VERSIONS.md "Validation accounting"): a validator holding
+/// The multi-slot rule on its own (docs/versions.md "Validation accounting"): a validator holding
 /// several slots sets only the bit of the slot it emitted from, yet any of its slots makes a
 /// later validation from the same address a no-op, and its weight is its slot count.
 #[test]

@@ -1,0 +1,275 @@
+//! The escrow actor's settling: the one outcome of each attempt (through the fault guard), finish
+//! reconciliation polls, timeout votes and `SendPendingDiff` — the effects of what the nonce
+//! book, the fault guard and `timeouts.rs` decide, run on the actor (timers `nonce <n>` and
+//! `fault_release`).
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use slog::{info, warn};
+
+use super::super::{
+    book::NextTimeout,
+    durable::{OnDurable, Pending},
+    guard::Outbound,
+    nonces::NonceState,
+    timeouts,
+};
+use super::EscrowActor;
+use crate::{
+    outcome::OutcomeClass,
+    policy::correlation::SharedFault,
+    protocol::{crypto::Address, proto::DevshardTx},
+    stats::timers,
+};
+
+impl EscrowActor {
+    /// Emits the final outcome of an attempt (exactly once per attempt).
+    pub(super) fn emit(
+        &mut self,
+        nonce: u64,
+        class: OutcomeClass,
+        reason: &str,
+        late: Option<i64>,
+    ) {
+        let id = self.session.info().escrow_id.clone();
+        if let Some(s) = self.book.take_outcome(&id, nonce, class, reason, late) {
+            let sent = self.guard.emit(s, self.routing.counts(), self.now_ms());
+            self.send_outcomes(sent);
+        }
+    }
+
+    /// Settles a failed attempt through the correlation guard. Returns the shared fault, if the
+    /// failure is shared by several hosts.
+    pub(super) fn emit_failure(
+        &mut self,
+        nonce: u64,
+        class: OutcomeClass,
+        reason: &str,
+        (status, message): (Option<u16>, String),
+        ctx: &mut Context<Self>,
+    ) -> Option<SharedFault<Address>> {
+        let id = self.session.info().escrow_id.clone();
+        let s = self.book.take_outcome(&id, nonce, class, reason, None)?;
+        let (counts, now) = (self.routing.counts(), self.now_ms());
+        let settled = self.guard.emit_failure(s, counts, status, &message, now);
+        self.send_outcomes(settled.send);
+        if settled.held {
+            self.arm_release(ctx);
+        }
+        settled.shared
+    }
+
+    fn send_outcomes(&self, outcomes: Vec<Outbound>) {
+        for (msg, request) in outcomes {
+            let o = &msg.outcome;
+            info!(self.deps.log, "attempt settled"; "stage" => "attempt_outcome", "nonce" => o.nonce,
+                "host" => msg.participant.short(), "class" => o.class.as_str(), "reason" => &o.reason,
+                "shared" => msg.shared, "request" => &request);
+            if self.deps.outcomes.try_send(msg).is_err() {
+                warn!(self.deps.log, "outcome dropped: participant router unavailable"; "stage" => "outcome_dropped");
+            }
+        }
+    }
+
+    fn arm_release(&mut self, ctx: &mut Context<Self>) {
+        if let Some(t) = self.guard.take_release_timer() {
+            t.cancel(&self.stats, ctx);
+        }
+        let Some(at) = self.guard.next_release() else {
+            return;
+        };
+        let delay =
+            Duration::from_millis(u64::try_from(at.saturating_sub(self.now_ms())).unwrap_or(0));
+        let timer = timers::run_later(&self.stats, ctx, "fault_release", delay, |act, ctx| {
+            let released = act.guard.release_due(act.now_ms());
+            act.send_outcomes(released);
+            act.arm_release(ctx);
+        });
+        self.guard.set_release_timer(timer);
+    }
+
+    /// A finished nonce is settled; an unfinished one goes to timeout handling.
+    pub(super) fn settle_or_time_out(
+        &mut self,
+        nonce: u64,
+        finished: bool,
+        reason: &str,
+        ctx: &mut Context<Self>,
+    ) {
+        if finished {
+            self.book.forget(nonce);
+        } else {
+            self.await_timeout(nonce, reason, ctx);
+        }
+    }
+
+    /// Queues a host's mempool and settles every pending finish it completes.
+    pub(super) fn absorb_mempool(&mut self, txs: Vec<DevshardTx>, ctx: &mut Context<Self>) {
+        for nonce in self.session.process_mempool(txs) {
+            let Some(entry) = self.book.entry(nonce) else {
+                continue;
+            };
+            match entry.state {
+                NonceState::PendingFinish { ended_ms, .. } => {
+                    let late = self.now_ms().saturating_sub(ended_ms);
+                    info!(self.deps.log, "finish marker arrived late"; "stage" => "winner_finish_arrived_late",
+                        "nonce" => nonce, "host" => entry.host.short(), "elapsed_ms" => late);
+                    self.emit(nonce, OutcomeClass::Success, "finished_late", Some(late));
+                }
+                NonceState::AwaitingTimeout { .. } => {
+                    info!(self.deps.log, "finish arrived; no timeout needed"; "stage" => "timeout_skipped",
+                        "nonce" => nonce, "reason" => "nonce_already_finished");
+                }
+                NonceState::InFlight => continue,
+            }
+            if let Some(t) = self.book.settle(nonce) {
+                t.cancel(&self.stats, ctx);
+            }
+        }
+    }
+
+    /// Puts a failed, unfinished attempt on the timeout path.
+    pub(super) fn await_timeout(&mut self, nonce: u64, reason: &str, ctx: &mut Context<Self>) {
+        if self.book.await_timeout(nonce, reason, self.now_ms()) {
+            self.arm_nonce_timer(nonce, ctx);
+        }
+    }
+
+    /// Arms the timer of an unsettled nonce according to its state.
+    pub(super) fn arm_nonce_timer(&mut self, nonce: u64, ctx: &mut Context<Self>) {
+        let Some(delay) = self.book.timer_delay(nonce, self.now_ms()) else {
+            return;
+        };
+        if let Some(old) = self.book.take_timer(nonce) {
+            old.cancel(&self.stats, ctx);
+        }
+        let name = format!("nonce {nonce}");
+        let timer = timers::run_later(&self.stats, ctx, name, delay, move |act, ctx| {
+            act.book.take_timer(nonce);
+            match act.book.entry(nonce).map(|e| &e.state) {
+                Some(NonceState::PendingFinish { .. }) => act.poll_finish(nonce, ctx),
+                Some(NonceState::AwaitingTimeout { .. }) => {
+                    act.book.enqueue_timeout(nonce);
+                    act.next_timeout(ctx);
+                }
+                _ => {}
+            }
+        });
+        self.book.set_timer(nonce, timer);
+    }
+
+    /// One reconciliation poll of the executor's mempool (1 s, 2 s, 4 s … capped), until the
+    /// finish appears or the execution deadline passes (then the timeout vote decides).
+    fn poll_finish(&mut self, nonce: u64, ctx: &mut Context<Self>) {
+        if self.book.finish_overdue(nonce, self.now_ms()) {
+            return self.await_timeout(nonce, "finish_never_arrived", ctx);
+        }
+        let info = self.session.info().clone();
+        let Some(host) = self.book.entry(nonce).and_then(|e| info.host(&e.host)) else {
+            return;
+        };
+        let url = info.session_url(host, "mempool");
+        let (timeout, max) = (
+            self.deps.cfg.host_timeouts.query,
+            self.deps.cfg.finish_poll_max_ms,
+        );
+        let fut = async move { crate::host::client::get_mempool(&url, timeout).await };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            if let Ok(txs) = res {
+                act.absorb_mempool(txs, ctx);
+            }
+            if act.book.back_off_poll(nonce, max) {
+                act.arm_nonce_timer(nonce, ctx);
+            }
+        }));
+    }
+
+    /// Runs the next queued timeout vote (one at a time).
+    fn next_timeout(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            let session = &self.session;
+            match self.book.next_timeout(|n| session.is_finished(n)) {
+                NextTimeout::FinishedLate(nonce) => {
+                    self.emit(nonce, OutcomeClass::Success, "finished_late", None);
+                    self.book.forget(nonce);
+                }
+                NextTimeout::Vote(nonce) => return self.collect_votes(nonce, ctx),
+                NextTimeout::Idle => return,
+            }
+        }
+    }
+
+    fn collect_votes(&mut self, nonce: u64, ctx: &mut Context<Self>) {
+        // Voters judge from their own state: sequence pending txs first (e.g. this nonce's
+        // ConfirmStart, without which an execution timeout cannot be verified), and send only
+        // diffs that are durable — the vote requests go out once this flush/ack resolved.
+        let ready = self
+            .durable
+            .settle_pending(&mut self.session, &self.deps, "timeout_context")
+            .map_or_else(|| self.deps.store.flush(), |(_, ack)| ack);
+        let Some(entry) = self.book.entry(nonce) else {
+            return;
+        };
+        let (_, reason) = self.book.deadline(entry, 0);
+        let votes = timeouts::collect_votes(&self.session, &self.deps, entry, reason, ready);
+        ctx.spawn(votes.into_actor(self).map(move |answers, act, ctx| {
+            act.book.vote_done();
+            match timeouts::tally(&act.session, &act.deps, nonce, reason, answers) {
+                None => {
+                    act.emit(nonce, OutcomeClass::Cancelled, "timeout_unconfirmed", None);
+                    act.book.forget(nonce);
+                }
+                Some(tx) => {
+                    act.emit(nonce, OutcomeClass::HostFault, "timeout_confirmed", None);
+                    act.book.forget(nonce);
+                    act.session.queue(tx);
+                    act.send_pending_diff(ctx);
+                }
+            }
+            act.next_timeout(ctx);
+        }));
+    }
+
+    /// Composes the next nonce without a payload and sends it to its host once durable (only
+    /// made durable when that host is withheld: catch-up carries it later).
+    fn send_pending_diff(&mut self, ctx: &mut Context<Self>) {
+        let composed = self
+            .durable
+            .compose_withheld(&mut self.session, &self.deps, "pending_diff");
+        let Some((diff, ack)) = composed else {
+            return;
+        };
+        let info = self.session.info().clone();
+        let Some(host) = info.host_for_nonce(diff.nonce) else {
+            return;
+        };
+        if self.routing.is_withheld(&host.address) {
+            let then = OnDurable::Nothing;
+            return self.await_durable(
+                Pending {
+                    nonce: diff.nonce,
+                    ack,
+                    then,
+                },
+                ctx,
+            );
+        }
+        let send = timeouts::send_pending_diff(&self.session, &self.deps, host, diff.nonce, ack);
+        let addr = host.address.clone();
+        ctx.spawn(send.into_actor(self).map(move |res, act, ctx| match res {
+            Ok(sent) => {
+                if let Some(r) = sent.receipt {
+                    if let Err(e) = act.session.process_receipt(&addr, None, &r) {
+                        warn!(act.deps.log, "pending diff response rejected"; "stage" => "process_response_failed",
+                            "host" => addr.short(), "error" => %e);
+                    }
+                    act.durable.syncs_changed();
+                }
+                act.absorb_mempool(sent.mempool, ctx);
+            }
+            Err(e) => warn!(act.deps.log, "pending diff not delivered"; "stage" => "pending_diff_failed",
+                "host" => addr.short(), "error" => e),
+        }));
+    }
+}

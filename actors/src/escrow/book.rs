@@ -1,0 +1,291 @@
+//! The nonce book, one part of the escrow actor (PROTOCOL.md §6.5, HEALTH.md §5): every nonce
+//! the escrow handed out until it is settled ([`NonceEntry`]: sent, receipt, ended, pending finish,
+//! awaiting a timeout), the per-nonce timers (finish reconciliation poll or timeout deadline) and
+//! the queue of timeout votes, which run one nonce at a time (one RPC per verifier at a time).
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    time::Duration,
+};
+
+use slog::{info, Logger};
+
+use super::nonces::{NonceEntry, NonceState};
+use crate::{
+    outcome::{AttemptOutcome, AttemptTimings, OutcomeClass},
+    protocol::{crypto::Address, proto::TimeoutReason},
+    stats::timers::Timer,
+};
+
+/// The protocol deadlines of this escrow (immutable for its lifetime).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Deadlines {
+    pub refusal_timeout_s: i64,
+    pub execution_timeout_s: i64,
+    /// `TimeoutBuffer`, added before a timeout vote.
+    pub buffer_ms: i64,
+}
+
+/// An attempt whose one outcome is due now.
+pub(super) struct Settled {
+    pub participant: Address,
+    pub outcome: AttemptOutcome,
+    pub winner: bool,
+    pub request_id: String,
+}
+
+/// What the timeout queue asks for next.
+pub(super) enum NextTimeout {
+    /// The nonce finished meanwhile: settle it as a late success.
+    FinishedLate(u64),
+    /// Collect timeout votes for this nonce (the queue is busy until [`NonceBook::vote_done`]).
+    Vote(u64),
+    /// Nothing to do now.
+    Idle,
+}
+
+/// See the module docs.
+pub(super) struct NonceBook {
+    /// Every nonce we handed out that is not settled yet.
+    attempts: BTreeMap<u64, NonceEntry>,
+    /// Timers per nonce (finish reconciliation or timeout deadline).
+    timers: BTreeMap<u64, Timer>,
+    /// Nonces waiting for their timeout vote.
+    timeout_queue: VecDeque<u64>,
+    timeout_running: bool,
+    deadlines: Deadlines,
+    log: Logger,
+}
+
+impl NonceBook {
+    pub(super) fn new(deadlines: Deadlines, log: Logger) -> NonceBook {
+        NonceBook {
+            attempts: BTreeMap::new(),
+            timers: BTreeMap::new(),
+            timeout_queue: VecDeque::new(),
+            timeout_running: false,
+            deadlines,
+            log,
+        }
+    }
+
+    /// Registers a handed-out nonce (a grant, a ghost, or an orphan restored from the log).
+    pub(super) fn insert(&mut self, entry: NonceEntry) {
+        self.attempts.insert(entry.nonce, entry);
+    }
+
+    pub(super) fn nonces(&self) -> Vec<u64> {
+        self.attempts.keys().copied().collect()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.attempts.len()
+    }
+
+    /// The entry of an unsettled nonce (read-only).
+    pub(super) fn entry(&self, nonce: u64) -> Option<&NonceEntry> {
+        self.attempts.get(&nonce)
+    }
+
+    /// The nonce's protocol deadline for a timeout, and its reason.
+    pub(super) fn deadline(&self, entry: &NonceEntry, buffer_ms: i64) -> (i64, TimeoutReason) {
+        let d = self.deadlines;
+        entry.timeout_deadline(d.refusal_timeout_s, d.execution_timeout_s, buffer_ms)
+    }
+
+    /// The buffered protocol deadline of a ghost inference started at `started_at`.
+    pub(super) fn ghost_deadline_ms(&self, started_at: i64) -> i64 {
+        started_at
+            .saturating_add(self.deadlines.refusal_timeout_s)
+            .saturating_mul(1000)
+            .saturating_add(self.deadlines.buffer_ms)
+    }
+
+    /// The executor's receipt time of an inference (from its receipt).
+    pub(super) fn confirm(&mut self, nonce: u64, confirmed_at: Option<i64>) {
+        if let Some(entry) = self.attempts.get_mut(&nonce) {
+            entry.confirmed_at = confirmed_at;
+        }
+    }
+
+    /// The race reported the end of an attempt. `false` when the nonce is not unsettled.
+    pub(super) fn ended(&mut self, nonce: u64, timings: AttemptTimings, crowned: bool) -> bool {
+        let Some(entry) = self.attempts.get_mut(&nonce) else {
+            return false;
+        };
+        entry.timings = timings;
+        entry.crowned = crowned;
+        entry.race_id = None;
+        true
+    }
+
+    /// The whole answer was delivered without a finish marker: reconciliation polls start.
+    pub(super) fn pending_finish(&mut self, nonce: u64, now_ms: i64, first_poll_ms: u64) {
+        if let Some(entry) = self.attempts.get_mut(&nonce) {
+            entry.state = NonceState::PendingFinish {
+                ended_ms: now_ms,
+                next_poll_ms: first_poll_ms,
+            };
+        }
+    }
+
+    /// A granted nonce nobody will send: it is settled by a timeout vote, without an outcome.
+    /// `true` when it was still in flight.
+    pub(super) fn unclaimed(&mut self, nonce: u64) -> bool {
+        match self.attempts.get_mut(&nonce) {
+            Some(entry) if entry.is_in_flight() => {
+                entry.emitted = true;
+                entry.race_id = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Puts a failed, unfinished attempt on the timeout path. `true` when its timer must be armed.
+    pub(super) fn await_timeout(&mut self, nonce: u64, reason: &str, now_ms: i64) -> bool {
+        let d = self.deadlines;
+        let Some(entry) = self.attempts.get_mut(&nonce) else {
+            return false;
+        };
+        let (deadline_ms, kind) =
+            entry.timeout_deadline(d.refusal_timeout_s, d.execution_timeout_s, d.buffer_ms);
+        entry.state = NonceState::AwaitingTimeout {
+            deadline_ms,
+            reason: reason.to_string(),
+        };
+        info!(self.log, "timeout scheduled"; "stage" => "timeout_scheduled", "nonce" => nonce,
+            "reason" => kind.as_wire(), "remaining_ms" => deadline_ms.saturating_sub(now_ms));
+        true
+    }
+
+    /// The one outcome of `nonce`, unless it was emitted already (then marks it emitted).
+    pub(super) fn take_outcome(
+        &mut self,
+        escrow_id: &str,
+        nonce: u64,
+        class: OutcomeClass,
+        reason: &str,
+        finish_late_ms: Option<i64>,
+    ) -> Option<Settled> {
+        let entry = self.attempts.get_mut(&nonce)?;
+        if entry.emitted {
+            return None;
+        }
+        entry.emitted = true;
+        Some(Settled {
+            participant: entry.host.clone(),
+            winner: entry.crowned,
+            request_id: entry.request_id.clone(),
+            outcome: AttemptOutcome {
+                escrow_id: escrow_id.to_string(),
+                nonce,
+                class,
+                reason: reason.to_string(),
+                timings: entry.timings,
+                finish_late_ms,
+            },
+        })
+    }
+
+    /// Drops a settled nonce (its timer, if any, fires into nothing).
+    pub(super) fn forget(&mut self, nonce: u64) {
+        self.attempts.remove(&nonce);
+    }
+
+    /// Drops a settled nonce and returns its armed timer, to cancel.
+    pub(super) fn settle(&mut self, nonce: u64) -> Option<Timer> {
+        self.attempts.remove(&nonce);
+        self.timers.remove(&nonce)
+    }
+
+    /// How long until the nonce's timer fires, by its state (`None`: no timer for it).
+    pub(super) fn timer_delay(&self, nonce: u64, now_ms: i64) -> Option<Duration> {
+        let entry = self.attempts.get(&nonce)?;
+        let until = |at: i64| u64::try_from(at.saturating_sub(now_ms)).unwrap_or(0);
+        match &entry.state {
+            NonceState::InFlight => None,
+            NonceState::PendingFinish { next_poll_ms, .. } => {
+                // Poll at the back-off interval, but never past the execution deadline.
+                let (deadline, _) = self.deadline(entry, self.deadlines.buffer_ms);
+                Some(Duration::from_millis((*next_poll_ms).min(until(deadline))))
+            }
+            NonceState::AwaitingTimeout { deadline_ms, .. } => {
+                Some(Duration::from_millis(until(*deadline_ms)))
+            }
+        }
+    }
+
+    /// Stores a nonce's new timer; returns the one it replaces, to cancel.
+    pub(super) fn set_timer(&mut self, nonce: u64, timer: Timer) -> Option<Timer> {
+        self.timers.insert(nonce, timer)
+    }
+
+    /// Removes a nonce's timer (it fired, or is about to be replaced).
+    pub(super) fn take_timer(&mut self, nonce: u64) -> Option<Timer> {
+        self.timers.remove(&nonce)
+    }
+
+    /// A pending finish past its execution deadline: the timeout vote decides.
+    pub(super) fn finish_overdue(&self, nonce: u64, now_ms: i64) -> bool {
+        self.attempts
+            .get(&nonce)
+            .is_some_and(|e| now_ms >= self.deadline(e, self.deadlines.buffer_ms).0)
+    }
+
+    /// Doubles the poll interval of a pending finish (up to `max_ms`). `true` when the nonce is
+    /// still a pending finish (its timer must be re-armed).
+    pub(super) fn back_off_poll(&mut self, nonce: u64, max_ms: u64) -> bool {
+        match self.attempts.get_mut(&nonce).map(|e| &mut e.state) {
+            Some(NonceState::PendingFinish { next_poll_ms, .. }) => {
+                *next_poll_ms = next_poll_ms.saturating_mul(2).min(max_ms);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Queues a timeout vote for `nonce` (once).
+    pub(super) fn enqueue_timeout(&mut self, nonce: u64) {
+        if !self.timeout_queue.contains(&nonce) {
+            self.timeout_queue.push_back(nonce);
+        }
+    }
+
+    /// The next timeout vote to run, unless one is running.
+    pub(super) fn next_timeout(&mut self, is_finished: impl Fn(u64) -> bool) -> NextTimeout {
+        if self.timeout_running {
+            return NextTimeout::Idle;
+        }
+        while let Some(nonce) = self.timeout_queue.pop_front() {
+            if is_finished(nonce) {
+                return NextTimeout::FinishedLate(nonce);
+            }
+            if self.attempts.contains_key(&nonce) {
+                self.timeout_running = true;
+                return NextTimeout::Vote(nonce);
+            }
+        }
+        NextTimeout::Idle
+    }
+
+    /// The running timeout vote is over.
+    pub(super) fn vote_done(&mut self) {
+        self.timeout_running = false;
+    }
+
+    /// Debug counts: in flight, pending finishes, awaiting a timeout.
+    pub(super) fn snapshot(&self) -> (usize, Vec<u64>, Vec<u64>) {
+        let e = self.attempts.values();
+        (
+            e.clone().filter(|e| e.is_in_flight()).count(),
+            e.clone()
+                .filter(|e| e.is_pending_finish())
+                .map(|e| e.nonce)
+                .collect(),
+            e.filter(|e| e.is_awaiting_timeout())
+                .map(|e| e.nonce)
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,408 @@
+//! The durability path, one part of the escrow actor: **where a diff becomes durable**.
+//!
+//! Every diff is composed by the session, appended to the store here, and reaches a host only
+//! after the store acknowledged it (the store group-commits appends; see `store/`). A grant is
+//! answered from [`Durable::acked`] once its ack resolved; a store failure stops the actor (the
+//! directory respawns it from the last durable state, so an undurable nonce is never used).
+//! Also here: the highest acknowledged nonce, request bodies (encoded once, signed for this
+//! escrow), and the persistence of host sync nonces.
+
+use std::{collections::BTreeMap, sync::Arc, time::Instant};
+
+use slog::{debug, error, warn};
+use tokio::sync::oneshot;
+
+use super::{
+    error::EscrowError,
+    hedging,
+    info::HostEndpoint,
+    messages::{AttemptKind, NonceGrant, SignedBody, VerifyContext},
+    nonces::{NonceEntry, NonceState},
+    picker::Waiter,
+    routing::Routing,
+    session::{Session, StartParams},
+    wire_cache::{Signer, WireDiffs},
+    EscrowDeps,
+};
+use crate::{
+    outcome::AttemptTimings,
+    protocol::{canonical, crypto::Address, diff::Diff, wire::PayloadJson},
+    store::{ns, Ack, StoreError},
+};
+
+/// The prompt of a ghost inference (upstream's ghost probe).
+const GHOST_PROMPT: &[u8] = br#"{"messages":[{"role":"user","content":"."}],"max_tokens":1}"#;
+
+/// What waits for a diff's ack.
+pub(super) enum OnDurable {
+    /// Nobody: only the durable nonce advances.
+    Nothing,
+    /// A race's grant, answered once the diff is durable.
+    Grant {
+        reply: oneshot::Sender<Result<NonceGrant, EscrowError>>,
+        grant: Box<NonceGrant>,
+        composed: Instant,
+    },
+}
+
+/// What the actor does after an ack resolved.
+pub(super) enum AfterAck {
+    Done,
+    /// The race is gone: the granted nonce is settled without an outcome.
+    Unclaimed(u64),
+    /// The diff is not durable: stop the actor.
+    Stop,
+}
+
+/// A composed diff whose ack is still pending, and its follow-up.
+pub(super) struct Pending {
+    pub nonce: u64,
+    pub ack: Ack,
+    pub then: OnDurable,
+}
+
+/// The attempt a grant is built for.
+struct Attempt<'a> {
+    host: &'a HostEndpoint,
+    nonce: u64,
+    payload: &'a PayloadJson,
+    primary: bool,
+}
+
+/// See the module docs.
+#[derive(Default)]
+pub(super) struct Durable {
+    /// Highest nonce whose diff the store acknowledged.
+    durable_nonce: u64,
+    /// Sync nonces changed since they were last persisted.
+    sync_dirty: bool,
+    /// Diffs encoded once for the request bodies that carry them.
+    wire: WireDiffs,
+}
+
+impl Durable {
+    /// Starts at the session's nonce (a restored session replayed only durable diffs).
+    pub(super) fn new(durable_nonce: u64) -> Durable {
+        Durable {
+            durable_nonce,
+            ..Durable::default()
+        }
+    }
+
+    pub(super) fn durable_nonce(&self) -> u64 {
+        self.durable_nonce
+    }
+
+    /// The store answered the ack of `nonce`'s diff.
+    pub(super) fn acked(
+        &mut self,
+        deps: &EscrowDeps,
+        nonce: u64,
+        res: Result<(), StoreError>,
+        then: OnDurable,
+    ) -> AfterAck {
+        match res {
+            Ok(()) => {
+                self.durable_nonce = self.durable_nonce.max(nonce);
+                let OnDurable::Grant {
+                    reply,
+                    grant,
+                    composed,
+                } = then
+                else {
+                    return AfterAck::Done;
+                };
+                deps.metrics
+                    .diff_durable_seconds
+                    .observe(composed.elapsed().as_secs_f64());
+                match reply.send(Ok(*grant)) {
+                    Ok(()) => AfterAck::Done,
+                    Err(_) => AfterAck::Unclaimed(nonce),
+                }
+            }
+            Err(e) => {
+                error!(deps.log, "diff not durable; stopping escrow"; "stage" => "store_error",
+                    "nonce" => nonce, "error" => %e);
+                if let OnDurable::Grant { reply, .. } = then {
+                    let _ = reply.send(Err(e.into()));
+                }
+                AfterAck::Stop
+            }
+        }
+    }
+
+    /// Sequences the next nonce as a diff without `MsgStartInference` (pending txs only) and
+    /// appends it. It costs the per-nonce fee but assigns the host no work it could be charged
+    /// for. Returns the diff and its durability ack.
+    pub(super) fn compose_withheld(
+        &mut self,
+        session: &mut Session,
+        deps: &EscrowDeps,
+        reason: &str,
+    ) -> Option<(Arc<Diff>, Ack)> {
+        match session.compose(Vec::new(), &deps.key) {
+            Ok(diff) => {
+                let kind = if reason == "host_withheld" || reason == "no_taker" {
+                    "withheld"
+                } else {
+                    "control"
+                };
+                deps.metrics.nonces.with_label_values(&[kind]).inc();
+                debug!(deps.log, "diff without inference composed"; "stage" => "diff_composed",
+                    "nonce" => diff.nonce, "reason" => reason);
+                let ack = deps.store.append_diff(&session.info().escrow_id, &diff);
+                Some((diff, ack))
+            }
+            Err(e) => {
+                error!(deps.log, "compose failed"; "stage" => "compose_failed", "error" => %e);
+                None
+            }
+        }
+    }
+
+    /// An ack covering every diff composed so far: the store's flush when nothing is pending,
+    /// else the ack of one more diff sequencing the pending txs (writes commit in order).
+    pub(super) fn settle_pending(
+        &mut self,
+        session: &mut Session,
+        deps: &EscrowDeps,
+        reason: &str,
+    ) -> Option<(u64, Ack)> {
+        if session.pending().is_empty() {
+            return Some((session.nonce(), deps.store.flush()));
+        }
+        self.compose_withheld(session, deps, reason)
+            .map(|(d, ack)| (d.nonce, ack))
+    }
+
+    /// Composes the waiter's inference, appends it and prepares its grant. The entry is for the
+    /// nonce book; the grant is answered when [`Pending`] resolves. `None` when the waiter was
+    /// answered with an error.
+    pub(super) fn grant(
+        &mut self,
+        session: &mut Session,
+        routing: &Routing,
+        deps: &EscrowDeps,
+        w: Waiter,
+    ) -> Option<(NonceEntry, Pending)> {
+        let started_at = deps.clock.now_unix();
+        let params = StartParams {
+            prompt_hash: w.params.prompt_hash,
+            model: w.params.model.clone(),
+            input_length: u64::try_from(w.params.body.len()).unwrap_or(u64::MAX),
+            max_tokens: w.params.max_tokens,
+            started_at,
+        };
+        let diff = match session.compose_start(&params, &deps.key) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = w.reply.send(Err(e.into()));
+                return None;
+            }
+        };
+        let nonce = diff.nonce;
+        deps.metrics.nonces.with_label_values(&["inference"]).inc();
+        let composed = Instant::now();
+        let ack = deps.store.append_diff(&session.info().escrow_id, &diff);
+        let info = session.info().clone();
+        let Some(host) = info.host_for_nonce(nonce).cloned() else {
+            let _ = w
+                .reply
+                .send(Err(EscrowError::NoRoutableHost(info.escrow_id.clone())));
+            return None;
+        };
+        let payload = PayloadJson {
+            prompt: w.params.body.to_vec(),
+            model: params.model.clone(),
+            input_length: params.input_length,
+            max_tokens: params.max_tokens,
+            started_at,
+        };
+        let attempt = Attempt {
+            host: &host,
+            nonce,
+            payload: &payload,
+            primary: w.kind == AttemptKind::Primary,
+        };
+        let built = self.build_grant(session, routing, deps, attempt);
+        let grant = match built {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = w.reply.send(Err(e));
+                return None;
+            }
+        };
+        let now_ms = deps.clock.now_ms();
+        let entry = NonceEntry {
+            nonce,
+            host: host.address.clone(),
+            race_id: Some(w.race_id),
+            request_id: w.params.request_id.clone(),
+            started_at,
+            confirmed_at: None,
+            payload: Some(payload),
+            timings: AttemptTimings {
+                send_ms: now_ms,
+                end_ms: now_ms,
+                input_bytes: params.input_length,
+                ..Default::default()
+            },
+            state: NonceState::InFlight,
+            crowned: false,
+            emitted: false,
+        };
+        let then = OnDurable::Grant {
+            reply: w.reply,
+            grant: Box::new(grant),
+            composed,
+        };
+        Some((entry, Pending { nonce, ack, then }))
+    }
+
+    /// Signed request bodies for one attempt: catch-up chunks the host needs first (when it is
+    /// more than one chunk behind), then the inference request ending with this nonce's diff.
+    fn build_grant(
+        &self,
+        session: &Session,
+        routing: &Routing,
+        deps: &EscrowDeps,
+        attempt: Attempt<'_>,
+    ) -> Result<NonceGrant, EscrowError> {
+        let Attempt {
+            host,
+            nonce,
+            payload,
+            primary,
+        } = attempt;
+        let now_unix = payload.started_at;
+        let info = session.info();
+        let chunk = deps.cfg.catch_up_chunk.max(1);
+        let pending: Vec<Arc<Diff>> = session.catch_up(&host.address, usize::MAX);
+        let split = pending.len().saturating_sub(chunk);
+        let (before, last) = pending.split_at(split);
+        let signer = Signer::new(session, deps, now_unix);
+        let prelude = self.wire.catch_up_chunks(&signer, before, chunk)?;
+        let body = self
+            .wire
+            .body(last.iter().map(|d| &**d), nonce, Some(payload));
+        let now_ms = deps.clock.now_ms();
+        Ok(NonceGrant {
+            nonce,
+            host: host.address.clone(),
+            url: info.session_url(host, "chat/completions"),
+            prelude,
+            request: signer.sign(body)?,
+            preference: routing.preference(&host.address),
+            hedge_due_ms: primary
+                .then(|| {
+                    let input = payload.input_length;
+                    hedging::hedge_due(routing, &deps.settings, &host.address, input, now_ms)
+                })
+                .flatten(),
+            healthy_available: routing.healthy_available(),
+            verify: VerifyContext {
+                escrow_id: Arc::from(info.escrow_id.as_str()),
+                start: session.start_of(nonce),
+            },
+        })
+    }
+
+    /// After its repair gave up, a still-diverged participant is charged normally again: its
+    /// nonces carry an accountable inference that is never sent (it cannot serve it), and the
+    /// refused-timeout vote at `deadline_ms(started_at)` settles it — so a permanently forked
+    /// host does not end the epoch cleaner than one that served. `None` when nothing could be
+    /// composed.
+    pub(super) fn compose_ghost(
+        &mut self,
+        session: &mut Session,
+        deps: &EscrowDeps,
+        host: &Address,
+        deadline_ms: impl Fn(i64) -> i64,
+    ) -> Option<(NonceEntry, Pending)> {
+        let prompt_hash = canonical::prompt_hash(GHOST_PROMPT).ok()?;
+        let started_at = deps.clock.now_unix();
+        let params = StartParams {
+            prompt_hash,
+            model: session.info().model.clone(),
+            input_length: GHOST_PROMPT.len() as u64,
+            max_tokens: 1,
+            started_at,
+        };
+        let diff = session.compose_start(&params, &deps.key).ok()?;
+        let ack = deps.store.append_diff(&session.info().escrow_id, &diff);
+        deps.metrics.nonces.with_label_values(&["ghost"]).inc();
+        let payload = PayloadJson {
+            prompt: GHOST_PROMPT.to_vec(),
+            model: params.model,
+            input_length: params.input_length,
+            max_tokens: 1,
+            started_at,
+        };
+        let entry = NonceEntry {
+            nonce: diff.nonce,
+            host: host.clone(),
+            race_id: None,
+            request_id: "ghost".into(),
+            started_at,
+            confirmed_at: None,
+            payload: Some(payload),
+            timings: AttemptTimings::default(),
+            state: NonceState::AwaitingTimeout {
+                deadline_ms: deadline_ms(started_at),
+                reason: "ghost".into(),
+            },
+            crowned: false,
+            emitted: true,
+        };
+        let then = OnDurable::Nothing;
+        Some((
+            entry,
+            Pending {
+                nonce: diff.nonce,
+                ack,
+                then,
+            },
+        ))
+    }
+
+    /// Signed payload-less catch-up sends of `diffs` (see [`WireDiffs::catch_up_chunks`]).
+    pub(super) fn catch_up_chunks(
+        &self,
+        session: &Session,
+        deps: &EscrowDeps,
+        diffs: &[Arc<Diff>],
+        now_unix: i64,
+    ) -> Result<Vec<SignedBody>, EscrowError> {
+        let signer = Signer::new(session, deps, now_unix);
+        self.wire
+            .catch_up_chunks(&signer, diffs, deps.cfg.catch_up_chunk)
+    }
+
+    /// A host's sync nonce changed (persisted by the next `sync_persist` tick).
+    pub(super) fn syncs_changed(&mut self) {
+        self.sync_dirty = true;
+    }
+
+    /// Writes the host sync nonces when they changed (in the background; a failure is logged).
+    pub(super) fn persist_syncs(&mut self, session: &Session, deps: &EscrowDeps) {
+        if !self.sync_dirty {
+            return;
+        }
+        self.sync_dirty = false;
+        let syncs: BTreeMap<String, u64> = session
+            .host_syncs()
+            .iter()
+            .map(|(a, n)| (a.to_string(), *n))
+            .collect();
+        let record = serde_json::json!({ "host_sync": syncs });
+        let ack = deps
+            .store
+            .put(ns::SESSIONS, &session.info().escrow_id, record);
+        let log = deps.log.clone();
+        actix::spawn(async move {
+            if let Err(e) = ack.await {
+                warn!(log, "sync nonces not persisted"; "stage" => "store_error", "error" => %e);
+            }
+        });
+    }
+}

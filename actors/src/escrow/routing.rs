@@ -1,0 +1,249 @@
+//! Host routing, one part of the escrow actor (HEALTH.md §2, §4, §6): the latest health of each
+//! participant, the hosts withheld in this escrow (ejected, under repair, repair given up), panic
+//! mode, the hedge token bucket and the repair actors of diverged participants.
+//!
+//! Ejected participants are withheld (their nonces become diffs without inference); when that
+//! would leave no routable host the escrow enters panic mode and races its hosts anyway
+//! (HEALTH.md §2 floor, invariant 3). Diverged participants are withheld even in panic mode. The
+//! withheld set is recomputed from its inputs and committed by swap. Hedge and pair decisions
+//! over this view are in `hedging.rs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use slog::{info, warn, Logger};
+
+use crate::{
+    metrics::ActorMetrics,
+    policy::{
+        health::{self, HealthState, Preference},
+        hedge::HedgeBudget,
+        perf::PerfEstimates,
+        settings::HealthSettings,
+    },
+    protocol::crypto::Address,
+    repair::{messages::StopRepair, RepairActor},
+    stats::TrackedAddr,
+};
+
+/// What the escrow knows about one participant's health.
+#[derive(Debug, Clone, Default)]
+pub struct HostHealth {
+    pub health: HealthState,
+    pub perf: PerfEstimates,
+    pub routable: bool,
+}
+
+/// See the module docs.
+pub(super) struct Routing {
+    /// The escrow's distinct participants (immutable for its lifetime).
+    hosts: Vec<Address>,
+    /// Latest health and perf of each participant of this escrow.
+    health: BTreeMap<Address, HostHealth>,
+    /// Participants we must not send inference to in this escrow.
+    withheld: BTreeSet<Address>,
+    /// No participant is routable: the least-bad hosts are raced anyway.
+    panic_mode: bool,
+    /// Hedge token bucket (HEALTH.md §4).
+    budget: HedgeBudget,
+    /// One repair actor per diverged participant (HEALTH.md §6).
+    repairs: BTreeMap<Address, TrackedAddr<RepairActor>>,
+    /// Diverged participants whose repair gave up (still withheld).
+    gave_up: BTreeSet<Address>,
+    log: Logger,
+    metrics: ActorMetrics,
+}
+
+impl Routing {
+    pub(super) fn new(
+        hosts: Vec<Address>,
+        settings: &HealthSettings,
+        log: Logger,
+        metrics: ActorMetrics,
+    ) -> Routing {
+        Routing {
+            hosts,
+            health: BTreeMap::new(),
+            withheld: BTreeSet::new(),
+            panic_mode: false,
+            budget: HedgeBudget::new(settings),
+            repairs: BTreeMap::new(),
+            gave_up: BTreeSet::new(),
+            log,
+            metrics,
+        }
+    }
+
+    /// A participant's health changed (ignored for addresses outside this escrow).
+    pub(super) fn set_health(&mut self, address: Address, health: HostHealth) -> bool {
+        if !self.hosts.contains(&address) {
+            return false;
+        }
+        self.health.insert(address, health);
+        self.recompute_withheld();
+        true
+    }
+
+    /// Withheld = participants not routable by health, plus diverged ones. When no participant
+    /// would be left, panic mode withholds nobody but the diverged.
+    fn recompute_withheld(&mut self) {
+        let ejected: Vec<Address> = self
+            .hosts
+            .iter()
+            .filter(|a| self.health.get(*a).is_some_and(|h| !h.routable))
+            .cloned()
+            .collect();
+        let panic = !self.hosts.is_empty() && ejected.len() == self.hosts.len();
+        if panic && !self.panic_mode {
+            warn!(self.log, "no routable host; racing the least-bad hosts anyway";
+                "stage" => "panic_mode_entered", "hosts" => self.hosts.len());
+            self.metrics.panic_mode.inc();
+        } else if !panic && self.panic_mode {
+            info!(self.log, "a host is routable again"; "stage" => "panic_mode_left");
+        }
+        self.panic_mode = panic;
+        // Diverged participants are never sent inference, panic mode or not.
+        let mut withheld: BTreeSet<Address> = if panic {
+            BTreeSet::new()
+        } else {
+            ejected.into_iter().collect()
+        };
+        withheld.extend(self.repairs.keys().cloned());
+        withheld.extend(self.gave_up.iter().cloned());
+        self.withheld = withheld;
+    }
+
+    pub(super) fn is_withheld(&self, host: &Address) -> bool {
+        self.withheld.contains(host)
+    }
+
+    /// Whether every distinct host is withheld.
+    pub(super) fn none_routable(&self) -> bool {
+        !self.hosts.is_empty() && self.withheld.len() >= self.hosts.len()
+    }
+
+    /// Distinct and routable participants (for the escrow view of an outcome).
+    pub(super) fn counts(&self) -> (u32, u32) {
+        let routable = self
+            .hosts
+            .iter()
+            .filter(|h| !self.withheld.contains(*h))
+            .count();
+        (
+            u32::try_from(self.hosts.len()).unwrap_or(u32::MAX),
+            u32::try_from(routable).unwrap_or(u32::MAX),
+        )
+    }
+
+    /// Hosts not withheld, in group order.
+    pub(super) fn routable_hosts(&self) -> Vec<Address> {
+        self.hosts
+            .iter()
+            .filter(|h| !self.withheld.contains(*h))
+            .cloned()
+            .collect()
+    }
+
+    /// Latest health and perf of a participant (defaults when unknown).
+    pub(super) fn health_of(&self, host: &Address) -> (HealthState, PerfEstimates) {
+        self.health
+            .get(host)
+            .map_or((HealthState::default(), PerfEstimates::default()), |h| {
+                (h.health.clone(), h.perf.clone())
+            })
+    }
+
+    /// Routing preference of a participant (Healthy unless known otherwise).
+    pub(super) fn preference(&self, host: &Address) -> Preference {
+        self.health
+            .get(host)
+            .map_or(Preference::Healthy, |h| health::preference(&h.health))
+    }
+
+    /// Whether any routable participant is Healthy.
+    pub(super) fn healthy_available(&self) -> bool {
+        self.hosts
+            .iter()
+            .any(|h| !self.withheld.contains(h) && self.preference(h) == Preference::Healthy)
+    }
+
+    /// A primary request arrived: the hedge bucket earns its share.
+    pub(super) fn on_primary(&mut self, settings: &HealthSettings) {
+        self.budget.on_request(settings);
+        self.metrics.hedge_tokens.set(self.budget.tokens());
+    }
+
+    pub(super) fn hedge_budget_available(&self) -> bool {
+        self.budget.available()
+    }
+
+    /// Spends one hedge token; `false` when the bucket is empty.
+    pub(super) fn spend_hedge_token(&mut self) -> bool {
+        let spent = self.budget.try_spend();
+        if spent {
+            self.metrics.hedge_tokens.set(self.budget.tokens());
+        }
+        spent
+    }
+
+    pub(super) fn is_repairing(&self, host: &Address) -> bool {
+        self.repairs.contains_key(host)
+    }
+
+    pub(super) fn has_given_up(&self, host: &Address) -> bool {
+        self.gave_up.contains(host)
+    }
+
+    /// A diverged participant got its repair actor: it is withheld here until unblocked.
+    pub(super) fn add_repair(&mut self, host: Address, repair: TrackedAddr<RepairActor>) {
+        self.repairs.insert(host, repair);
+        self.recompute_withheld();
+    }
+
+    /// The repair of `host`, if it is under repair.
+    pub(super) fn repair(&self, host: &Address) -> Option<&TrackedAddr<RepairActor>> {
+        self.repairs.get(host)
+    }
+
+    /// Every running repair (debug listing).
+    pub(super) fn repairs(&self) -> Vec<TrackedAddr<RepairActor>> {
+        self.repairs.values().cloned().collect()
+    }
+
+    /// A repair gave up: its participant stays withheld (its nonces become ghosts).
+    pub(super) fn repair_gave_up(&mut self, host: Address) {
+        self.gave_up.insert(host);
+    }
+
+    /// Our root was signed by `host`: its block is lifted.
+    pub(super) fn unblock(&mut self, host: &Address) {
+        if self.repairs.remove(host).is_some() {
+            self.gave_up.remove(host);
+            self.recompute_withheld();
+        }
+    }
+
+    /// An admin `forget` of a participant lifts its divergence block here.
+    pub(super) fn forget_divergence(&mut self, host: &Address) {
+        if let Some(addr) = self.repairs.remove(host) {
+            addr.do_send(StopRepair);
+        }
+        self.gave_up.remove(host);
+        self.recompute_withheld();
+    }
+
+    /// Stops every repair (escrow stopping or retired).
+    pub(super) fn stop_repairs(&mut self) {
+        for (_, addr) in std::mem::take(&mut self.repairs) {
+            addr.do_send(StopRepair);
+        }
+    }
+
+    /// Debug view: participants under repair, given up, panic mode.
+    pub(super) fn snapshot(&self) -> (Vec<String>, Vec<String>, bool) {
+        (
+            self.repairs.keys().map(ToString::to_string).collect(),
+            self.gave_up.iter().map(ToString::to_string).collect(),
+            self.panic_mode,
+        )
+    }
+}

@@ -1,0 +1,25 @@
+//! Errors of the escrow's protocol session (`escrow::session`): protocol facts about hosts
+//! (a state hash or signature that does not check out, a host ahead of us, a bad executor
+//! receipt) and about our own state. Here, next to the state machine whose errors they wrap, so
+//! that attribution (`policy/`) reads them without depending on the escrow.
+
+use super::state::StateError;
+
+/// Errors of the session layer (protocol facts about hosts and our own state).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SessionError {
+    #[error("host state hash does not match local state (nonce {nonce})")]
+    StateHashMismatch { nonce: u64 },
+    #[error("host reports nonce {host_nonce} beyond ours ({ours})")]
+    HostAhead { host_nonce: u64, ours: u64 },
+    #[error("invalid state signature: {0}")]
+    InvalidStateSig(String),
+    #[error("invalid executor receipt for nonce {nonce}: {reason}")]
+    InvalidReceipt { nonce: u64, reason: String },
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("stored diff {nonce} does not replay: {reason}")]
+    Corrupt { nonce: u64, reason: String },
+    #[error("escrow has no host for nonce {0}")]
+    NoHost(u64),
+}
