@@ -4,15 +4,18 @@
 //! - a hedged race whose loser had a receipt lets that loser drain to its finish marker, so its
 //!   nonce ends Finished instead of waiting for a timeout that would charge an honest host;
 //! - a client-caused host error (receipt, then a bad-request error event) is a 400 to the client
-//!   with the host's message, and no host is struck.
+//!   with the host's message, and no host is struck;
+//! - a meta event over the SSE line limit after `[DONE]` never faults a delivered answer;
+//! - a host that puts `MsgFinalizeRound` / `MsgStartInference` in its mempool changes nothing and
+//!   is charged as byzantine.
 
 use std::time::Duration;
 
 use devshard_actors::{
     directory::SetHealthSettings,
     outcome::OutcomeClass,
-    policy::settings::HealthSettings,
-    protocol::state::{InferenceStatus, SessionConfig},
+    policy::{health::HealthStatus, settings::HealthSettings},
+    protocol::state::{InferenceStatus, Phase, SessionConfig},
 };
 use devshard_gateway::sim::{Faults, Profile, SimConfig};
 
@@ -229,5 +232,43 @@ fn the_default_sse_line_limit_is_16_mib() {
     assert_eq!(
         devshard_actors::race::RaceLimits::default().sse_max_line_bytes,
         16 << 20
+    );
+}
+
+#[actix_rt::test]
+async fn a_host_injecting_finalize_or_start_through_its_mempool_changes_nothing_and_is_charged() {
+    tokio::time::pause();
+    let h = Harness::start(sim("byzantine-mempool")).await;
+    let (_, executor) = next_executor(&h).await;
+    h.sim
+        .set_faults(
+            executor,
+            Faults {
+                inject_foreign_txs: true,
+                times: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(h.chat(Harness::body("byzantine", true)).await.is_success());
+    for i in 0..4 {
+        let a = h.chat(Harness::body(&format!("after {i}"), true)).await;
+        assert!(a.is_success(), "{a:?}");
+    }
+    let snap = h.snapshot("42").await;
+    assert_eq!(snap.phase, "active", "{snap:?}");
+    for i in 0..3 {
+        if let Some(v) = h.sim.host_view(i, "42") {
+            assert_eq!(v.state.phase(), Phase::Active, "host {i}");
+        }
+    }
+    let m = &h.metrics.mempool_foreign_txs;
+    assert_eq!(m.with_label_values(&["finalize_round"]).get(), 1);
+    assert_eq!(m.with_label_values(&["start_inference"]).get(), 1);
+    let p = h.participant(&h.host(executor)).await;
+    assert!(p.outcomes.contains_key(&OutcomeClass::HostFault), "{p:?}");
+    assert!(
+        p.health.ejections >= 1 && p.health.state != HealthStatus::Healthy,
+        "charged as byzantine (ejected at once): {p:?}"
     );
 }

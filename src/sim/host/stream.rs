@@ -19,7 +19,7 @@ use hyper::body::Frame;
 
 use devshard_actors::protocol::{
     crypto::sha256,
-    proto::{DevshardTx, MsgFinishInference, Tx},
+    proto::{DevshardTx, MsgFinalizeRound, MsgFinishInference, MsgStartInference, Tx},
     sse::{data_event, meta_event, receipt_event},
     state::sign_finish,
     wire::ReceiptBody,
@@ -275,9 +275,16 @@ async fn send_meta(
     if faults.omit_meta {
         return Ok(());
     }
-    let mempool = host
+    let mut mempool = host
         .with_session(&plan.escrow_id, |s| s.mempool.clone())
         .unwrap_or_default();
+    if faults.inject_foreign_txs {
+        mempool.push(DevshardTx::new(Tx::FinalizeRound(MsgFinalizeRound {})));
+        mempool.push(DevshardTx::new(Tx::StartInference(MsgStartInference {
+            inference_id: u64::MAX,
+            ..Default::default()
+        })));
+    }
     if faults.garble_meta {
         return send(tx, GARBLED_META).await;
     }

@@ -12,8 +12,12 @@ use crate::{
 };
 
 /// Attribution reasons of a verified invalid signature: eject at once.
-pub const BYZANTINE_REASONS: &[&str] =
-    &["invalid_state_sig", "invalid_receipt", "invalid_signature"];
+pub const BYZANTINE_REASONS: &[&str] = &[
+    "invalid_state_sig",
+    "invalid_receipt",
+    "invalid_signature",
+    crate::policy::mempool::FOREIGN_TX_REASON,
+];
 /// Attribution reason of a stall; ejects at once when the stalled attempt was the crowned winner.
 pub const STALLED_REASON: &str = "stalled";
 
