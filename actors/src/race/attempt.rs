@@ -82,6 +82,9 @@ struct Progress {
     client_gone: bool,
     /// Lost the crown but runs to its end without forwarding (probation credit).
     draining: bool,
+    /// Told it lost before its receipt: it drains once the receipt comes (within the receipt
+    /// timeout), else it ends `Cancelled`.
+    lost: bool,
 }
 
 impl AttemptTask {
@@ -100,6 +103,7 @@ impl AttemptTask {
             mempool: None,
             client_gone: false,
             draining: false,
+            lost: false,
         };
         let end = self.drive(&mut p).await;
         let end = match (&end, p.client_gone) {
@@ -182,6 +186,7 @@ impl AttemptTask {
             };
             let events = match next {
                 Err(_) if p.done => break,
+                Err(_) if p.timings.receipt_ms.is_none() && p.lost => return AttemptEnd::Cancelled,
                 Err(w) if p.timings.receipt_ms.is_none() => {
                     return AttemptEnd::Host(HostError::Timeout(w))
                 }
@@ -208,10 +213,14 @@ impl AttemptTask {
     fn lost_but_drains(&self, signal: CancelSignal, p: &mut Progress) -> bool {
         let drains = match signal {
             CancelSignal::Running => true,
-            CancelSignal::LostRace => p.timings.receipt_ms.is_some() && !p.crowned,
+            CancelSignal::LostRace => !p.crowned,
             CancelSignal::Stop => false,
         };
-        if drains && signal == CancelSignal::LostRace && !p.draining {
+        if drains && signal == CancelSignal::LostRace && p.timings.receipt_ms.is_none() {
+            // Its host may have the Start already: wait (receipt timeout) for the receipt, then
+            // drain, so our own cancellation never leaves an honest host a refused timeout.
+            p.lost = true;
+        } else if drains && signal == CancelSignal::LostRace && !p.draining {
             p.draining = true;
             p.buffer.clear();
             slog::info!(self.log, "loser left to drain to its finish"; "stage" => "loser_draining",
@@ -271,6 +280,10 @@ impl AttemptTask {
                     self.race.do_send(ReceiptSeen { idx: self.idx });
                 }
                 p.timings.receipt_ms.get_or_insert(now);
+                if p.lost && !p.draining {
+                    p.draining = true;
+                    p.buffer.clear();
+                }
                 super::prewarm::receipt(&self.grant.verify, self.grant.nonce, &receipt);
                 let msg = AttemptReceipt {
                     nonce: self.grant.nonce,

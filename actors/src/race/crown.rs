@@ -8,8 +8,9 @@
 //! its host already confirmed the start, so cancelling it would leave a nonce no finish ever
 //! comes for, and about 20 minutes later the timeout vote would charge an honest host `missed`.
 //! A drain is bounded by the stall timer and the attempt timeout. Suspect/Probation losers also
-//! drain (their finish is the probation credit of docs/health.md §2). Only attempts still without a
-//! receipt are cancelled.
+//! drain (their finish is the probation credit of docs/health.md §2). An attempt still without a
+//! receipt is told it lost: it drains if its receipt comes within the receipt timeout (its host
+//! may already hold the Start), else it ends cancelled (`attempt.rs`).
 
 use std::time::Duration;
 
