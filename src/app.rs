@@ -1,18 +1,11 @@
-//! Process wiring: [`AppState`] (what every handler gets), [`build_app`] (the actix-web `App`,
-//! shared by the binary and the tests), [`start`] (open the store, start the directory, register
-//! the configured escrows, bind) and [`run`] (start, then wait for SIGTERM/SIGINT and shut down
-//! gracefully: stop accepting, let running requests and streams finish within
-//! `shutdown_grace`, flush the store). [`serve`] is the whole process for `main`.
-//! [`polling`]: the chain poller, its cached view and the chain poll settings in force.
+//! Process wiring: [`build_app`] (the actix-web `App`, shared by the binary and the tests),
+//! [`start`] (open the store, start the directory, register the configured escrows, bind) and
+//! [`run`] (start, then wait for SIGTERM/SIGINT and shut down gracefully: stop accepting, let
+//! running requests and streams finish within `shutdown_grace`, flush the store). [`serve`] is
+//! the whole process for `main`. What every handler gets ([`AppState`]) is in [`crate::state`],
+//! which imports nothing from here or from `http`.
 
-pub mod accounting;
 mod lifecycle;
-pub mod polling;
-
-use std::{
-    sync::{atomic::AtomicU64, Arc},
-    time::Duration,
-};
 
 use actix_web::{
     body::MessageBody,
@@ -20,153 +13,13 @@ use actix_web::{
     middleware::from_fn,
     web, App,
 };
-use devshard_actors::{
-    clock::SharedClock,
-    directory::Directory,
-    metrics::ActorMetrics,
-    protocol::crypto::Address,
-    race::RaceLimits,
-    stats::{ActorRegistry, TrackedAddr},
-    store::SharedStore,
-};
-use prometheus::Registry;
-use slog::Logger;
-use tokio::sync::Semaphore;
 
-pub use self::{
-    lifecycle::{run, serve, start, start_with, AppError, RunningGateway, StartOptions},
-    polling::ChainPolling,
-};
+pub use self::lifecycle::{run, serve, start, start_with, AppError, RunningGateway, StartOptions};
 use crate::{
-    chain::ChainClient,
-    config::{AccessConfig, Config, Secret},
-    http::{self, normalize::ChatLimits},
-    metrics::{self, HttpMetrics},
+    http,
+    metrics::{self},
+    state::AppState,
 };
-
-/// How long a handler waits for an actor's answer (directory, escrow snapshot).
-pub const ACTOR_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the admin listing waits for one escrow's snapshot.
-pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Bearer keys.
-#[derive(Debug, Clone, Default)]
-pub struct Auth {
-    /// `None`: the admin surface answers 404.
-    pub admin: Option<Secret>,
-    /// Empty: chat is open.
-    pub api_keys: Vec<Secret>,
-}
-
-/// What shapes requests.
-#[derive(Debug, Clone)]
-pub struct EdgeLimits {
-    pub chat: ChatLimits,
-    pub default_model: Option<String>,
-    pub max_body_bytes: usize,
-    pub race: RaceLimits,
-}
-
-/// Everything a handler needs (cheap to clone: handles and `Arc`s). Never holds the key itself,
-/// only its address.
-#[derive(Clone)]
-pub struct AppState {
-    pub directory: TrackedAddr<Directory>,
-    /// Every live actor's stats (the debug listing reads it without messaging the actors).
-    pub actors: ActorRegistry,
-    pub store: SharedStore,
-    pub chain: ChainClient,
-    pub limits: EdgeLimits,
-    pub auth: Auth,
-    pub metrics: HttpMetrics,
-    /// The actors' metric handles (races count their doubtful winners).
-    pub actor_metrics: ActorMetrics,
-    pub registry: Registry,
-    /// Address of the operator's key (escrow creator check).
-    pub signer: Address,
-    pub clock: SharedClock,
-    pub log: Logger,
-    /// Race ids (unique per process).
-    pub race_ids: Arc<AtomicU64>,
-    /// Sequence of generated request ids.
-    pub request_seq: Arc<AtomicU64>,
-    /// The concurrent-race limit.
-    pub races: Arc<Semaphore>,
-    /// Unix seconds at start (`created` of `/v1/models` entries).
-    pub started_at_s: i64,
-    /// Chain poll settings, the poller (when `public_api_url` is set) and its latest view.
-    pub polling: ChainPolling,
-    /// Per-model access modes.
-    pub access: AccessConfig,
-    /// The request table and idempotency index (`[accounting]`).
-    pub accounting: crate::app::accounting::Accounting,
-    /// Escrows an admin deactivated (skipped by new requests; see `http::operator`).
-    pub deactivated: http::operator::Deactivated,
-}
-
-impl std::fmt::Debug for AppState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
-            .field("signer", &self.signer)
-            .field("limits", &self.limits)
-            .field("auth", &self.auth)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The parts of [`AppState`] that are not in the [`Config`].
-pub struct StateParts {
-    pub directory: TrackedAddr<Directory>,
-    /// The registry the directory was given (races register here too).
-    pub actors: ActorRegistry,
-    pub store: SharedStore,
-    pub metrics: HttpMetrics,
-    pub actor_metrics: ActorMetrics,
-    pub registry: Registry,
-    pub clock: SharedClock,
-    pub log: Logger,
-}
-
-impl AppState {
-    /// Builds the state from the configuration and the running pieces.
-    pub fn new(config: &Config, parts: StateParts) -> AppState {
-        let started_at_s = parts.clock.now_unix();
-        let polling = ChainPolling::load(&config.chain_poll, &parts.store, &parts.log);
-        AppState {
-            directory: parts.directory,
-            actors: parts.actors,
-            store: parts.store,
-            chain: ChainClient::new(config.chain.clone(), parts.log.clone()),
-            limits: EdgeLimits {
-                chat: ChatLimits {
-                    default_max_tokens: config.default_max_tokens,
-                    max_tokens_cap: config.max_tokens_cap,
-                },
-                default_model: config.default_model.clone(),
-                max_body_bytes: config.max_body_bytes,
-                race: config.race,
-            },
-            auth: Auth {
-                admin: config.admin_api_key.clone(),
-                api_keys: config.api_keys.clone(),
-            },
-            metrics: parts.metrics,
-            actor_metrics: parts.actor_metrics,
-            registry: parts.registry,
-            signer: config.key.address().clone(),
-            clock: parts.clock,
-            log: parts.log,
-            race_ids: Arc::new(AtomicU64::new(1)),
-            request_seq: Arc::new(AtomicU64::new(0)),
-            races: Arc::new(Semaphore::new(config.max_concurrent_races)),
-            started_at_s,
-            polling,
-            access: config.access.clone(),
-            accounting: crate::app::accounting::Accounting::new(config.accounting),
-            deactivated: Arc::default(),
-        }
-    }
-}
 
 /// The actix-web application: metrics middleware around every route of [`http::configure`],
 /// and an OpenAI-shaped 404 for unknown routes.

@@ -5,7 +5,9 @@
 //! exercised), prints where everything is and ready-to-paste `curl` commands, and serves until
 //! interrupted. It honours the same config file and environment as `serve` (listen address,
 //! admin key, data directory, …); only what must come from the simulator — the signing key, the
-//! chain URLs and the escrow ids — is filled in when not given.
+//! chain URLs and the escrow ids — is filled in when not given; without an admin key it makes a
+//! throwaway one and prints the live page's URL with it (`debug: …/debug/ui#key=…`). The banner
+//! goes to stderr one line per write, so a log line on stdout can only land between its lines.
 
 use std::{io::Write, path::PathBuf, process::ExitCode};
 
@@ -19,7 +21,7 @@ use crate::{
         Config, ConfigError, EnvMap,
     },
     logging, metrics,
-    sim::{Profile, SimConfig, SimNetwork, DEFAULT_SEED},
+    sim::{Profile, SimConfig, SimNetwork, WarmMode, DEFAULT_SEED},
 };
 
 /// Options of `demo`.
@@ -47,6 +49,10 @@ pub struct DemoArgs {
     /// /devshard/v4.1); both sides hash its name into every root.
     #[arg(long, default_value = "v2")]
     pub protocol: ProtocolVersion,
+    /// Hosts that sign with a chain-granted warm key: all, none or a count K (hosts 0..K);
+    /// default about half of them, so both kinds of key are always exercised.
+    #[arg(long)]
+    pub warm_keys: Option<WarmMode>,
 }
 
 /// The simulator a demo runs.
@@ -57,6 +63,9 @@ pub fn sim_config(args: &DemoArgs) -> SimConfig {
     cfg.escrow_ids = args.escrows.clone();
     cfg.output_tokens = args.output_tokens;
     cfg.set_protocol(args.protocol);
+    cfg.warm_keys = args
+        .warm_keys
+        .unwrap_or_else(|| WarmMode::mixed(args.hosts));
     cfg
 }
 
@@ -91,6 +100,18 @@ async fn demo(args: DemoArgs) -> ExitCode {
     };
     let mut environment = process_env();
     fill_environment(&args, &sim, &mut environment);
+    // The live page needs the admin key: without one given, the demo makes one and prints the
+    // page's URL with it (a local demo's throwaway key).
+    let generated_admin = (!environment.contains_key(env::ENV_ADMIN_API_KEY)).then(|| {
+        let key: [u8; 16] = rand::random();
+        hex::encode(key)
+    });
+    let mut fill = |name: &str, value: String| {
+        environment.entry(name.to_string()).or_insert(value);
+    };
+    if let Some(k) = &generated_admin {
+        fill(env::ENV_ADMIN_API_KEY, k.clone());
+    }
     let data_dir = std::env::temp_dir().join(format!("devshard-demo-{}", std::process::id()));
     environment
         .entry(env::ENV_DATA_DIR.to_string())
@@ -132,11 +153,16 @@ async fn demo(args: DemoArgs) -> ExitCode {
         ("data_dir".to_string(), data_dir.display().to_string()),
         ("metrics".to_string(), format!("{url}/metrics")),
     ];
-    if admin {
-        lines.push((
+    match (&generated_admin, admin) {
+        (Some(key), _) => {
+            lines.push(("debug".to_string(), format!("{url}/debug/ui#key={key}")));
+            lines.push(("admin_key".to_string(), key.clone()));
+        }
+        (None, true) => lines.push((
             "debug".to_string(),
-            format!("{url}/v1/admin/escrows (Bearer $DEVSHARD_ADMIN_API_KEY)"),
-        ));
+            format!("{url}/debug/ui (type $DEVSHARD_ADMIN_API_KEY, or append #key=…)"),
+        )),
+        (None, false) => {}
     }
     let body = |stream: bool| {
         format!(
@@ -157,6 +183,15 @@ async fn demo(args: DemoArgs) -> ExitCode {
             body(false)
         ),
     ));
+    if admin {
+        let first = sim.config().escrow_ids.first().cloned().unwrap_or_default();
+        lines.push((
+            "settle".to_string(),
+            format!(
+                "curl -X POST -H \"Authorization: Bearer $DEVSHARD_ADMIN_API_KEY\" {url}/v1/admin/escrows/{first}/settle && curl -H \"Authorization: Bearer $DEVSHARD_ADMIN_API_KEY\" {url}/v1/admin/escrows/{first}/settlement"
+            ),
+        ));
+    }
     lines.push((
         "inject_fault".to_string(),
         format!(
@@ -164,12 +199,11 @@ async fn demo(args: DemoArgs) -> ExitCode {
             sim.control_url()
         ),
     ));
-    let mut out = std::io::stderr().lock();
+    // One write per line (see `logging`): a log line can only land between banner lines.
+    let mut out = std::io::stderr();
     for (name, value) in lines {
-        let _ = writeln!(out, "{name}: {value}");
+        let _ = logging::write_line(&mut out, &format!("{name}: {value}"));
     }
-    let _ = out.flush();
-    drop(out);
     let result = gateway.serve_until(shutdown_signal()).await;
     sim.shutdown();
     let _ = std::fs::remove_dir_all(&data_dir);

@@ -4,14 +4,19 @@
 //! Registration reads the escrow from the chain ([`ChainClient::lookup_escrow`], which checks
 //! that this gateway's key created it) and hands the record to the directory (`AddEscrow`),
 //! which persists it before starting the escrow's actor. Registering an escrow that is already
-//! registered is a no-op that returns the existing record.
+//! registered is a no-op that returns the existing record. The participants (for the escrow's
+//! model) come from the chain poller's snapshot, waiting up to [`PARTICIPANTS_WAIT`] for the
+//! first one: registering any number of escrows makes no public-API request of its own.
 //!
 //! The escrow's protocol version (`v2` or `v4.1`) comes from the registration call, else the
 //! configuration (`protocol`, or the version `route_prefix` names). A version this gateway does
 //! not implement (v5 height sync, v6, the Ristretto line…) is refused at once, before any chain
 //! call, with a message naming it and the supported ones: never a silently diverging escrow.
 
+use std::time::Duration;
+
 use devshard_actors::{
+    chain::ChainView,
     directory::{ActorKind, AddEscrow, Directory, EntityStatus, GetEscrow, GetStatus},
     escrow::{messages::GetSnapshot, EscrowInfo},
     protocol::{crypto::Address, version::ProtocolVersion},
@@ -22,10 +27,28 @@ use serde_json::{json, Value};
 use slog::{error, info, Logger};
 
 use crate::{
-    app::{ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
-    chain::ChainClient,
+    chain::{types::PublicParticipant, ChainClient},
     http::error::ApiError,
+    state::{ChainPolling, ACTOR_TIMEOUT, SNAPSHOT_TIMEOUT},
 };
+
+/// How long a registration waits for the chain poller's first participants snapshot.
+pub const PARTICIPANTS_WAIT: Duration = Duration::from_secs(30);
+
+/// The participants of a chain view, as model discovery reads them.
+pub fn listed(view: &ChainView) -> Option<Vec<PublicParticipant>> {
+    let snapshot = view.participants.as_ref()?;
+    Some(
+        snapshot
+            .participants
+            .values()
+            .map(|p| PublicParticipant {
+                index: p.address.clone(),
+                models: p.models.iter().map(|m| m.model.clone()).collect(),
+            })
+            .collect(),
+    )
+}
 
 /// The outcome of a registration.
 #[derive(Debug, Clone)]
@@ -57,11 +80,13 @@ pub fn stored_info(store: &SharedStore, escrow_id: &str) -> Result<Option<Escrow
 }
 
 /// Registers `escrow_id` (see the module docs).
+#[allow(clippy::too_many_arguments)] // the gateway's parts plus the call's three fields
 pub async fn register(
     chain: &ChainClient,
     directory: &TrackedAddr<Directory>,
     store: &SharedStore,
     signer: &Address,
+    polling: &ChainPolling,
     escrow_id: &str,
     model: Option<&str>,
     protocol: Option<&str>,
@@ -76,7 +101,16 @@ pub async fn register(
             });
         }
     }
-    let info = chain.lookup_escrow_on(id, signer, model, protocol).await?;
+    let listed = match model {
+        Some(_) => None,
+        None => polling
+            .participants(PARTICIPANTS_WAIT)
+            .await
+            .and_then(|v| listed(&v)),
+    };
+    let info = chain
+        .lookup_escrow_listed(id, signer, model, listed.as_deref(), protocol)
+        .await?;
     directory
         .send(AddEscrow { info: info.clone() })
         .timeout(ACTOR_TIMEOUT)
@@ -111,12 +145,13 @@ pub async fn register_configured(
     directory: &TrackedAddr<Directory>,
     store: &SharedStore,
     signer: &Address,
+    polling: &ChainPolling,
     ids: &[String],
     log: &Logger,
 ) -> usize {
     let mut added = 0;
     for id in ids {
-        match register(chain, directory, store, signer, id, None, None).await {
+        match register(chain, directory, store, signer, polling, id, None, None).await {
             Ok(r) if r.created => {
                 added += 1;
                 info!(log, "escrow registered from the configuration";

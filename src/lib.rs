@@ -7,16 +7,21 @@
 //! - [`chain`]: chain REST client used when an escrow is registered.
 //! - [`escrows`]: escrow registration and admin summaries.
 //! - [`http`]: the actix-web edge (OpenAI routes, ops, admin, error mapping).
-//! - [`app`]: process wiring: `AppState`, `build_app`, `start`, `run`, `serve`.
+//! - [`state`]: `AppState`, what every handler gets (request accounting, chain polling).
+//! - [`app`]: process wiring: `build_app`, `start`, `run`, `serve`.
 //! - [`store`]: the SQLite store; [`sim`]: the simulated network.
 pub mod app;
 pub mod bench;
 pub mod chain;
+pub mod chaos;
 pub mod config;
 pub mod demo;
 pub mod escrows;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod sim;
+pub mod state;
 pub mod store;

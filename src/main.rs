@@ -32,6 +32,8 @@ enum Command {
     Bench(devshard_gateway::bench::BenchArgs),
     /// Run a simulated devshard network (hosts, chain API, control API) until interrupted.
     Sim(SimArgs),
+    /// Run the gateway under a seeded fault schedule and check its invariants from outside.
+    Chaos(devshard_gateway::chaos::ChaosArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,5 +42,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => devshard_gateway::demo::run(&args),
         Command::Bench(args) => devshard_gateway::bench::run(&args),
         Command::Sim(args) => devshard_gateway::sim::cli::run(&args),
+        Command::Chaos(args) => devshard_gateway::chaos::run(&args),
     }
 }

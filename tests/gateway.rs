@@ -2,6 +2,9 @@
 //! loopback, real signatures, every host with its own state machine).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+/// Hosts sign with their cold keys unless a test asks otherwise.
+pub const WARM_KEYS: devshard_gateway::sim::WarmMode = devshard_gateway::sim::WarmMode::None;
+
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
 #[path = "gateway/fidelity.rs"]
@@ -26,6 +29,8 @@ mod load;
 mod repair;
 #[path = "gateway/requests.rs"]
 mod requests;
+#[path = "gateway/settle.rs"]
+mod settle;
 #[path = "gateway/supervision.rs"]
 mod supervision;
 #[path = "gateway/tls.rs"]
@@ -34,3 +39,5 @@ mod tls;
 mod tls_proxy;
 #[path = "gateway/versions.rs"]
 mod versions;
+#[path = "gateway/warm.rs"]
+mod warm;

@@ -6,3 +6,7 @@
 mod child;
 #[path = "process/crash.rs"]
 mod crash;
+#[path = "process/settle.rs"]
+mod settle;
+#[path = "process/warm.rs"]
+mod warm;

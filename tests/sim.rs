@@ -20,5 +20,9 @@ mod latency;
 mod protocol;
 #[path = "sim/rejections.rs"]
 mod rejections;
+#[path = "sim/settle.rs"]
+mod settle;
 #[path = "sim/timeouts.rs"]
 mod timeouts;
+#[path = "sim/warm.rs"]
+mod warm;

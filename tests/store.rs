@@ -17,7 +17,10 @@ mod group;
 mod support;
 
 use devshard_actors::{
-    protocol::crypto::SigningKey,
+    protocol::{
+        crypto::{Address, SigningKey},
+        warm::WarmBinding,
+    },
     store::{ns, Store, StoreError},
 };
 use devshard_gateway::store::SqliteStore;
@@ -68,6 +71,44 @@ async fn diffs_round_trip_byte_for_byte() {
     assert!(store.load_diffs_from("43", 10).unwrap().is_empty());
     assert!(store.load_diffs_from("43", u64::MAX).unwrap().is_empty());
     assert!(store.load_diffs("unknown").unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn warm_key_deltas_are_stored_with_their_diffs_and_survive_reopen() {
+    let dir = TempDir::new("warm");
+    let key = SigningKey::derive("store-test", 0);
+    let bound = |slot: u32, a: &str| WarmBinding {
+        slot,
+        address: Address::unchecked(a),
+    };
+    {
+        let store = SqliteStore::open(dir.db()).unwrap();
+        store
+            .append_diff("42", &signed_diff("42", 1, &key))
+            .await
+            .unwrap();
+        let two = [bound(1, "gonka1w1"), bound(4, "gonka1w4")];
+        store
+            .append_diff_with_warm("42", &signed_diff("42", 2, &key), &two)
+            .await
+            .unwrap();
+        store
+            .append_diff_with_warm("43", &signed_diff("43", 1, &key), &[bound(0, "gonka1x")])
+            .await
+            .unwrap();
+        store.close().unwrap();
+    }
+    let store = SqliteStore::open(dir.db()).unwrap();
+    let deltas = store.load_warm_deltas("42").unwrap();
+    assert_eq!(deltas.len(), 1);
+    assert_eq!(deltas[&2], [bound(1, "gonka1w1"), bound(4, "gonka1w4")]);
+    assert_eq!(store.load_diffs("42").unwrap().len(), 2);
+    assert_eq!(
+        store.load_warm_deltas("43").unwrap()[&1],
+        [bound(0, "gonka1x")]
+    );
+    store.delete_diffs("43").await.unwrap();
+    assert!(store.load_warm_deltas("43").unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -22,6 +22,11 @@ async fn debug_ui_is_html_without_auth() {
     let body = String::from_utf8(test::read_body(resp).await.to_vec()).unwrap();
     assert!(body.contains("/v1/debug/actors"));
     assert!(body.contains("data-escrow-id") && body.contains("data-participant"));
+    assert!(body.contains("/v1/debug/series") && body.contains("data-chart"));
+    assert!(
+        body.contains("<svg") && body.contains("data-endpoint"),
+        "charts and the chain table"
+    );
     // No external assets.
     assert!(!body.contains("src=\"http") && !body.contains("href=\"http"));
 

@@ -36,6 +36,7 @@ pub mod policy;
 pub mod protocol;
 pub mod race;
 pub mod repair;
+pub mod settlement;
 pub mod stats;
 pub mod store;
 pub mod tls;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     host::HostError,
-    policy::health::EscrowView,
+    policy::{health::EscrowView, reason::OutcomeReason},
     protocol::{crypto::Address, session_error::SessionError},
 };
 
@@ -93,8 +93,8 @@ pub struct AttemptOutcome {
     pub escrow_id: String,
     pub nonce: u64,
     pub class: OutcomeClass,
-    /// Short machine-readable reason (`connect_refused`, `timeout_confirmed`, …).
-    pub reason: String,
+    /// Typed reason (`connect_failed`, `timeout_confirmed`, … when serialized).
+    pub reason: OutcomeReason,
     pub timings: AttemptTimings,
     /// The finish marker arrived after the stream ended (ms after the end), if it did.
     pub finish_late_ms: Option<i64>,

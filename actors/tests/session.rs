@@ -218,7 +218,7 @@ fn restore_replays_the_log_to_the_same_root_and_finds_unsettled_nonces() {
         };
         log.push((*d.unwrap()).clone());
     }
-    let restored = Session::restore(w.info.clone(), log.clone()).unwrap();
+    let restored = Session::restore(w.info.clone(), log.clone(), &Default::default()).unwrap();
     assert_eq!(restored.nonce(), 5);
     assert_eq!(restored.state().state_root(), s.state().state_root());
     let open: Vec<u64> = restored
@@ -231,7 +231,7 @@ fn restore_replays_the_log_to_the_same_root_and_finds_unsettled_nonces() {
     let mut bad = log;
     bad[2].post_state_root = vec![7; 32];
     assert!(matches!(
-        Session::restore(w.info.clone(), bad),
+        Session::restore(w.info.clone(), bad, &Default::default()),
         Err(SessionError::Corrupt { nonce: 3, .. })
     ));
 }

@@ -108,6 +108,7 @@ fn session(n: u64, extra: u64) -> StateMachine {
         sealed_count: 0,
         records,
         host_stats: vec![Default::default(); SLOTS as usize],
+        warm_keys: Default::default(),
     };
     StateMachine::from_snapshot(snap).unwrap()
 }

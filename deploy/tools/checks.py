@@ -3,7 +3,6 @@
 
 Subcommands (each exits 1 with one line per problem, 0 when clean):
 
-  same-render A B          two renders of a kustomization are the same objects
   schema FILE...           Kubernetes JSON schemas (strict) of every object, for the oldest and
                            newest supported Kubernetes; our own schemas for the Prometheus
                            operator kinds; an unknown kind is an error
@@ -41,8 +40,31 @@ from typing import Any, Iterable
 
 import yaml
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kustomize_lite import KustomizeError, StrictLoader  # noqa: E402
+
+
+class KustomizeError(Exception):
+    """A rendered manifest that cannot be read (duplicate keys, not a mapping)."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """YAML that rejects duplicate keys (PyYAML keeps the last one silently)."""
+
+
+def _construct_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise KustomizeError(
+                f"duplicate key {key!r} at line {key_node.start_mark.line + 1}"
+                f" of {key_node.start_mark.name}"
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 DEPLOY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(DEPLOY)
@@ -89,32 +111,6 @@ def by_kind(docs: list[dict], kind: str) -> list[dict]:
 
 def meta(d: dict, field: str, default: Any = None) -> Any:
     return (d.get("metadata") or {}).get(field, default)
-
-
-# --------------------------------------------------------------------------------------------
-# same-render
-# --------------------------------------------------------------------------------------------
-
-
-def _normalise(doc: dict) -> dict:
-    if doc.get("kind") == "Secret":
-        doc = dict(doc)
-        doc["data"] = {k: "".join(v.split()) for k, v in (doc.get("data") or {}).items()}
-    return doc
-
-
-def cmd_same_render(a: str, b: str) -> int:
-    p = Problems(f"kustomize_lite render equals kubectl kustomize ({os.path.basename(a)})")
-    da = [_normalise(d) for d in load_docs(a)]
-    db = [_normalise(d) for d in load_docs(b)]
-    ids = lambda docs: [f"{d.get('kind')}/{meta(d, 'namespace', '~')}/{meta(d, 'name')}" for d in docs]  # noqa: E731
-    if ids(da) != ids(db):
-        p.add(f"objects differ: {ids(da)} vs {ids(db)}")
-    else:
-        for x, y in zip(da, db):
-            if x != y:
-                p.add(f"{x.get('kind')}/{meta(x, 'name')} differs")
-    return p.finish()
 
 
 # --------------------------------------------------------------------------------------------
@@ -1074,9 +1070,6 @@ def cmd_mutate(name: str, src: str, dst: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description="offline checks of deploy/")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("same-render")
-    s.add_argument("a")
-    s.add_argument("b")
     s = sub.add_parser("schema")
     s.add_argument("files", nargs="+")
     s = sub.add_parser("policy")
@@ -1101,8 +1094,6 @@ def main() -> int:
     s.add_argument("dst")
     a = ap.parse_args()
     try:
-        if a.cmd == "same-render":
-            return cmd_same_render(a.a, a.b)
         if a.cmd == "schema":
             return cmd_schema(a.files)
         if a.cmd == "policy":

@@ -21,17 +21,29 @@ use devshard_actors::{
     clock::{SharedClock, SystemClock},
     directory::{Directory, DirectoryDeps},
     metrics::ActorMetrics,
+    protocol::warm::{WarmKeyChecker, WarmKeyMetrics},
     stats::{ActorRegistry, TrackedActor, TrackedAddr},
     store::{SharedStore, Store},
 };
 use prometheus::Registry;
 use slog::{crit, info, warn, Logger};
 
-use super::{build_app, polling::PollerWiring, AppState, StateParts};
+use actix::Actor;
+
+use super::build_app;
+use crate::state::{
+    accounting::EndedHook,
+    ledger::{Ledger, LedgerDeps},
+    series::SeriesSampler,
+};
 use crate::{
     config::{process_env, Config, ConfigError, ENV_CONFIG},
     escrows, logging,
     metrics::{self, HttpMetrics},
+    state::{
+        polling::{PollerError, PollerWiring},
+        AppState, StateParts,
+    },
     store::SqliteStore,
 };
 
@@ -59,6 +71,15 @@ pub enum AppError {
     Server(String),
     #[error("flushing the store at shutdown failed: {0}")]
     Flush(String),
+}
+
+impl From<PollerError> for AppError {
+    fn from(e: PollerError) -> Self {
+        match e {
+            PollerError::Metrics(m) => AppError::Metrics(m),
+            PollerError::Config(c) => AppError::Config(c),
+        }
+    }
 }
 
 impl AppError {
@@ -94,6 +115,8 @@ pub struct RunningGateway {
     pub poller: Option<TrackedAddr<ChainPoller>>,
     /// Every live actor's stats (what `GET /v1/debug/actors` lists).
     pub actors: ActorRegistry,
+    /// The cost ledger (stopped with the gateway).
+    pub ledger: Ledger,
     handle: ServerHandle,
     server: actix_web::rt::task::JoinHandle<std::io::Result<()>>,
     log: Logger,
@@ -109,6 +132,8 @@ impl RunningGateway {
         }
         self.handle.stop(graceful).await;
         let served = self.server.await;
+        let ledger = self.ledger.clone();
+        let _ = actix_web::rt::task::spawn_blocking(move || ledger.stop()).await;
         let flushed = self.store.flush().await;
         let store = self.store.clone();
         let closed = actix_web::rt::task::spawn_blocking(move || store.close()).await;
@@ -133,6 +158,8 @@ impl RunningGateway {
             }
             served = &mut self.server => {
                 crit!(self.log, "the HTTP server stopped by itself"; "stage" => "server_exited");
+                let ledger = self.ledger.clone();
+                let _ = actix_web::rt::task::spawn_blocking(move || ledger.stop()).await;
                 let flushed = self.store.flush().await;
                 server_outcome(served)?;
                 flushed.map_err(|e| AppError::Flush(e.to_string()))
@@ -186,6 +213,14 @@ pub async fn start_with(
     let shared: SharedStore = store.clone();
     info!(log, "store opened"; "stage" => "store_opened", "path" => %path.display());
 
+    let warm_metrics =
+        WarmKeyMetrics::register(&registry).map_err(|e| AppError::Metrics(e.to_string()))?;
+    let warm = WarmKeyChecker::rest(
+        &config.chain.rest_url,
+        clock.clone(),
+        warm_metrics,
+        log.clone(),
+    );
     let actors = ActorRegistry::default();
     let directory = Directory::new(DirectoryDeps {
         key: config.key.clone(),
@@ -197,6 +232,7 @@ pub async fn start_with(
         fault_injection: config.fault_injection,
         metrics: actor_metrics.clone(),
         actors: actors.clone(),
+        warm,
     })
     .start_tracked();
     let mut state = AppState::new(
@@ -212,29 +248,35 @@ pub async fn start_with(
             log: log.clone(),
         },
     );
-    escrows::register_configured(
-        &state.chain,
-        &directory,
-        &shared,
-        &state.signer,
-        &config.escrows,
-        &log,
+    let ledger = Ledger::start(
+        &path,
+        config.ledger,
+        &config.api_keys,
+        LedgerDeps {
+            store: shared.clone(),
+            clock: state.clock.clone(),
+            log: log.clone(),
+        },
     )
-    .await;
-
-    let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
-        addr: config.listen,
-        reason: e.to_string(),
+    .map_err(|e| AppError::Store {
+        path: path.clone(),
+        reason: format!("the cost ledger: {e}"),
     })?;
-    // Accepted sockets inherit TCP_NODELAY from the listener (Linux): without it, a streamed
-    // answer's first chunk waits for the client's delayed ACK of the response head (~40 ms).
-    if let Err(e) = socket2::SockRef::from(&listener).set_tcp_nodelay(true) {
-        warn!(log, "TCP_NODELAY not set on the listener"; "error" => %e);
+    let (hook, series) = (ledger.clone(), state.series.clone());
+    state.accounting.on_ended(EndedHook(Arc::new(move |r| {
+        hook.record(r);
+        series.observe(r);
+    })));
+    SeriesSampler {
+        series: state.series.clone(),
+        registry: state.registry.clone(),
+        directory: directory.clone(),
+        store: shared.clone(),
+        clock: state.clock.clone(),
     }
-    let addr = listener.local_addr().map_err(|e| AppError::Bind {
-        addr: config.listen,
-        reason: e.to_string(),
-    })?;
+    .start();
+    state.ledger = Some(ledger.clone());
+    // The poller first: registration takes the participants from its first snapshot.
     let poller = match &config.chain.public_api_url {
         Some(api) => Some(state.polling.start_poller(
             api,
@@ -249,6 +291,31 @@ pub async fn start_with(
         )?),
         None => None,
     };
+    escrows::register_configured(
+        &state.chain,
+        &directory,
+        &shared,
+        &state.signer,
+        &state.polling,
+        &config.escrows,
+        &log,
+    )
+    .await;
+    state.polling.refresh_scope();
+
+    let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
+        addr: config.listen,
+        reason: e.to_string(),
+    })?;
+    // Accepted sockets inherit TCP_NODELAY from the listener (Linux): without it, a streamed
+    // answer's first chunk waits for the client's delayed ACK of the response head (~40 ms).
+    if let Err(e) = socket2::SockRef::from(&listener).set_tcp_nodelay(true) {
+        warn!(log, "TCP_NODELAY not set on the listener"; "error" => %e);
+    }
+    let addr = listener.local_addr().map_err(|e| AppError::Bind {
+        addr: config.listen,
+        reason: e.to_string(),
+    })?;
     let grace = config.shutdown_grace.as_secs();
     let factory_state = state.clone();
     let server = HttpServer::new(move || build_app(factory_state.clone()))
@@ -272,6 +339,7 @@ pub async fn start_with(
         store,
         poller,
         actors,
+        ledger,
         handle,
         server,
         log,

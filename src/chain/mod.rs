@@ -19,9 +19,7 @@ use slog::{info, warn, Logger};
 
 use self::{
     build::Gathered,
-    types::{
-        EscrowParams, EscrowResponse, ParamsResponse, ParticipantResponse, PublicParticipants,
-    },
+    types::{EscrowParams, EscrowResponse, ParamsResponse, ParticipantResponse, PublicParticipant},
 };
 use crate::config::ChainSettings;
 
@@ -164,24 +162,28 @@ impl ChainClient {
         format!("{}{REST_PREFIX}/{path}", self.settings.rest_url)
     }
 
-    /// Reads escrow `escrow_id` and everything needed to serve it, checks that `signer` created
-    /// it, and returns the registration record. `model` overrides the model the chain reports.
-    /// The escrow's protocol version is the configured default ([`Self::lookup_escrow_on`]).
+    /// [`ChainClient::lookup_escrow_listed`] without a participants list.
     pub async fn lookup_escrow(
         &self,
         escrow_id: &str,
         signer: &Address,
         model: Option<&str>,
     ) -> Result<EscrowInfo, ChainError> {
-        self.lookup_escrow_on(escrow_id, signer, model, None).await
+        self.lookup_escrow_listed(escrow_id, signer, model, None, None)
+            .await
     }
 
-    /// [`Self::lookup_escrow`] for an escrow on `protocol` (`None`: the configured default).
-    pub async fn lookup_escrow_on(
+    /// Reads escrow `escrow_id` and everything needed to serve it, checks that `signer` created
+    /// it, and returns the registration record. `model` overrides the model the chain reports;
+    /// without either, the model common to the members in `listed` (the chain poller's
+    /// participants snapshot — registration never reads the public API itself), else
+    /// `default_model`. The escrow runs `protocol` (`None`: the configured default).
+    pub async fn lookup_escrow_listed(
         &self,
         escrow_id: &str,
         signer: &Address,
         model: Option<&str>,
+        listed: Option<&[PublicParticipant]>,
         protocol: Option<ProtocolVersion>,
     ) -> Result<EscrowInfo, ChainError> {
         let id = escrow_id.trim();
@@ -221,7 +223,7 @@ impl ChainClient {
         }
         let model = match model.map(str::trim).filter(|m| !m.is_empty()) {
             Some(m) => m.to_string(),
-            None => self.model_of(id, &escrow.model, &members).await?,
+            None => self.model_of(id, &escrow.model, &members, listed)?,
         };
         let gathered = Gathered {
             escrow,
@@ -246,12 +248,14 @@ impl ChainClient {
         Ok(resp.and_then(|r| r.params.devshard_escrow_params))
     }
 
-    /// The escrow's model: the chain's field, else the public API, else `default_model`.
-    async fn model_of(
+    /// The escrow's model: the chain's field, else the participants' common model, else
+    /// `default_model`.
+    fn model_of(
         &self,
         id: &str,
         chain_model: &Option<String>,
         members: &[Address],
+        listed: Option<&[PublicParticipant]>,
     ) -> Result<String, ChainError> {
         if let Some(m) = chain_model
             .as_deref()
@@ -261,22 +265,17 @@ impl ChainClient {
             return Ok(m.to_string());
         }
         let preferred = self.settings.default_model.as_deref();
-        if let Some(base) = &self.settings.public_api_url {
-            let url = format!("{base}{PUBLIC_PARTICIPANTS_PATH}");
-            match self.get_json::<PublicParticipants>(url).await {
-                Ok(Some(list)) => {
-                    let listed = &list.active_participants.participants;
-                    if let Some(m) = build::common_model(members, listed, preferred) {
-                        return Ok(m);
-                    }
+        match listed.and_then(|l| build::common_model(members, l, preferred)) {
+            Some(m) => Ok(m),
+            None => {
+                if listed.is_none() && self.settings.public_api_url.is_some() {
+                    warn!(self.log, "no participants snapshot yet; the model falls back";
+                        "stage" => "chain_lookup", "escrow" => id);
                 }
-                Ok(None) => {}
-                Err(e) => warn!(self.log, "public API participants not read; model falls back";
-                    "stage" => "chain_lookup", "escrow" => id, "error" => %e),
+                preferred
+                    .map(str::to_string)
+                    .ok_or_else(|| ChainError::UnknownModel(id.to_string()))
             }
         }
-        preferred
-            .map(str::to_string)
-            .ok_or_else(|| ChainError::UnknownModel(id.to_string()))
     }
 }

@@ -156,18 +156,8 @@ pub struct EscrowParams {
     pub max_nonce: u64,
 }
 
-/// `GET {public_api}/v1/epochs/current/participants` (only what model discovery needs).
-#[derive(Debug, Clone, Deserialize)]
-pub struct PublicParticipants {
-    pub active_participants: ActiveParticipants,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct ActiveParticipants {
-    #[serde(default)]
-    pub participants: Vec<PublicParticipant>,
-}
-
+/// One participant of the current epoch (only what model discovery needs; from the chain
+/// poller's participants snapshot).
 #[derive(Debug, Clone, Deserialize)]
 pub struct PublicParticipant {
     #[serde(default)]

@@ -12,6 +12,7 @@
 pub mod access;
 pub mod chain_poll;
 pub mod env;
+pub mod operator;
 pub mod raw;
 pub mod secret;
 mod validate;
@@ -142,6 +143,8 @@ pub struct Config {
     pub escrows: Vec<String>,
     pub race: RaceLimits,
     pub escrow: EscrowConfig,
+    /// `[settlement]`: auto-settle, fee, gas, denom.
+    pub settlement: devshard_actors::settlement::machine::SettlementSettings,
     pub budget: RestartBudget,
     /// `[chain_poll]` with the environment applied (persisted admin changes come at start).
     pub chain_poll: ChainPollConfig,
@@ -151,6 +154,10 @@ pub struct Config {
     pub accounting: AccountingConfig,
     /// `ca_file`: extra trusted CA certificates (PEM) for every outgoing TLS call.
     pub ca_file: Option<PathBuf>,
+    /// `[shaping]`: fields forced upstream, per model.
+    pub shaping: operator::ShapingConfig,
+    /// `[ledger]`: retention of the cost ledger.
+    pub ledger: operator::LedgerConfig,
 }
 
 impl Config {

@@ -126,6 +126,8 @@ pub struct RawConfig {
     #[serde(default)]
     pub race: RawRace,
     #[serde(default)]
+    pub settlement: devshard_actors::settlement::machine::SettlementSettings,
+    #[serde(default)]
     pub escrow: EscrowConfig,
     #[serde(default)]
     pub host: RawHost,
@@ -146,6 +148,12 @@ pub struct RawConfig {
     /// `[accounting]`: request table and idempotent retries.
     #[serde(default)]
     pub accounting: super::access::RawAccounting,
+    /// `[shaping]`: fields forced upstream, per model.
+    #[serde(default)]
+    pub shaping: super::operator::ShapingConfig,
+    /// `[ledger]`: retention of the cost ledger.
+    #[serde(default)]
+    pub ledger: super::operator::LedgerConfig,
 }
 
 impl Default for RawConfig {
@@ -175,6 +183,7 @@ impl Default for RawConfig {
             max_nonce: default_max_nonce(),
             escrows: Vec::new(),
             race: RawRace::default(),
+            settlement: Default::default(),
             escrow: EscrowConfig::default(),
             host: RawHost::default(),
             supervisor: RawSupervisor::default(),
@@ -183,6 +192,8 @@ impl Default for RawConfig {
             default_access_mode: String::new(),
             model_access: BTreeMap::new(),
             accounting: super::access::RawAccounting::default(),
+            shaping: super::operator::ShapingConfig::default(),
+            ledger: super::operator::LedgerConfig::default(),
         }
     }
 }

@@ -234,6 +234,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             ..RaceLimits::default()
         },
         escrow,
+        settlement: raw.settlement.clone(),
         budget: RestartBudget {
             max_restarts: raw.supervisor.max_restarts,
             window_ms: raw.supervisor.window_ms,
@@ -242,6 +243,8 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         access,
         accounting,
         ca_file: raw.ca_file.clone().filter(|p| !p.as_os_str().is_empty()),
+        shaping: raw.shaping.clone(),
+        ledger: raw.ledger,
     })
 }
 

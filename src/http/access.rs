@@ -10,7 +10,7 @@ use actix_web::{http::StatusCode, HttpRequest, HttpResponse};
 use serde_json::json;
 
 use super::{bearer, error::ApiError, key_matches};
-use crate::{app::AppState, config::AccessMode};
+use crate::{config::AccessMode, state::AppState};
 
 /// `code` of a 403 for a model the caller's key may not use.
 pub const CODE_ACCESS_DENIED: &str = "model_access_denied";

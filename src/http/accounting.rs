@@ -1,44 +1,26 @@
-//! The HTTP side of request accounting ([`crate::app::accounting`]): `GET /v1/requests/{request_id}`
-//! (admin), answers to idempotent retries ([`replay`]) and the recording SSE body
-//! ([`recording_stream`]), which keeps a bounded copy of the bytes for replay.
+//! The HTTP side of request accounting ([`crate::state::accounting`]): answers to idempotent
+//! retries ([`replay`]) and the recording SSE body ([`recording_stream`]), which keeps a bounded
+//! copy of the bytes for replay. `GET /v1/requests/{request_id}` is in [`super::ledger`].
 
 use std::convert::Infallible;
 
 use actix_web::{
     http::{header, StatusCode},
-    web, HttpResponse,
+    HttpResponse,
 };
 use bytes::{Bytes, BytesMut};
 use devshard_actors::clock::SharedClock;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use super::{error::ApiError, sse::InFlight, sse::EVENT_STREAM};
+use super::{shaping::Strip, sse::InFlight, sse::EVENT_STREAM};
 use crate::{
-    app::accounting::{Accounting, Outcome, Stored},
-    app::AppState,
+    state::accounting::{Accounting, Outcome, Stored},
+    state::AppState,
 };
 
 /// Header set on answers replayed to an idempotent retry (value: the first request's id).
 pub const HEADER_REPLAYED_FROM: &str = "x-idempotent-replayed-from";
-
-/// `GET /v1/requests/{request_id}` (admin).
-pub async fn get_request(
-    path: web::Path<String>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let id = path.into_inner();
-    let r = state
-        .accounting
-        .get(&id)
-        .ok_or_else(|| ApiError::NotFound(format!("request {id} is not in the request table")))?;
-    let stored = r.stored.as_ref().map(|s| s.bytes.len());
-    let mut v = serde_json::to_value(&r).map_err(|e| ApiError::Internal(e.to_string()))?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("stored_bytes".into(), json!(stored));
-    }
-    Ok(HttpResponse::Ok().json(v))
-}
 
 fn error(status: StatusCode, code: &str, message: String) -> HttpResponse {
     let kind = if status.is_server_error() {
@@ -215,12 +197,14 @@ impl Drop for Tee {
     }
 }
 
-/// 200 `text/event-stream` of `rx` (as `sse::stream_response`), recording the bytes.
+/// 200 `text/event-stream` of `rx` (as `sse::stream_response`), stripped of what the client did
+/// not ask for ([`Strip`]), recording the bytes.
 pub fn recording_stream(
     rx: mpsc::Receiver<Bytes>,
     in_flight: InFlight,
     state: &AppState,
     request_id: &str,
+    strip: Strip,
 ) -> HttpResponse {
     let tee = Tee {
         acc: state.accounting.clone(),
@@ -231,9 +215,10 @@ pub fn recording_stream(
         finished: false,
         _in_flight: in_flight,
     };
-    let body = futures::stream::unfold((rx, tee), |(mut rx, mut tee)| async move {
+    let body = futures::stream::unfold((rx, tee), move |(mut rx, mut tee)| async move {
         match rx.recv().await {
             Some(chunk) => {
+                let chunk = strip.event(chunk);
                 tee.push(&chunk);
                 Some((Ok::<Bytes, Infallible>(chunk), (rx, tee)))
             }

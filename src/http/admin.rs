@@ -20,9 +20,9 @@ use slog::info;
 
 use super::{bearer, error::ApiError, key_matches, read_body};
 use crate::{
-    app::{AppState, ACTOR_TIMEOUT},
     chain::types::de_id,
     escrows,
+    state::{AppState, ACTOR_TIMEOUT},
 };
 
 /// Largest admin request body.
@@ -86,6 +86,7 @@ pub async fn add_escrow(
         &state.directory,
         &state.store,
         &state.signer,
+        &state.polling,
         &body.escrow_id,
         body.model.as_deref(),
         body.protocol.as_deref(),

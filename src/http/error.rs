@@ -1,7 +1,9 @@
 //! `ApiError`: every error the HTTP edge answers with, mapped once (here) to an HTTP status and
 //! an OpenAI-shaped body `{"error":{"message","type","param","code"}}`, plus `Retry-After` on
 //! 429/503 (and whenever the race suggests one). Lower layers keep their own typed errors
-//! (`DirectoryError`, `ChainError`, `RaceError`, `MailboxError`); they convert with `From`.
+//! (`DirectoryError`, `ChainError`, `RaceError`, `MailboxError`); they convert with `From`. The
+//! actors crate names no client status: this file is the only place one is chosen (besides the
+//! mid-stream error event, [`stream_error_event`], also here).
 //!
 //! | error | status | type | code |
 //! |---|---|---|---|
@@ -12,10 +14,25 @@
 //! | unknown route / escrow, admin off | 404 | `invalid_request_error` | `not_found`, `escrow_not_found` |
 //! | wrong method | 405 | `invalid_request_error` | `method_not_allowed` |
 //! | concurrent-race limit | 429 | `rate_limit_error` | `rate_limit_exceeded` (Retry-After 1) |
-//! | race failed before the first byte | race status | race kind | race kind |
+//! | race: escrow queue full (`Saturated`) | 429 | `rate_limit_exceeded` | `rate_limit_exceeded` (Retry-After 1) |
+//! | race: escrow unavailable or restarting (`EscrowUnavailable`) | 503 | `service_unavailable` | `service_unavailable` (Retry-After 5, or 1 when restarting) |
+//! | race: gateway store / protocol failure (`Internal`) | 500 | `internal_error` | `internal_error` |
+//! | race: hosts failed, none left, empty or unverifiable answer (`HostsFailed`) | 502 | `upstream_error` | `upstream_error` |
+//! | race: the last host sent `Retry-After` (`HostBusy`) | 503 | `upstream_error` | `upstream_error` (the host's Retry-After) |
+//! | race: the host stalled (`Stalled`) | 504 | `timeout` | `timeout` |
+//! | race: host error event (`HostErrorEvent`) | the host's status if 400–599, else 502 | `invalid_request_error` (4xx), `timeout` (504), else `upstream_error` | same as type |
+//! | race: cancelled (`Cancelled`) | 499 | `invalid_request_error` | `invalid_request_error` |
+//! | race: every host failed the same way (`Shared`): overload | 503 | `service_unavailable` | `service_unavailable` (host's Retry-After or 5) |
+//! | race: `Shared`: the hosts reject the request | 400 | `upstream_error` | `upstream_error` |
+//! | race: `Shared`: any other class | 502 | `upstream_error` | `upstream_error` |
+//! | race ended without an answer | 502 | `upstream_error` | `upstream_error` |
+//! | every escrow of the model deactivated | 503 | `no_active_escrow` | `no_active_escrow` (Retry-After 30) |
+//! | new request during PoC (`Admission::Refuse`, see `gate`) | 503 | `service_unavailable` | `poc_in_progress` (Retry-After to the end of PoC) |
+//! | winner broke mid-stream (SSE error event, status already 200) | — | `upstream_error` | `502` |
 //! | escrow disabled / no live escrow / actor busy | 503 | `service_unavailable` | `escrow_failed`, `no_capacity`, `actor_timeout`, `actor_unavailable` |
 //! | escrow settled / registered differently | 409 | `invalid_request_error` | `escrow_settled`, `conflict` |
 //! | escrow created by another key | 400 | `invalid_request_error` | `escrow_creator_mismatch` |
+//! | settle: unknown escrow / already settled / not ours | 404 / 409 / 403 | `invalid_request_error` | `escrow_not_found`, `escrow_settled`, `escrow_not_ours` |
 //! | chain unreachable / odd chain data | 502 | `upstream_error` | `chain_unavailable`, `chain_data_invalid` |
 //! | store or internal failure | 500 | `server_error` | `store_error`, `escrow_start_failed`, `internal_error` |
 
@@ -24,20 +41,30 @@ use actix_web::{
     http::{header, StatusCode},
     HttpResponse, HttpResponseBuilder, ResponseError,
 };
-use devshard_actors::{directory::DirectoryError, race::RaceError};
+use bytes::Bytes;
+use devshard_actors::{
+    directory::DirectoryError,
+    outcome::OutcomeClass,
+    protocol::sse,
+    race::{RaceError, RaceErrorKind},
+};
 use serde_json::json;
 
-use crate::chain::ChainError;
+use crate::{chain::ChainError, state::settlements::SettleError};
 
 /// `Retry-After` seconds when a 429/503 carries no better hint.
 pub const DEFAULT_RETRY_AFTER_S: u64 = 1;
 /// `Retry-After` of an escrow disabled by its restart budget.
 pub const FAILED_ESCROW_RETRY_AFTER_S: u64 = 30;
+/// `Retry-After` when every escrow of a model is deactivated.
+pub const NO_ACTIVE_ESCROW_RETRY_AFTER_S: u64 = 30;
 
 const INVALID: &str = "invalid_request_error";
 const UNAVAILABLE: &str = "service_unavailable";
 const UPSTREAM: &str = "upstream_error";
 const SERVER: &str = "server_error";
+/// `code` of a request refused during PoC.
+pub const CODE_POC: &str = "poc_in_progress";
 
 /// Every error answered by the edge.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +73,13 @@ pub enum ApiError {
     BadRequest {
         message: String,
         param: Option<&'static str>,
+        code: &'static str,
+    },
+    /// A 400 naming a parameter path such as `messages[0].role`.
+    #[error("{message}")]
+    InvalidParam {
+        message: String,
+        param: String,
         code: &'static str,
     },
     #[error("request body is larger than the limit of {limit} bytes")]
@@ -67,10 +101,18 @@ pub enum ApiError {
     Conflict(String),
     #[error(transparent)]
     Race(#[from] RaceError),
+    #[error("the request's race ended without an answer")]
+    RaceLost,
+    #[error("every escrow serving `{0}` is deactivated")]
+    NoActiveEscrow(String),
+    #[error("{message}")]
+    PhaseRefused { retry_after_s: u64, message: String },
     #[error(transparent)]
     Directory(#[from] DirectoryError),
     #[error(transparent)]
     Chain(#[from] ChainError),
+    #[error(transparent)]
+    Settle(#[from] SettleError),
     #[error("an actor did not answer in time; retry shortly")]
     ActorTimeout,
     #[error("an actor is not running; retry shortly")]
@@ -94,7 +136,7 @@ pub struct ErrorParts {
     pub status: u16,
     pub kind: String,
     pub code: String,
-    pub param: Option<&'static str>,
+    pub param: Option<String>,
     pub retry_after_s: Option<u64>,
 }
 
@@ -109,10 +151,50 @@ fn parts(status: u16, kind: &str, code: &str) -> ErrorParts {
     }
 }
 
+/// Status and OpenAI `type` (also the `code`) of a race's typed error.
+fn race_status(kind: RaceErrorKind) -> (u16, &'static str) {
+    match kind {
+        RaceErrorKind::Saturated => (429, "rate_limit_exceeded"),
+        RaceErrorKind::EscrowUnavailable => (503, UNAVAILABLE),
+        RaceErrorKind::Internal => (500, "internal_error"),
+        RaceErrorKind::HostsFailed => (502, UPSTREAM),
+        RaceErrorKind::HostBusy => (503, UPSTREAM),
+        RaceErrorKind::Stalled => (504, "timeout"),
+        RaceErrorKind::HostErrorEvent { host_status } => {
+            match host_status.filter(|s| (400..600).contains(s)) {
+                Some(504) => (504, "timeout"),
+                Some(s) if s < 500 => (s, INVALID),
+                Some(s) => (s, UPSTREAM),
+                None => (502, UPSTREAM),
+            }
+        }
+        RaceErrorKind::Cancelled => (499, INVALID),
+        RaceErrorKind::Shared(OutcomeClass::Overload) => (503, UNAVAILABLE),
+        RaceErrorKind::Shared(OutcomeClass::RequestFault) => (400, UPSTREAM),
+        RaceErrorKind::Shared(_) => (502, UPSTREAM),
+    }
+}
+
+fn race_parts(e: &RaceError) -> ErrorParts {
+    let (status, kind) = race_status(e.kind);
+    let mut p = parts(status, kind, kind);
+    if e.retry_after_s.is_some() {
+        p.retry_after_s = e.retry_after_s;
+    }
+    p
+}
+
+/// The SSE error event a streaming client gets when the winner broke mid-stream (the response
+/// status is already 200; the event names the upstream failure).
+pub fn stream_error_event(message: &str) -> Bytes {
+    let body = json!({"error": {"message": message, "type": UPSTREAM, "code": 502}});
+    sse::data_event(body.to_string().as_bytes())
+}
+
 fn directory_parts(e: &DirectoryError) -> ErrorParts {
     match e {
         DirectoryError::UnknownModel(_) => ErrorParts {
-            param: Some("model"),
+            param: Some("model".into()),
             ..parts(404, INVALID, "model_not_found")
         },
         DirectoryError::UnknownEscrow(_) => parts(404, INVALID, "escrow_not_found"),
@@ -131,17 +213,17 @@ fn directory_parts(e: &DirectoryError) -> ErrorParts {
 fn chain_parts(e: &ChainError) -> ErrorParts {
     match e {
         ChainError::InvalidEscrowId(_) => ErrorParts {
-            param: Some("escrow_id"),
+            param: Some("escrow_id".into()),
             ..parts(400, INVALID, "invalid_escrow_id")
         },
         ChainError::EscrowNotFound(_) => ErrorParts {
-            param: Some("escrow_id"),
+            param: Some("escrow_id".into()),
             ..parts(404, INVALID, "escrow_not_found")
         },
         ChainError::EscrowSettled(_) => parts(409, INVALID, "escrow_settled"),
         ChainError::CreatorMismatch { .. } => parts(400, INVALID, "escrow_creator_mismatch"),
         ChainError::UnknownModel(_) => ErrorParts {
-            param: Some("model"),
+            param: Some("model".into()),
             ..parts(400, INVALID, "model_required")
         },
         ChainError::EmptyGroup(_)
@@ -169,12 +251,16 @@ impl ApiError {
     pub fn parts(&self) -> ErrorParts {
         match self {
             ApiError::BadRequest { param, code, .. } => ErrorParts {
-                param: *param,
+                param: param.map(str::to_string),
+                ..parts(400, INVALID, code)
+            },
+            ApiError::InvalidParam { param, code, .. } => ErrorParts {
+                param: Some(param.clone()),
                 ..parts(400, INVALID, code)
             },
             ApiError::BodyTooLarge { .. } => parts(413, INVALID, "request_too_large"),
             ApiError::ModelNotFound { .. } => ErrorParts {
-                param: Some("model"),
+                param: Some("model".into()),
                 ..parts(404, INVALID, "model_not_found")
             },
             ApiError::Unauthorized(_) => parts(401, INVALID, "invalid_api_key"),
@@ -182,20 +268,25 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => parts(405, INVALID, "method_not_allowed"),
             ApiError::Saturated => parts(429, "rate_limit_error", "rate_limit_exceeded"),
             ApiError::Conflict(_) => parts(409, INVALID, "conflict"),
-            ApiError::Race(e) => {
-                let status = if (400..600).contains(&e.status) {
-                    e.status
-                } else {
-                    502
-                };
-                let mut p = parts(status, &e.kind, &e.kind);
-                if e.retry_after_s.is_some() {
-                    p.retry_after_s = e.retry_after_s;
-                }
-                p
-            }
+            ApiError::Race(e) => race_parts(e),
+            ApiError::RaceLost => parts(502, UPSTREAM, UPSTREAM),
+            ApiError::PhaseRefused { retry_after_s, .. } => ErrorParts {
+                retry_after_s: Some(*retry_after_s),
+                ..parts(503, UNAVAILABLE, CODE_POC)
+            },
+            ApiError::NoActiveEscrow(_) => ErrorParts {
+                retry_after_s: Some(NO_ACTIVE_ESCROW_RETRY_AFTER_S),
+                ..parts(503, "no_active_escrow", "no_active_escrow")
+            },
             ApiError::Directory(e) => directory_parts(e),
             ApiError::Chain(e) => chain_parts(e),
+            ApiError::Settle(e) => match e {
+                SettleError::UnknownEscrow(_) | SettleError::NoSettlement(_) => {
+                    parts(404, INVALID, "escrow_not_found")
+                }
+                SettleError::AlreadySettled(_) => parts(409, INVALID, "escrow_settled"),
+                SettleError::NotOurs { .. } => parts(403, INVALID, "escrow_not_ours"),
+            },
             ApiError::ActorTimeout => parts(503, UNAVAILABLE, "actor_timeout"),
             ApiError::ActorGone => parts(503, UNAVAILABLE, "actor_unavailable"),
             ApiError::Internal(_) => parts(500, SERVER, "internal_error"),
@@ -226,5 +317,137 @@ impl ResponseError for ApiError {
             res.insert_header((header::RETRY_AFTER, s.to_string()));
         }
         res.json(self.body())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use devshard_actors::{
+        policy::{correlation::FaultSignature, reason::OutcomeReason},
+        race::RaceErrorKind as K,
+    };
+
+    use super::*;
+
+    fn race(kind: RaceErrorKind, retry_after_s: Option<u64>) -> ErrorParts {
+        ApiError::Race(RaceError {
+            kind,
+            message: "m".into(),
+            retry_after_s,
+        })
+        .parts()
+    }
+
+    /// Shared faults (moved here from the actors crate's correlation tests, where the status was
+    /// chosen before): seed 000's mass 403 owner mismatch → 502, every host overloaded → 503,
+    /// every host rejecting the request → 400.
+    #[test]
+    fn shared_faults_get_502_503_400() {
+        let cases = [
+            (
+                OutcomeClass::EscrowFault,
+                Some(403),
+                OutcomeReason::NotEscrowOwner,
+                502,
+            ),
+            (
+                OutcomeClass::Overload,
+                Some(503),
+                OutcomeReason::RequestsDisabled,
+                503,
+            ),
+            (
+                OutcomeClass::RequestFault,
+                Some(400),
+                OutcomeReason::BadRequest,
+                400,
+            ),
+        ];
+        for (class, status, reason, want) in cases {
+            let sig = FaultSignature::new(class, status, reason, "whatever");
+            assert_eq!(race(K::Shared(sig.class), None).status, want, "{class:?}");
+        }
+    }
+
+    #[test]
+    fn every_race_error_kind_has_its_row() {
+        let cases = [
+            (K::Saturated, None, 429, "rate_limit_exceeded", Some(1)),
+            (K::EscrowUnavailable, Some(5), 503, UNAVAILABLE, Some(5)),
+            (K::Internal, None, 500, "internal_error", None),
+            (K::HostsFailed, None, 502, UPSTREAM, None),
+            (K::HostBusy, Some(7), 503, UPSTREAM, Some(7)),
+            (K::Stalled, None, 504, "timeout", None),
+            (K::Cancelled, None, 499, INVALID, None),
+            (
+                K::HostErrorEvent {
+                    host_status: Some(422),
+                },
+                None,
+                422,
+                INVALID,
+                None,
+            ),
+            (
+                K::HostErrorEvent {
+                    host_status: Some(504),
+                },
+                None,
+                504,
+                "timeout",
+                None,
+            ),
+            (
+                K::HostErrorEvent {
+                    host_status: Some(503),
+                },
+                None,
+                503,
+                UPSTREAM,
+                Some(DEFAULT_RETRY_AFTER_S),
+            ),
+            (
+                K::HostErrorEvent {
+                    host_status: Some(200),
+                },
+                None,
+                502,
+                UPSTREAM,
+                None,
+            ),
+            (
+                K::HostErrorEvent { host_status: None },
+                None,
+                502,
+                UPSTREAM,
+                None,
+            ),
+            (
+                K::Shared(OutcomeClass::Overload),
+                Some(13),
+                503,
+                UNAVAILABLE,
+                Some(13),
+            ),
+        ];
+        for (kind, retry, status, ty, want_retry) in cases {
+            let p = race(kind, retry);
+            assert_eq!(
+                (p.status, p.kind.as_str(), p.code.as_str(), p.retry_after_s),
+                (status, ty, ty, want_retry),
+                "{kind:?}"
+            );
+        }
+        assert_eq!(ApiError::RaceLost.parts().status, 502);
+        let none = ApiError::NoActiveEscrow("m".into()).parts();
+        assert_eq!((none.status, none.retry_after_s), (503, Some(30)));
+    }
+
+    #[test]
+    fn mid_stream_error_event_names_the_upstream_failure() {
+        let event = stream_error_event("broke");
+        let text = String::from_utf8_lossy(&event);
+        assert!(text.starts_with("data: ") && text.contains(r#""type":"upstream_error""#));
+        assert!(text.contains(r#""code":502"#) && text.contains("broke"));
     }
 }

@@ -1,19 +1,38 @@
-//! The HTTP edge (actix-web): routes, request ids, body reading and bearer-key checks shared by
-//! the handlers. Handlers live one resource family per file:
-//! - [`openai`]: `POST /v1/chat/completions` (streaming and not), with [`normalize`] for the
-//!   pure request checks and [`sse`] for the streaming body;
+//! The HTTP edge (actix-web): routes ([`configure`], one 405 per resource registered once by
+//! `resource`), request ids, body reading and bearer-key checks shared by the handlers.
+//! Handlers live one resource family per file; every module:
+//!
+//! - [`openai`]: `POST /v1/chat/completions` (streaming and not);
+//! - [`normalize`]: the pure request checks and normalisation (model, `max_tokens`, prompt hash);
+//! - [`sse`]: the streaming response body;
+//! - [`access`]: per-model access control of chat requests;
+//! - [`gate`]: phase gating of new chat requests during PoC;
+//! - [`accounting`]: idempotent replays, the recording stream;
+//! - [`ledger`]: `GET /v1/requests/{request_id}` (admin key or the API key that made it) and
+//!   `GET /v1/admin/ledger` (the cost ledger export);
+//! - [`settlement`]: `/v1/admin/escrows/{id}/settle|finalize|settlement|signatures/collect`;
+//! - [`status`]: `GET /v1/status` (the Go gateway's gateway-mode shape);
+//! - [`filter`], [`messages`], [`shaping`]: the OpenAI request filter pipeline, message checks,
+//!   and the logprobs forcing/stripping;
+//! - [`operator`]: `GET /v1/admin/state`, escrow deactivate/activate, the escrow choice;
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/v1/models`;
-//! - [`admin`]: `/v1/admin/escrows…` behind the admin key;
+//! - [`admin`]: `/v1/admin/escrows…` and the admin-key guard;
+//! - [`participants`]: `/v1/admin/participants…` (health, unquarantine, forget, eject);
 //! - [`settings`]: `GET/PUT /v1/admin/settings` (admin);
-//! - [`gate`]: phase gating of new chat requests during PoC, and `GET /v1/debug/chain` (admin);
-//! - [`error`]: the one mapping of every error to an OpenAI-shaped answer.
+//! - [`debug`]: every `/v1/debug/…` route (actors, escrows, chain, series; admin);
+//! - [`openapi`]: `GET /openapi.json`;
+//! - [`ui`]: `GET /debug/ui`, the operator page;
+//! - [`error`]: the one mapping of every error to a status and an OpenAI-shaped answer.
 
 pub mod access;
 pub mod accounting;
 pub mod admin;
 pub mod debug;
 pub mod error;
+pub mod filter;
 pub mod gate;
+pub mod ledger;
+pub mod messages;
 pub mod normalize;
 pub mod openai;
 pub mod openapi;
@@ -21,7 +40,10 @@ pub mod operator;
 pub mod ops;
 pub mod participants;
 pub mod settings;
+pub mod settlement;
+pub mod shaping;
 pub mod sse;
+pub mod status;
 pub mod ui;
 
 use std::sync::atomic::Ordering;
@@ -35,7 +57,7 @@ use actix_web::{
 use futures::StreamExt;
 
 use self::error::ApiError;
-use crate::{app::AppState, config::secret::constant_time_eq};
+use crate::{config::secret::constant_time_eq, state::AppState};
 
 /// Request id header (honoured when sane, generated otherwise, echoed on every chat answer).
 pub const HEADER_REQUEST_ID: &str = "x-request-id";
@@ -46,142 +68,85 @@ pub const HEADER_DEVSHARD_ID: &str = "x-devshard-id";
 /// Longest client-supplied request id we keep.
 const MAX_REQUEST_ID_LEN: usize = 128;
 
+/// A resource that answers 405 (OpenAI-shaped) to every method it has no route for: the one
+/// place 405s are registered.
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(method_not_allowed))
+}
+
 /// Registers every route of the gateway.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/v1/chat/completions")
-            .route(web::post().to(openai::chat))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/v1/requests/{request_id}")
-            .wrap(from_fn(admin::require_admin))
-            .route(web::get().to(accounting::get_request))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/openapi.json")
-            .route(web::get().to(openapi::document))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/v1/models")
-            .route(web::get().to(ops::models))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/healthz")
-            .route(web::get().to(ops::healthz))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/readyz")
-            .route(web::get().to(ops::readyz))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/debug/ui")
-            .route(web::get().to(ui::page))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::resource("/metrics")
-            .route(web::get().to(ops::metrics))
-            .default_service(web::to(method_not_allowed)),
-    )
-    .service(
-        web::scope("/v1/admin")
-            .wrap(from_fn(admin::require_admin))
-            .service(
-                web::resource("/escrows")
-                    .route(web::get().to(admin::list_escrows))
-                    .route(web::post().to(admin::add_escrow))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/escrows/{id}")
-                    .route(web::get().to(admin::get_escrow))
-                    .route(web::delete().to(admin::delete_escrow))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/participants")
-                    .route(web::get().to(participants::list))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/participants/unquarantine")
-                    .route(web::post().to(participants::unquarantine))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/participants/forget")
-                    .route(web::post().to(participants::forget))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/participants/eject")
-                    .route(web::post().to(participants::eject))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/escrows/{id}/participants/{address}/repair")
-                    .route(web::post().to(admin::trigger_repair))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/escrows/{id}/sync")
-                    .route(web::post().to(admin::sync_escrow))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/state")
-                    .route(web::get().to(operator::admin_state))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/escrows/{id}/deactivate")
-                    .route(web::post().to(operator::deactivate))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/escrows/{id}/activate")
-                    .route(web::post().to(operator::activate))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/settings")
-                    .route(web::get().to(settings::get_settings))
-                    .route(web::put().to(settings::put_settings))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .default_service(web::to(not_found)),
-    )
-    .service(
-        web::scope("/v1/debug")
-            .wrap(from_fn(admin::require_admin))
-            .service(
-                web::resource("/chain")
-                    .route(web::get().to(gate::debug_chain))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/actors")
-                    .route(web::get().to(debug::actors))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/actors/{kind}/{id}")
-                    .route(web::get().to(debug::actor))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .service(
-                web::resource("/escrows/{id}")
-                    .route(web::get().to(debug::escrow))
-                    .default_service(web::to(method_not_allowed)),
-            )
-            .default_service(web::to(not_found)),
-    );
+    cfg.service(resource("/v1/chat/completions").route(web::post().to(openai::chat)))
+        .service(resource("/v1/requests/{request_id}").route(web::get().to(ledger::get_request)))
+        .service(resource("/v1/status").route(web::get().to(status::status)))
+        .service(resource("/openapi.json").route(web::get().to(openapi::document)))
+        .service(resource("/v1/models").route(web::get().to(ops::models)))
+        .service(resource("/healthz").route(web::get().to(ops::healthz)))
+        .service(resource("/readyz").route(web::get().to(ops::readyz)))
+        .service(resource("/debug/ui").route(web::get().to(ui::page)))
+        .service(resource("/metrics").route(web::get().to(ops::metrics)))
+        .service(
+            web::scope("/v1/admin")
+                .wrap(from_fn(admin::require_admin))
+                .service(
+                    resource("/escrows")
+                        .route(web::get().to(admin::list_escrows))
+                        .route(web::post().to(admin::add_escrow)),
+                )
+                .service(
+                    resource("/escrows/{id}")
+                        .route(web::get().to(admin::get_escrow))
+                        .route(web::delete().to(admin::delete_escrow)),
+                )
+                .service(resource("/participants").route(web::get().to(participants::list)))
+                .service(
+                    resource("/participants/unquarantine")
+                        .route(web::post().to(participants::unquarantine)),
+                )
+                .service(
+                    resource("/participants/forget").route(web::post().to(participants::forget)),
+                )
+                .service(resource("/participants/eject").route(web::post().to(participants::eject)))
+                .service(
+                    resource("/escrows/{id}/participants/{address}/repair")
+                        .route(web::post().to(admin::trigger_repair)),
+                )
+                .service(resource("/escrows/{id}/sync").route(web::post().to(admin::sync_escrow)))
+                .service(resource("/escrows/{id}/settle").route(web::post().to(settlement::settle)))
+                .service(
+                    resource("/escrows/{id}/finalize").route(web::post().to(settlement::finalize)),
+                )
+                .service(resource("/escrows/{id}/settlement").route(web::get().to(settlement::get)))
+                .service(
+                    resource("/escrows/{id}/signatures/collect")
+                        .route(web::post().to(settlement::collect)),
+                )
+                .service(resource("/ledger").route(web::get().to(ledger::export)))
+                .service(resource("/state").route(web::get().to(operator::admin_state)))
+                .service(
+                    resource("/escrows/{id}/deactivate")
+                        .route(web::post().to(operator::deactivate)),
+                )
+                .service(
+                    resource("/escrows/{id}/activate").route(web::post().to(operator::activate)),
+                )
+                .service(
+                    resource("/settings")
+                        .route(web::get().to(settings::get_settings))
+                        .route(web::put().to(settings::put_settings)),
+                )
+                .default_service(web::to(not_found)),
+        )
+        .service(
+            web::scope("/v1/debug")
+                .wrap(from_fn(admin::require_admin))
+                .service(resource("/chain").route(web::get().to(debug::debug_chain)))
+                .service(resource("/series").route(web::get().to(debug::series)))
+                .service(resource("/actors").route(web::get().to(debug::actors)))
+                .service(resource("/actors/{kind}/{id}").route(web::get().to(debug::actor)))
+                .service(resource("/escrows/{id}").route(web::get().to(debug::escrow)))
+                .default_service(web::to(not_found)),
+        );
 }
 
 /// 404 for every unknown route.

@@ -1,27 +1,31 @@
 //! Request normalisation of `POST /v1/chat/completions` (PROTOCOL.md §6.1), as pure functions:
-//! the body must be a JSON object with a non-empty `messages` array; `max_tokens` and
+//! the body must be a JSON object; `messages` follows OpenAI's rules ([`super::messages`]); every
+//! other key goes through the filter pipeline ([`super::filter`]: `extra_body` flattened, bounds,
+//! silently dropped keys, unknown keys 400); `max_tokens` and
 //! `max_completion_tokens`, when given, are positive integers within the cap (both given: both
 //! become the smaller); neither given: `max_tokens` = the default. `stream` must be a boolean.
-//! The model is chosen among the served ones, written into the body, and the normalised body is
-//! what the escrow signs as the prompt (its `prompt_hash` is over the canonical JSON).
+//! `model` must be a string when present. The model is chosen among the served ones and written
+//! into the body, the model's forced fields are added ([`super::shaping`]), and that body — the
+//! one sent upstream — is what the escrow signs as the prompt (its `prompt_hash` is over its
+//! canonical JSON).
 
 use bytes::Bytes;
 use devshard_actors::protocol::canonical::prompt_hash;
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
+use super::{
+    error::ApiError,
+    filter, messages,
+    shaping::{self, Strip},
+};
+use crate::config::operator::ShapingConfig;
 
 /// `max_tokens`.
 pub const FIELD_MAX_TOKENS: &str = "max_tokens";
 /// `max_completion_tokens` (newer OpenAI name of the same limit).
 pub const FIELD_MAX_COMPLETION_TOKENS: &str = "max_completion_tokens";
 
-/// Limits that shape a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChatLimits {
-    pub default_max_tokens: u64,
-    pub max_tokens_cap: u64,
-}
+pub use crate::state::ChatLimits;
 
 /// A checked request, before the model is chosen.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +36,8 @@ pub struct ChatRequest {
     /// The effective token limit.
     pub max_tokens: u64,
     pub stream: bool,
+    /// Keys dropped silently by the filter pipeline.
+    pub dropped: Vec<String>,
 }
 
 /// A normalised request, ready for the escrow.
@@ -42,6 +48,10 @@ pub struct NormalizedChat {
     pub max_tokens: u64,
     pub stream: bool,
     pub prompt_hash: [u8; 32],
+    /// What to take out of the answer (what the client did not ask for).
+    pub strip: Strip,
+    /// Keys dropped silently by the filter pipeline.
+    pub dropped: Vec<String>,
 }
 
 fn token_limit(
@@ -84,30 +94,8 @@ pub fn parse(raw: &[u8], limits: ChatLimits) -> Result<ChatRequest, ApiError> {
             code: "invalid_json",
         });
     };
-    match body.get("messages") {
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid(
-                "messages",
-                "missing_required_parameter",
-                "`messages` is required",
-            ))
-        }
-        Some(Value::Array(a)) if !a.is_empty() => {}
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid(
-                "messages",
-                "invalid_value",
-                "`messages` must contain at least one message",
-            ))
-        }
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "messages",
-                "invalid_value",
-                "`messages` must be an array of messages",
-            ))
-        }
-    }
+    let dropped = filter::apply(&mut body)?;
+    messages::check(body.get("messages"))?;
     let cap = limits.max_tokens_cap;
     let a = token_limit(&body, FIELD_MAX_TOKENS, cap)?;
     let b = token_limit(&body, FIELD_MAX_COMPLETION_TOKENS, cap)?;
@@ -140,7 +128,7 @@ pub fn parse(raw: &[u8], limits: ChatLimits) -> Result<ChatRequest, ApiError> {
         }
     };
     let model = match body.get("model") {
-        None | Some(Value::Null) => None,
+        None => None,
         Some(Value::String(s)) if s.trim().is_empty() => None,
         Some(Value::String(s)) => Some(s.trim().to_string()),
         Some(_) => {
@@ -156,6 +144,7 @@ pub fn parse(raw: &[u8], limits: ChatLimits) -> Result<ChatRequest, ApiError> {
         model,
         max_tokens,
         stream,
+        dropped,
     })
 }
 
@@ -193,10 +182,15 @@ pub fn choose_model(
     }
 }
 
-/// Writes the model into the body and computes what the escrow needs.
-pub fn finish(req: ChatRequest, model: String) -> Result<NormalizedChat, ApiError> {
+/// Writes the model and its forced fields into the body and computes what the escrow needs.
+pub fn finish(
+    req: ChatRequest,
+    model: String,
+    shaping: &ShapingConfig,
+) -> Result<NormalizedChat, ApiError> {
     let mut body = req.body;
     body.insert("model".into(), Value::String(model.clone()));
+    let asked = shaping::force(&mut body, shaping.forces(&model));
     let bytes = serde_json::to_vec(&Value::Object(body))
         .map_err(|e| ApiError::Internal(format!("re-encoding the request: {e}")))?;
     let hash = prompt_hash(&bytes).map_err(|e| ApiError::BadRequest {
@@ -210,5 +204,7 @@ pub fn finish(req: ChatRequest, model: String) -> Result<NormalizedChat, ApiErro
         max_tokens: req.max_tokens,
         stream: req.stream,
         prompt_hash: hash,
+        strip: asked.strip(),
+        dropped: req.dropped,
     })
 }

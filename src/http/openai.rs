@@ -5,7 +5,7 @@
 //! `model` type (400, [`normalize::parse`]) → model among the served ones (404/400) → the
 //! model's access mode ([`access::authorize`], 401/403) → the request table and
 //! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
-//! `crate::app::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
+//! `crate::state::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
 //! the concurrent-race limit (429) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
 //! skipping deactivated escrows) → the race. The race starts here, inside the handler, so that
 //! it lives on this worker's arbiter (awc is `!Send`).
@@ -24,21 +24,24 @@ use actix_web::{
 use devshard_actors::{
     directory::ListModels,
     escrow::messages::InferenceParams,
-    race::{RaceActor, RaceError, RaceSpec, RaceStart},
+    race::{RaceActor, RaceSpec, RaceStart},
 };
 use slog::{info, o, warn, Logger};
 
 use super::{
-    access, accounting, error::ApiError, gate, normalize, operator, read_body, request_id,
-    sse::InFlight, HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
+    access, accounting,
+    error::{self, ApiError},
+    gate, normalize, operator, read_body, request_id,
+    sse::InFlight,
+    HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
 use crate::{
-    app::accounting::{fingerprint, Begin, Outcome, Record, Stored},
-    app::{AppState, ACTOR_TIMEOUT},
     metrics::REJECT_MAX_CONCURRENT,
+    state::accounting::{fingerprint, Begin, Outcome, Record, Stored},
+    state::{AppState, ACTOR_TIMEOUT},
 };
 
-/// Header naming a client's retry key (see `crate::app::accounting`).
+/// Header naming a client's retry key (see `crate::state::accounting`).
 pub const HEADER_IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The chat handler (see the module docs).
@@ -138,7 +141,11 @@ async fn chat_inner(
         &served,
         state.limits.default_model.as_deref(),
     )?;
-    let chat = normalize::finish(parsed, model)?;
+    let chat = normalize::finish(parsed, model, &state.limits.shaping)?;
+    if !chat.dropped.is_empty() {
+        info!(log, "request keys dropped"; "stage" => "request_keys_dropped",
+            "keys" => chat.dropped.join(","));
+    }
     if let Err(denied) = access::authorize(&caller, &chat.model, state) {
         info!(log, "request refused by the model's access mode"; "stage" => "access_denied",
             "model" => &chat.model, "caller" => caller.label());
@@ -175,7 +182,7 @@ async fn chat_inner(
     info!(log, "request received"; "stage" => "request_received", "model" => &chat.model,
         "stream" => chat.stream, "input_length" => chat.body.len(), "max_tokens" => chat.max_tokens);
     if let Some(refused) = gate::admit(state, &chat.model, log) {
-        return Ok(refused);
+        return Ok(refused.error_response());
     }
 
     let Ok(permit) = state.races.clone().try_acquire_owned() else {
@@ -194,6 +201,7 @@ async fn chat_inner(
     info!(log, "escrow picked"; "stage" => "escrow_picked", "escrow" => &picked.escrow_id,
         "race" => race_id);
     let stream = chat.stream;
+    let strip = chat.strip;
     let params = InferenceParams {
         request_id: rid.to_string(),
         model: chat.model,
@@ -215,6 +223,7 @@ async fn chat_inner(
         metrics: state.actor_metrics.clone(),
         actors: state.actors.clone(),
         report: Some(report),
+        stream_error: error::stream_error_event,
     });
     // The race outlives this handler for a stream: its nonces and attempts arrive when it ends.
     let (acc, clock, id) = (
@@ -230,24 +239,20 @@ async fn chat_inner(
     let started = match reply.await {
         Ok(Ok(start)) => start,
         Ok(Err(e)) => {
-            state.metrics.race_error(e.status);
-            return Err(ApiError::Race(e));
+            let e = ApiError::Race(e);
+            state.metrics.race_error(e.parts().status);
+            return Err(e);
         }
         Err(_) => {
-            let e = RaceError {
-                status: 502,
-                kind: "upstream_error".into(),
-                message: "the request's race ended without an answer".into(),
-                retry_after_s: None,
-            };
-            state.metrics.race_error(e.status);
-            return Err(ApiError::Race(e));
+            state.metrics.race_error(ApiError::RaceLost.parts().status);
+            return Err(ApiError::RaceLost);
         }
     };
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
     Ok(match started {
-        RaceStart::Stream(rx) => accounting::recording_stream(rx, in_flight, state, rid),
+        RaceStart::Stream(rx) => accounting::recording_stream(rx, in_flight, state, rid, strip),
         RaceStart::Whole(body) => {
+            let body = strip.json(body);
             drop(in_flight);
             let stored = Stored {
                 content_type: "application/json",

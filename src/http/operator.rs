@@ -8,10 +8,7 @@
 //! deactivated, the edge picks the live, active escrow of the model with the fewest races in
 //! flight; with none left → 503 `no_active_escrow`.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::{Arc, Mutex},
-};
+use std::collections::{BTreeMap, BTreeSet};
 
 use actix_web::{web, HttpResponse};
 use devshard_actors::directory::{GetEscrow, ListParticipants, PickEscrow, PickedEscrow};
@@ -20,12 +17,11 @@ use slog::info;
 
 use super::error::ApiError;
 use crate::{
-    app::{AppState, ACTOR_TIMEOUT},
     escrows,
+    state::{AppState, ACTOR_TIMEOUT},
 };
 
-/// Ids of deactivated escrows.
-pub type Deactivated = Arc<Mutex<BTreeSet<String>>>;
+pub use crate::state::Deactivated;
 
 fn deactivated(state: &AppState) -> BTreeSet<String> {
     state
@@ -73,12 +69,7 @@ pub async fn pick_escrow(state: &AppState, model: &str) -> Result<PickedEscrow, 
             });
         }
     }
-    Err(ApiError::Race(devshard_actors::race::RaceError {
-        status: 503,
-        kind: "no_active_escrow".into(),
-        message: format!("every escrow serving `{model}` is deactivated"),
-        retry_after_s: Some(30),
-    }))
+    Err(ApiError::NoActiveEscrow(model.to_string()))
 }
 
 async fn set_active(state: &AppState, id: String, active: bool) -> Result<HttpResponse, ApiError> {

@@ -14,7 +14,7 @@ use devshard_actors::{
 use serde_json::json;
 
 use super::error::ApiError;
-use crate::{app::AppState, metrics};
+use crate::{metrics, state::AppState};
 
 /// `Content-Type` of the Prometheus text format.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -46,7 +46,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let status = match state
         .directory
         .send(GetStatus)
-        .timeout(crate::app::ACTOR_TIMEOUT)
+        .timeout(crate::state::ACTOR_TIMEOUT)
         .await
     {
         Ok(s) => s,
@@ -86,7 +86,7 @@ pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     let models = state
         .directory
         .send(ListModels)
-        .timeout(crate::app::ACTOR_TIMEOUT)
+        .timeout(crate::state::ACTOR_TIMEOUT)
         .await?;
     let cap = state.limits.chat.max_tokens_cap;
     let data: Vec<_> = models

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use slog::info;
 
 use super::{admin::ADMIN_BODY_LIMIT, error::ApiError, read_body};
-use crate::app::{AppState, ACTOR_TIMEOUT};
+use crate::state::{AppState, ACTOR_TIMEOUT};
 
 /// Body of the participant admin POSTs.
 #[derive(Debug, Deserialize)]

@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 use slog::info;
 
 use super::{admin::ADMIN_BODY_LIMIT, error::ApiError, read_body};
-use crate::app::{polling::CHAIN_POLL_KEY, AppState, ACTOR_TIMEOUT};
+use crate::state::{polling::CHAIN_POLL_KEY, AppState, ACTOR_TIMEOUT};
 
 const HEALTH: &str = "health";
 const CHAIN_POLL: &str = "chain_poll";
@@ -76,7 +76,7 @@ pub async fn get_settings(state: web::Data<AppState>) -> Result<HttpResponse, Ap
 /// `current` with the fields of `patch` (`null` = the field's value in `reset`), each checked
 /// alone first: a field that is unknown or of the wrong type is named in `errors` and left out,
 /// so that the rest can still be validated and every problem reported at once.
-fn merge<T: Serialize + DeserializeOwned>(
+pub fn merge<T: Serialize + DeserializeOwned>(
     section: &str,
     current: &T,
     reset: &T,

@@ -1,6 +1,9 @@
 //! `GET /debug/ui`: a self-contained HTML page (inline CSS and JS, no external assets) that polls
-//! `GET /v1/debug/actors` every second and shows escrows, participants by health state, races,
-//! repairs and the chain poller.
+//! `GET /v1/debug/actors` and `GET /v1/debug/series` every second and shows charts of the last
+//! 15 minutes (inline SVG: requests/s, TTFB p50/p99, errors by class, hedges and sheds,
+//! participants by health state, per escrow nonces and balance left), then escrows,
+//! participants by health state, races, repairs and the chain poller (a table: endpoint, age,
+//! next poll, back-off, last status). Every table fits a 1280 px window.
 //!
 //! The page is served without auth and carries no data: it reads the admin key from the URL
 //! fragment (`#key=…`, never sent to the server) or its text field and sends it as

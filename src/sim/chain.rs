@@ -6,7 +6,10 @@
 //! Every request to a chain path (and every miner `GET /v1/versions`) passes the chain faults
 //! and is logged ([`super::traffic`]).
 
-use std::{collections::BTreeMap, sync::Mutex};
+use std::{
+    collections::BTreeMap,
+    sync::{Mutex, MutexGuard},
+};
 
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
 use http::{Method, StatusCode};
@@ -21,6 +24,7 @@ use devshard_actors::{
 use super::{
     config::EpochSchedule,
     epoch::{self, EpochView},
+    ledger::{EscrowStatus, Ledger},
     server::{self, Resp},
     traffic::{ChainFaults, ChainGate, ChainRequest, ChainRequests},
 };
@@ -37,6 +41,8 @@ pub struct EscrowInfo {
     pub slots: Vec<Address>,
     pub epoch_index: u64,
     pub session_config: SessionConfig,
+    /// Chain nonce limit the hosts enforce (`max_nonce − (N + 1)` while Active).
+    pub max_nonce: u64,
 }
 
 /// A registered participant (one per host).
@@ -65,6 +71,7 @@ pub(crate) struct Chain {
     participants: Vec<ParticipantInfo>,
     log: Mutex<ChainRequests>,
     gate: Mutex<ChainGate>,
+    ledger: Mutex<Ledger>,
 }
 
 impl Chain {
@@ -74,6 +81,7 @@ impl Chain {
         model: String,
         escrows: Vec<EscrowInfo>,
         participants: Vec<ParticipantInfo>,
+        ledger: Ledger,
     ) -> Chain {
         let start_ms = clock.now_ms();
         Chain {
@@ -88,7 +96,21 @@ impl Chain {
             participants,
             log: Mutex::new(ChainRequests::default()),
             gate: Mutex::new(ChainGate::default()),
+            ledger: Mutex::new(ledger),
         }
+    }
+
+    /// The ledger with every due mempool tx committed (a poisoned lock is recovered: the
+    /// ledger is only changed by complete, checked steps).
+    pub(crate) fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        let mut l = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
+        let now_ms = self.clock.now_ms();
+        l.advance(now_ms, self.epoch_view().block_height);
+        l
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     pub(crate) fn escrow(&self, id: &str) -> Option<&EscrowInfo> {
@@ -248,6 +270,11 @@ impl Chain {
             return json!({"found": false});
         };
         let c = &e.session_config;
+        let settled = self
+            .ledger()
+            .escrows
+            .get(id)
+            .is_some_and(|b| b.status != EscrowStatus::Open);
         let app_hash = hex::encode_upper(devshard_actors::protocol::crypto::sha256(id.as_bytes()));
         json!({"found": true, "escrow": {
             "id": e.escrow_id,
@@ -256,7 +283,8 @@ impl Chain {
             "slots": e.slots,
             "epoch_index": e.epoch_index.to_string(),
             "app_hash": app_hash,
-            "settled": false,
+            "settled": settled,
+            "max_nonce": e.max_nonce.to_string(),
             "token_price": c.token_price.to_string(),
             "create_devshard_fee": c.create_devshard_fee.to_string(),
             "fee_per_nonce": c.fee_per_nonce.to_string(),

@@ -16,6 +16,7 @@
 //! profile: mixed
 //! host_0: http://127.0.0.1:PORT
 //! …
+//! host_0_warm_key: gonka1…          (hosts on warm keys only)
 //! ```
 
 use std::{io::Write, net::IpAddr, process::ExitCode};
@@ -27,7 +28,7 @@ use devshard_actors::{
     protocol::{crypto::SigningKey, state::SessionConfig, version::ProtocolVersion},
 };
 
-use super::{Profile, SimConfig, SimNetwork};
+use super::{Profile, SimConfig, SimNetwork, WarmMode};
 
 /// Exit code for a bad command line or config (BSD `EX_USAGE`).
 const EX_USAGE: u8 = 64;
@@ -87,6 +88,9 @@ pub struct SimArgs {
     /// Session execution timeout in seconds (default 1200).
     #[arg(long)]
     pub execution_timeout: Option<i64>,
+    /// Hosts that sign with a chain-granted warm key: all, none or a count K (hosts 0..K).
+    #[arg(long, default_value = "none")]
+    pub warm_keys: WarmMode,
 }
 
 impl SimArgs {
@@ -108,6 +112,7 @@ impl SimArgs {
         cfg.validation_rate = self.validation_rate;
         cfg.output_tokens = self.output_tokens;
         cfg.bind_ip = self.bind;
+        cfg.warm_keys = self.warm_keys;
         cfg.base_port = self.port;
         cfg.epochs.block_time_ms = self.block_time_ms.max(1);
         cfg.epochs.hosts_disable_during_poc = self.poc_disables_hosts;
@@ -163,6 +168,13 @@ pub fn describe(net: &SimNetwork) -> Vec<(String, String)> {
             .iter()
             .map(|h| (format!("host_{}", h.index), h.url.clone())),
     );
+    out.extend(net.hosts().iter().filter_map(|h| {
+        let warm = h.warm_key.as_ref()?;
+        Some((
+            format!("host_{}_warm_key", h.index),
+            warm.address().to_string(),
+        ))
+    }));
     out
 }
 

@@ -6,7 +6,7 @@ use devshard_actors::protocol::{
     crypto::SigningKey, state::SessionConfig, version::ProtocolVersion,
 };
 
-use super::profile::Profile;
+use super::{profile::Profile, warm::WarmMode};
 
 /// Key index (see [`SigningKey::derive`]) of the default gateway key; hosts use `0..hosts`.
 pub const GATEWAY_KEY_INDEX: u32 = u32::MAX;
@@ -30,6 +30,12 @@ pub struct SimConfig {
     pub escrow_ids: Vec<String>,
     /// Amount of every escrow.
     pub amount: u64,
+    /// `max_nonce` of every escrow, reported by the chain and enforced by the hosts.
+    pub max_nonce: u64,
+    /// Per-escrow overrides of `max_nonce`.
+    pub max_nonces: std::collections::BTreeMap<String, u64>,
+    /// Spendable balance of the creator's account (pays tx fees).
+    pub creator_balance: u64,
     /// Model name the hosts advertise and stamp into completions.
     pub model: String,
     /// Prefix of the devshard routes (`/v1/devshard` or `/devshard/<version>`).
@@ -51,6 +57,8 @@ pub struct SimConfig {
     /// Slot → host index; `None` = one slot per host in host order. A host listed several times
     /// is a multi-slot validator.
     pub slot_hosts: Option<Vec<usize>>,
+    /// Which hosts sign with warm keys (granted on the chain at start).
+    pub warm_keys: WarmMode,
     /// Address every server binds.
     pub bind_ip: IpAddr,
     /// `0` = ephemeral ports; otherwise the chain API binds `base_port` and host `i`
@@ -67,6 +75,9 @@ impl SimConfig {
             seed: seed.to_owned(),
             escrow_ids: vec!["42".to_owned()],
             amount: 1_000_000_000,
+            max_nonce: 20_000,
+            max_nonces: Default::default(),
+            creator_balance: 1_000_000_000_000,
             model: DEFAULT_MODEL.to_owned(),
             route_prefix: DEFAULT_ROUTE_PREFIX.to_owned(),
             protocol: ProtocolVersion::V2,
@@ -76,6 +87,7 @@ impl SimConfig {
             epochs: EpochSchedule::default(),
             session_config: None,
             slot_hosts: None,
+            warm_keys: WarmMode::None,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             base_port: 0,
         }

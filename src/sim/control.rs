@@ -7,14 +7,16 @@
 //! | `DELETE /sim/hosts/{i}/faults` | clears them |
 //! | `PUT /sim/faults` / `DELETE /sim/faults` | the same for every host |
 //! | `PUT /sim/hosts/{i}/latency` | replaces the host's latency profile |
-//! | `GET /sim/hosts/{i}/sessions/{escrow}` | the host's nonce, roots, mempool size, signed nonces |
+//! | `GET /sim/hosts/{i}/sessions/{escrow}` | the host's nonce, roots, mempool size, signed nonces, open (pending/started) inferences |
 //! | `GET /sim/escrows/{id}` | the chain's escrow record (creator, slots, amount, session config) |
 //! | `GET /sim/chain/requests` | request counts per path / client / server and the last 1 000 requests |
 //! | `POST /sim/chain/requests/reset` | clears the request log |
 //! | `GET/PUT/DELETE /sim/chain/faults` | the chain API's faults ([`ChainFaults`]: fixed answer, nginx-style rate limit) |
+//! | `/sim/warm/…` | warm-key grants and the grants endpoint's faults (`warm.rs`) |
 //!
 //! Unknown knobs or bad JSON answer 400 `{"message": …}`; an unknown host 404.
 
+use devshard_actors::protocol::state::InferenceStatus;
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
@@ -32,6 +34,7 @@ fn host_json(h: &HostState) -> Value {
     json!({
         "index": h.index,
         "address": h.key.address(),
+        "warm_key": h.warm_key.as_ref().map(|k| k.address()),
         "url": h.url,
         "up": h.listener().is_some_and(|l| l.is_up()),
         "faults": h.faults(),
@@ -86,6 +89,7 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
             };
             host_route(host, &method, rest, req).await
         }
+        (_, ["warm", rest @ ..]) => super::warm::control(core, &method, rest, req).await,
         (&Method::GET, ["escrows", id]) => match core.chain.escrow(id) {
             Some(e) => server::json(StatusCode::OK, e),
             None => server::message(StatusCode::NOT_FOUND, "escrow not found"),
@@ -162,6 +166,13 @@ async fn host_route(
                     "signed_nonces": s.signatures.keys().collect::<Vec<_>>(),
                     "phase": s.sm.phase().as_str(),
                     "balance": s.sm.balance(),
+                    "warm_keys": s.sm.warm_keys(),
+                    // Inferences not finished nor timed out (the chaos runner's settlement check).
+                    "open_inferences": s.sm.records().filter(|r| matches!(r.status,
+                        InferenceStatus::Pending | InferenceStatus::Started))
+                        .map(|r| json!({"id": r.inference_id, "status": r.status.as_str(),
+                            "started_at": r.started_at, "confirmed_at": r.confirmed_at}))
+                        .collect::<Vec<_>>(),
                 })
             });
             match view {

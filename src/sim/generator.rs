@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 
 use devshard_actors::protocol::crypto::sha256;
 
+use super::host::logprobs::{self, Asked};
+
 const WORDS: [&str; 48] = [
     "the",
     "network",
@@ -94,6 +96,8 @@ pub(crate) struct Generation {
     tokens: Vec<String>,
     finish_reason: &'static str,
     prompt_tokens: u64,
+    /// Logprobs / token ids the prompt asked for.
+    asked: Asked,
 }
 
 impl Generation {
@@ -125,6 +129,7 @@ impl Generation {
                 "stop"
             },
             prompt_tokens: (prompt.len() as u64).div_ceil(4),
+            asked: Asked::parse(prompt),
         }
     }
 
@@ -163,14 +168,17 @@ impl Generation {
 
     /// The first chunk: `delta.role` only.
     pub(crate) fn role_chunk(&self) -> String {
-        self.chunk(json!({"role": "assistant", "content": ""}), None)
-            .to_string()
+        let mut v = self.chunk(json!({"role": "assistant", "content": ""}), None);
+        logprobs::decorate_prompt(&mut v, self.prompt_tokens, self.asked);
+        v.to_string()
     }
 
     /// Content chunk `i` (one token).
     pub(crate) fn content_chunk(&self, i: usize) -> String {
         let token = self.tokens.get(i).map(String::as_str).unwrap_or_default();
-        self.chunk(json!({"content": token}), None).to_string()
+        let mut v = self.chunk(json!({"content": token}), None);
+        logprobs::decorate_choice(&mut v["choices"][0], &[token], self.asked);
+        v.to_string()
     }
 
     /// The last chunk: `finish_reason` and `usage`.
@@ -182,7 +190,7 @@ impl Generation {
 
     /// The whole answer as one `chat.completion` object (non-streaming prompts).
     pub(crate) fn completion(&self) -> String {
-        json!({
+        let mut v = json!({
             "id": self.id,
             "object": "chat.completion",
             "created": self.created,
@@ -194,8 +202,11 @@ impl Generation {
                 "finish_reason": self.finish_reason,
             }],
             "usage": self.usage(),
-        })
-        .to_string()
+        });
+        let tokens: Vec<&str> = self.tokens.iter().map(String::as_str).collect();
+        logprobs::decorate_choice(&mut v["choices"][0], &tokens, self.asked);
+        logprobs::decorate_prompt(&mut v, self.prompt_tokens, self.asked);
+        v.to_string()
     }
 }
 

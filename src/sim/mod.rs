@@ -10,8 +10,12 @@
 //! - `openai.rs`    — the plain OpenAI endpoint every host also serves.
 //! - `chain.rs`, `epoch.rs` — the chain public API and REST queries; `traffic.rs` — its
 //!   request log, fixed-answer faults and an nginx-style rate limiter.
+//! - `ledger.rs`, `txs.rs`, `cosmos_api.rs` — accounts, escrow deposits, `CheckTx` /
+//!   `DeliverTx` of settlement txs and the Cosmos REST endpoints, with tx fault knobs.
 //! - `control.rs`   — the `/sim/…` control API.
 //! - `faults.rs`    — fault knobs and counters; `profile.rs` — latency profiles.
+//! - `warm.rs`      — warm keys: which hosts sign with one, the chain's grants, the grants
+//!   query and its faults.
 //! - `generator.rs` — the deterministic fake model; `server.rs` — hyper plumbing.
 //! - `cli.rs`       — the `sim` subcommand.
 //!
@@ -41,15 +45,19 @@ mod chain;
 pub mod cli;
 mod config;
 mod control;
+mod cosmos_api;
 mod epoch;
 mod faults;
 mod generator;
 mod host;
+mod ledger;
 mod network;
 mod openai;
 mod profile;
 mod server;
 mod traffic;
+mod txs;
+mod warm;
 
 pub use self::{
     chain::{EscrowInfo, ParticipantInfo},
@@ -63,7 +71,10 @@ pub use self::{
     },
     faults::{parse_fault_script, Counters, Faults},
     host::session::HostView,
+    ledger::{Account, EscrowStatus, TxFaults, TxResult, DENOM, SIM_CHAIN_ID},
     network::{SimError, SimHostInfo, SimNetwork},
     profile::{LatencyProfile, Profile},
     traffic::{ChainFaults, ChainRequest, ChainRequests, RECENT_REQUESTS},
+    txs::TxError,
+    warm::{default_type_url, ungranted_key, warm_key, Grant, GrantsFault, WarmMode},
 };

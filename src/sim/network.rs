@@ -8,19 +8,24 @@ use hyper::body::Incoming;
 
 use devshard_actors::{
     clock::SharedClock,
-    protocol::crypto::{sha256, Address, SigningKey},
+    protocol::{
+        crypto::{sha256, Address, SigningKey},
+        warm::SharedResolver,
+    },
 };
 
 use super::{
     chain::{pubkey_b64, Chain, EscrowInfo, ParticipantInfo},
     config::SimConfig,
-    control,
+    control, cosmos_api,
     epoch::{self, EpochView},
     faults::{Counters, Faults},
     host::{self, session::HostView, HostState},
+    ledger::{EscrowStatus, Ledger, TxFaults, SIM_CHAIN_ID},
     profile::LatencyProfile,
     server::{bind_reuse, Handler, Listener, Resp},
     traffic::{ChainFaults, ChainRequests},
+    warm::{self, Grant, GrantsFault, HostGrants, WarmRegistry},
 };
 
 /// Errors of starting or steering the simulator.
@@ -45,6 +50,15 @@ pub(crate) struct NetCore {
     pub(crate) cfg: SimConfig,
     pub(crate) chain: Chain,
     pub(crate) hosts: Vec<Arc<HostState>>,
+    /// The chain's warm-key grants (`warm.rs`).
+    pub(crate) warm: Arc<WarmRegistry>,
+}
+
+impl NetCore {
+    /// Step 4 of the warm-key rule for a host's state machine: the chain's grant table.
+    pub(crate) fn host_grants(&self) -> SharedResolver {
+        Arc::new(HostGrants(Arc::clone(&self.warm)))
+    }
 }
 
 /// Public facts about one host.
@@ -54,7 +68,10 @@ pub struct SimHostInfo {
     pub address: Address,
     /// Base URL (`http://ip:port`), the participant's `inference_url`.
     pub url: String,
+    /// The cold key (its address is the host's identity).
     pub key: SigningKey,
+    /// The warm key it signs with, if any.
+    pub warm_key: Option<SigningKey>,
 }
 
 /// A running simulated network. Dropping it stops every server.
@@ -94,11 +111,16 @@ impl SimNetwork {
         for i in 0..cfg.hosts {
             let tcp = bind(&cfg, i + 1)?;
             let key = SigningKey::derive(&cfg.seed, i as u32);
+            let warm_key = cfg
+                .warm_keys
+                .covers(i, cfg.hosts)
+                .then(|| warm::warm_key(&cfg.seed, i));
             hosts.push(SimHostInfo {
                 index: i,
                 address: key.address().clone(),
                 url: local_url(&tcp)?,
                 key,
+                warm_key,
             });
             host_tcp.push(tcp);
         }
@@ -129,14 +151,18 @@ impl SimNetwork {
                 slots: slots.clone(),
                 epoch_index,
                 session_config: cfg.effective_session_config(slots.len()),
+                max_nonce: cfg.max_nonces.get(id).copied().unwrap_or(cfg.max_nonce),
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let host_addresses: Vec<Address> = hosts.iter().map(|h| h.address.clone()).collect();
+        let ledger = Ledger::new(&escrows, &host_addresses, cfg.creator_balance);
         let chain = Chain::new(
             clock.clone(),
             cfg.epochs.clone(),
             cfg.model.clone(),
             escrows,
             participants,
+            ledger,
         );
         let host_states = hosts
             .iter()
@@ -150,11 +176,16 @@ impl SimNetwork {
                     clock.clone(),
                     rt.clone(),
                     &cfg.seed,
-                );
+                )
+                .with_warm_key(h.warm_key.clone());
                 Arc::new(state)
             })
             .collect();
+        let validators: Vec<(Address, usize)> =
+            hosts.iter().map(|h| (h.address.clone(), h.index)).collect();
+        let grants = warm::default_grants(cfg.warm_keys, &cfg.seed, &validators);
         let core = Arc::new(NetCore {
+            warm: Arc::new(WarmRegistry::new(clock.clone(), grants)),
             cfg,
             chain,
             hosts: host_states,
@@ -292,9 +323,72 @@ impl SimNetwork {
         self.core.chain.escrow(id).cloned()
     }
 
+    /// The chain id every SignDoc must name.
+    pub fn chain_id(&self) -> &'static str {
+        SIM_CHAIN_ID
+    }
+
+    /// Spendable balance of an account on the chain.
+    pub fn balance(&self, address: &Address) -> u64 {
+        self.core.chain.ledger().balance(address)
+    }
+
+    /// Where an escrow's deposit stands on the chain.
+    pub fn escrow_status(&self, id: &str) -> Option<EscrowStatus> {
+        self.core
+            .chain
+            .ledger()
+            .escrows
+            .get(id)
+            .map(|b| b.status.clone())
+    }
+
+    /// Every distinct settlement tx hash that passed `CheckTx` for an escrow (dropped, failed
+    /// and committed ones alike): a correct gateway shows exactly one per settlement.
+    pub fn settlement_tx_hashes(&self, id: &str) -> Vec<String> {
+        let ledger = self.core.chain.ledger();
+        ledger
+            .settle_hashes
+            .get(id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Replaces the tx faults of the chain (see [`TxFaults`]).
+    pub fn set_tx_faults(&self, faults: TxFaults) {
+        self.core.chain.ledger().faults = faults;
+    }
+
+    /// Closes (`false`) or reopens the chain API's port: clients get "connection refused".
+    pub fn set_chain_reachable(&self, up: bool) {
+        self.chain_listener.set_up(up);
+    }
+
     /// Height, epoch and phase now.
     pub fn epoch(&self) -> EpochView {
         self.core.chain.epoch_view()
+    }
+
+    /// Adds a grant on the chain (e.g. a warm key for host `i`: [`warm::warm_key`]).
+    pub fn add_grant(&self, grant: Grant) {
+        self.core.warm.add(grant);
+    }
+
+    /// Revokes every grant of host `index`'s validator to its warm key; returns how many.
+    pub fn revoke_warm_grant(&self, index: usize) -> Result<usize, SimError> {
+        let h = self.hosts.get(index).ok_or(SimError::UnknownHost(index))?;
+        let warm = warm::warm_key(&self.core.cfg.seed, index);
+        Ok(self.core.warm.revoke(&h.address, warm.address()))
+    }
+
+    /// Every grant the chain holds.
+    pub fn grants(&self) -> Vec<Grant> {
+        self.core.warm.all()
+    }
+
+    /// Replaces the grants endpoint's faults.
+    pub fn set_grants_fault(&self, fault: GrantsFault) {
+        self.core.warm.set_fault(fault);
     }
 
     /// Stops every server and drops every connection.
@@ -321,7 +415,13 @@ async fn chain_route(core: Arc<NetCore>, req: Request<Incoming>, peer: SocketAdd
         return control::handle(&core, req).await;
     }
     let client = super::traffic::client_id(&req, peer);
+    if cosmos_api::handles(&path) {
+        return cosmos_api::route(core, req, client).await;
+    }
     let method = req.method();
+    if method == http::Method::GET && path.starts_with(warm::GRANTEES_PREFIX) {
+        return warm::serve_grantees(&core, &path, &client).await;
+    }
     core.chain
         .serve("chain", &path, &client, || core.chain.handle(method, &path))
 }

@@ -5,7 +5,7 @@
 //! row carries its own nonce as a consistency check against the primary key.
 
 use devshard_actors::{
-    protocol::{diff::Diff, proto::DiffContent},
+    protocol::{diff::Diff, proto::DiffContent, warm::WarmBinding},
     store::StoreError,
 };
 use prost::Message;
@@ -27,6 +27,8 @@ pub(crate) struct DiffRow {
     pub txs: Vec<u8>,
     pub user_sig: Vec<u8>,
     pub post_state_root: Vec<u8>,
+    /// JSON of the warm-key delta, `None` when the diff bound no key.
+    pub warm_delta: Option<String>,
 }
 
 /// SQLite integers are signed 64-bit; nonces above `i64::MAX` cannot be stored.
@@ -34,13 +36,35 @@ pub(crate) fn nonce_to_sql(nonce: u64) -> Result<i64, StoreError> {
     i64::try_from(nonce).map_err(|_| StoreError::Io(format!("diff nonce {nonce} exceeds i64::MAX")))
 }
 
-/// Encodes a diff into its row.
-pub(crate) fn encode_diff(diff: &Diff) -> Result<DiffRow, StoreError> {
+/// Encodes a diff and the warm keys it bound into its row.
+pub(crate) fn encode_diff(diff: &Diff, warm_delta: &[WarmBinding]) -> Result<DiffRow, StoreError> {
+    let warm_delta = if warm_delta.is_empty() {
+        None
+    } else {
+        Some(
+            serde_json::to_string(warm_delta)
+                .map_err(|e| StoreError::Io(format!("encode warm-key delta: {e}")))?,
+        )
+    };
     Ok(DiffRow {
         nonce: nonce_to_sql(diff.nonce)?,
         txs: diff.wire_txs(),
         user_sig: diff.user_sig.clone(),
         post_state_root: diff.post_state_root.clone(),
+        warm_delta,
+    })
+}
+
+/// Decodes a stored warm-key delta.
+pub(crate) fn decode_warm_delta(
+    escrow_id: &str,
+    nonce: i64,
+    text: &str,
+) -> Result<Vec<WarmBinding>, StoreError> {
+    serde_json::from_str(text).map_err(|e| {
+        StoreError::Corrupt(format!(
+            "escrow {escrow_id}: warm-key delta of nonce {nonce}: {e}"
+        ))
     })
 }
 
@@ -109,7 +133,7 @@ mod tests {
             user_sig: vec![9; 65],
             post_state_root: vec![4; 32],
         };
-        let row = encode_diff(&d).unwrap();
+        let row = encode_diff(&d, &[]).unwrap();
         assert_eq!(decode_diff("e", row.clone()).unwrap(), d);
 
         let wrong_nonce = DiffRow {

@@ -29,6 +29,7 @@
 
 mod checkpoint;
 mod codec;
+pub mod ledger;
 mod schema;
 mod writer;
 
@@ -43,14 +44,17 @@ use std::{
 };
 
 use devshard_actors::{
-    protocol::diff::Diff,
-    store::{Ack, Store, StoreError},
+    protocol::{diff::Diff, warm::WarmBinding},
+    store::{Ack, Store, StoreError, WarmDeltas},
 };
 use rusqlite::{params, Connection};
 
 use self::{
     checkpoint::Checkpointer,
-    codec::{decode_diff, decode_value, encode_diff, encode_value, now_ms, sql_err, DiffRow},
+    codec::{
+        decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, now_ms, sql_err,
+        DiffRow,
+    },
     writer::{Counters, Msg, Op, Writer},
 };
 
@@ -187,8 +191,13 @@ impl Drop for SqliteStore {
 }
 
 impl Store for SqliteStore {
-    fn append_diff(&self, escrow_id: &str, diff: &Diff) -> Ack {
-        self.submit(encode_diff(diff).map(|row| Op::AppendDiff {
+    fn append_diff_with_warm(
+        &self,
+        escrow_id: &str,
+        diff: &Diff,
+        warm_delta: &[WarmBinding],
+    ) -> Ack {
+        self.submit(encode_diff(diff, warm_delta).map(|row| Op::AppendDiff {
             escrow: escrow_id.to_string(),
             row,
         }))
@@ -216,11 +225,35 @@ impl Store for SqliteStore {
                     txs: r.get(1)?,
                     user_sig: r.get(2)?,
                     post_state_root: r.get(3)?,
+                    warm_delta: None,
                 })
             })
             .map_err(sql_err)?;
         rows.map(|row| decode_diff(escrow_id, row.map_err(sql_err)?))
             .collect()
+    }
+
+    fn load_warm_deltas(&self, escrow_id: &str) -> Result<WarmDeltas, StoreError> {
+        let conn = self.read()?;
+        let mut st = conn
+            .prepare_cached(
+                "SELECT nonce, warm_delta FROM diffs \
+                 WHERE escrow_id = ?1 AND warm_delta IS NOT NULL ORDER BY nonce",
+            )
+            .map_err(sql_err)?;
+        let rows = st
+            .query_map(params![escrow_id], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(sql_err)?;
+        rows.map(|row| {
+            let (nonce, text) = row.map_err(sql_err)?;
+            let delta = decode_warm_delta(escrow_id, nonce, &text)?;
+            let nonce = u64::try_from(nonce)
+                .map_err(|_| StoreError::Corrupt(format!("escrow {escrow_id}: nonce {nonce}")))?;
+            Ok((nonce, delta))
+        })
+        .collect()
     }
 
     fn delete_diffs(&self, escrow_id: &str) -> Ack {

@@ -35,6 +35,47 @@ const MIGRATIONS: &[&str] = &[
          updated_ms INTEGER NOT NULL,
          PRIMARY KEY (namespace, key)
      );",
+    // 1 -> 2: the cost ledger (`ledger.rs`): one row per request, one per attempt (nonce).
+    "CREATE TABLE ledger_requests (
+         request_id    TEXT    NOT NULL PRIMARY KEY,
+         started_ms    INTEGER NOT NULL,
+         ended_ms      INTEGER NOT NULL,
+         model         TEXT    NOT NULL,
+         escrow_id     TEXT    NOT NULL,
+         api_key_id    TEXT    NOT NULL, -- `anonymous`, `admin` or `key_<sha256 prefix>`
+         stream        INTEGER NOT NULL,
+         outcome       TEXT    NOT NULL,
+         status        INTEGER NOT NULL,
+         winner_nonce  INTEGER,
+         input_tokens  INTEGER,
+         output_tokens INTEGER,
+         reserved_cost INTEGER,
+         actual_cost   INTEGER,
+         total_cost    INTEGER, -- every attempt's cost to the escrow, losers included
+         settled_ms    INTEGER
+     );
+     CREATE INDEX ledger_requests_ended ON ledger_requests (ended_ms);
+     CREATE TABLE ledger_attempts (
+         request_id    TEXT    NOT NULL,
+         nonce         INTEGER NOT NULL,
+         escrow_id     TEXT    NOT NULL,
+         host          TEXT    NOT NULL,
+         role          TEXT    NOT NULL,
+         result        TEXT    NOT NULL,
+         inference     TEXT, -- the nonce's inference status once settled (`none`: no inference)
+         input_tokens  INTEGER,
+         output_tokens INTEGER,
+         reserved_cost INTEGER,
+         actual_cost   INTEGER,
+         fee           INTEGER,
+         cost          INTEGER, -- actual_cost + fee
+         settled_ms    INTEGER,
+         PRIMARY KEY (request_id, nonce)
+     ) WITHOUT ROWID;
+     CREATE INDEX ledger_attempts_unsettled ON ledger_attempts (escrow_id, nonce)
+         WHERE settled_ms IS NULL;",
+    // 2 -> 3: the warm keys a diff bound (JSON `[{slot, address}]`, NULL when none).
+    "ALTER TABLE diffs ADD COLUMN warm_delta TEXT;",
 ];
 
 /// Opens (creating if needed) the read-write connection used by the writer thread: WAL journal,

@@ -179,8 +179,9 @@ impl Writer {
                 }
                 self.conn
                     .prepare_cached(
-                        "INSERT INTO diffs (escrow_id, nonce, txs, user_sig, post_state_root) \
-                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                        "INSERT INTO diffs \
+                         (escrow_id, nonce, txs, user_sig, post_state_root, warm_delta) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     )
                     .and_then(|mut st| {
                         st.execute(params![
@@ -188,7 +189,8 @@ impl Writer {
                             row.nonce,
                             row.txs,
                             row.user_sig,
-                            row.post_state_root
+                            row.post_state_root,
+                            row.warm_delta
                         ])
                     })
                     .map_err(sql_err)?;

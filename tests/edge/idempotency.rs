@@ -148,8 +148,8 @@ async fn a_concurrent_duplicate_joins_the_running_request() {
     l.stop().await;
 }
 
-fn record(id: &str, key: &str, fp: &str) -> devshard_gateway::app::accounting::Record {
-    use devshard_gateway::app::accounting::{Outcome, Record};
+fn record(id: &str, key: &str, fp: &str) -> devshard_gateway::state::accounting::Record {
+    use devshard_gateway::state::accounting::{Outcome, Record};
     Record {
         request_id: id.into(),
         fingerprint: fp.into(),
@@ -174,9 +174,9 @@ fn record(id: &str, key: &str, fp: &str) -> devshard_gateway::app::accounting::R
 #[actix_rt::test]
 async fn oversized_answers_are_409_and_failures_release_the_key() {
     use devshard_gateway::{
-        app::accounting::{Accounting, Begin, Outcome},
         config::AccountingConfig,
         http::accounting::replay,
+        state::accounting::{Accounting, Begin, Outcome},
     };
     let acc = Accounting::new(AccountingConfig::default());
     assert!(matches!(

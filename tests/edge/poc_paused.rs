@@ -15,11 +15,12 @@ use devshard_actors::{
     store::{MemoryStore, SharedStore},
 };
 use devshard_gateway::{
-    app::{build_app, polling::PollerWiring, AppState, StateParts},
+    app::build_app,
     config::{Config, RawConfig, Secret},
     escrows, logging,
     metrics::{self, HttpMetrics},
     sim::{EpochSchedule, Profile, SimConfig, SimNetwork},
+    state::{polling::PollerWiring, AppState, StateParts},
 };
 
 use crate::support::{call, snapshot};
@@ -70,6 +71,12 @@ async fn retry_after_is_the_remaining_poc_and_the_request_is_served_after_it() {
         fault_injection: false,
         metrics: actor_metrics.clone(),
         actors: actors.clone(),
+        warm: devshard_actors::protocol::warm::WarmKeyChecker::rest(
+            &config.chain.rest_url,
+            clock.clone(),
+            devshard_actors::protocol::warm::WarmKeyMetrics::detached().unwrap(),
+            log.clone(),
+        ),
     })
     .start_tracked();
     let registry = metrics::new_registry().unwrap();
@@ -84,12 +91,8 @@ async fn retry_after_is_the_remaining_poc_and_the_request_is_served_after_it() {
         log: log.clone(),
     };
     let mut state = AppState::new(&config, parts);
-    let ids = ["42".to_string()];
-    let added =
-        escrows::register_configured(&state.chain, &directory, &store, &state.signer, &ids, &log)
-            .await;
-    assert_eq!(added, 1);
     let (registry, chain_url) = (state.registry.clone(), sim.chain_url().to_string());
+    let store_for_registration = store.clone();
     state
         .polling
         .start_poller(
@@ -104,6 +107,19 @@ async fn retry_after_is_the_remaining_poc_and_the_request_is_served_after_it() {
             },
         )
         .unwrap();
+    // Registration takes the participants from the poller's first snapshot.
+    let ids = ["42".to_string()];
+    let added = escrows::register_configured(
+        &state.chain,
+        &directory,
+        &store_for_registration,
+        &state.signer,
+        &state.polling,
+        &ids,
+        &log,
+    )
+    .await;
+    assert_eq!(added, 1);
     let polling = state.polling.clone();
     let app = test::init_service(build_app(state)).await;
 

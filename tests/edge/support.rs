@@ -25,10 +25,10 @@ use devshard_actors::{
     store::{MemoryStore, SharedStore},
 };
 use devshard_gateway::{
-    app::{AppState, StateParts},
     config::{Config, RawConfig, Secret},
     logging,
     metrics::{self, HttpMetrics},
+    state::{AppState, StateParts},
 };
 use serde_json::Value;
 
@@ -121,6 +121,12 @@ pub async fn gateway(opts: Opts) -> AppState {
         fault_injection: false,
         metrics: devshard_actors::metrics::ActorMetrics::detached().unwrap(),
         actors: actors.clone(),
+        warm: devshard_actors::protocol::warm::WarmKeyChecker::rest(
+            &config.chain.rest_url,
+            Arc::new(SystemClock),
+            devshard_actors::protocol::warm::WarmKeyMetrics::detached().unwrap(),
+            log.clone(),
+        ),
     })
     .start_tracked();
     for info in &opts.escrows {

@@ -18,11 +18,14 @@ use devshard_actors::{
         EscrowConfig, EscrowInfo, HostEndpoint,
     },
     protocol::{canonical::prompt_hash, crypto::Address, state::Slot},
-    race::{RaceActor, RaceError, RaceLimits, RaceSpec, RaceStart},
+    race::{RaceActor, RaceError, RaceErrorKind, RaceLimits, RaceSpec, RaceStart},
     stats::{ActorRegistry, TrackedActor, TrackedAddr},
     store::{MemoryStore, SharedStore},
 };
-use devshard_gateway::sim::{SimConfig, SimNetwork};
+use devshard_gateway::{
+    http::error::{stream_error_event, ApiError},
+    sim::{SimConfig, SimNetwork},
+};
 
 static RACE_IDS: AtomicU64 = AtomicU64::new(1);
 
@@ -47,7 +50,26 @@ pub enum Answer {
     /// A non-streaming body.
     Whole(Bytes),
     /// Failed before any byte.
-    Failed(RaceError),
+    Failed(Failure),
+}
+
+/// A race that failed before any byte, as a client sees it: the status comes from the HTTP
+/// edge's one mapping table.
+#[derive(Debug)]
+pub struct Failure {
+    pub status: u16,
+    pub message: String,
+    pub error: RaceError,
+}
+
+impl Failure {
+    fn of(error: RaceError) -> Self {
+        Failure {
+            status: ApiError::Race(error.clone()).parts().status,
+            message: error.message.clone(),
+            error,
+        }
+    }
 }
 
 impl Answer {
@@ -173,6 +195,12 @@ impl Harness {
         F: Fn(&SimNetwork, EscrowInfo) -> Fut,
         Fut: std::future::Future<Output = EscrowInfo>,
     {
+        let mut cfg = cfg;
+        // The test binary decides whether hosts sign with warm keys (`tests/gateway_warm.rs`
+        // runs the seed incident tests with every host on warm keys).
+        if cfg.warm_keys == devshard_gateway::sim::WarmMode::None {
+            cfg.warm_keys = crate::WARM_KEYS;
+        }
         let clock = TokioClock::new().shared();
         let key = Arc::new(cfg.gateway_key.clone());
         let escrows = cfg.escrow_ids.clone();
@@ -192,6 +220,12 @@ impl Harness {
             fault_injection: true,
             metrics: metrics.clone(),
             actors: actors.clone(),
+            warm: devshard_actors::protocol::warm::WarmKeyChecker::rest(
+                sim.chain_url(),
+                clock.clone(),
+                devshard_actors::protocol::warm::WarmKeyMetrics::detached().expect("metrics"),
+                log.clone(),
+            ),
         };
         let directory = Directory::new(deps).start_tracked();
         for id in escrows {
@@ -263,12 +297,11 @@ impl Harness {
                     Some(addr) => (id.to_string(), addr),
                     None => {
                         return (
-                            Answer::Failed(RaceError {
-                                status: 503,
-                                kind: "service_unavailable".into(),
+                            Answer::Failed(Failure::of(RaceError {
+                                kind: RaceErrorKind::EscrowUnavailable,
                                 message: format!("escrow {id} is not running"),
                                 retry_after_s: Some(1),
-                            }),
+                            })),
                             None,
                         )
                     }
@@ -296,6 +329,7 @@ impl Harness {
             metrics: self.metrics.clone(),
             actors: self.actors.clone(),
             report: None,
+            stream_error: stream_error_event,
         };
         let started = tokio::time::Instant::now();
         match RaceActor::start_race(spec).await {
@@ -309,7 +343,7 @@ impl Harness {
                 (Answer::Stream(out), first)
             }
             Ok(Ok(RaceStart::Whole(b))) => (Answer::Whole(b), Some(started.elapsed())),
-            Ok(Err(e)) => (Answer::Failed(e), None),
+            Ok(Err(e)) => (Answer::Failed(Failure::of(e)), None),
             Err(_) => panic!("race dropped its reply"),
         }
     }

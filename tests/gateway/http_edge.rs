@@ -36,7 +36,8 @@ async fn streamed_bytes_are_exactly_the_hosts_chunks_and_usage_is_right() {
     let (sim, url) = (&l.sim, l.url().to_string());
     let (status, headers, body) = post(
         &url,
-        r#"{"stream":true,"max_tokens":20,"messages":[{"role":"user","content":"exact bytes"}]}"#,
+        // Asking for logprobs and token ids: nothing is stripped, so the bytes are the host's.
+        r#"{"stream":true,"max_tokens":20,"logprobs":true,"return_token_ids":true,"messages":[{"role":"user","content":"exact bytes"}]}"#,
     )
     .await;
     assert_eq!(status, 200);

@@ -24,6 +24,7 @@ fn args(protocol: ProtocolVersion) -> DemoArgs {
         escrows: vec!["42".into()],
         output_tokens: 8,
         protocol,
+        warm_keys: None,
     }
 }
 

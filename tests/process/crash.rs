@@ -16,7 +16,7 @@ use super::child::{chat_counted, free_port, temp_dir, Gateway, Progress};
 /// (streams started) and this many completed.
 const MOMENTS: [(usize, usize); 5] = [(0, 0), (10, 0), (45, 0), (50, 10), (50, 40)];
 
-async fn check_lockstep(gw: &Gateway, sim: &SimNetwork) -> u64 {
+pub(crate) async fn check_lockstep(gw: &Gateway, sim: &SimNetwork) -> u64 {
     let synced = gw.admin("POST", "/v1/admin/escrows/42/sync").await;
     let nonce = synced["nonce"].as_u64().unwrap();
     let root = synced["state_root"].as_str().unwrap().to_string();
@@ -100,6 +100,7 @@ async fn sigkill_while_streaming_loses_and_reuses_no_nonce() {
     }
     let info: devshard_actors::escrow::EscrowInfo =
         serde_json::from_value(store.get("escrow", "42").unwrap().unwrap()).unwrap();
-    Session::restore(Arc::new(info), log).expect("the log replays to its own roots");
+    let warm = store.load_warm_deltas("42").unwrap();
+    Session::restore(Arc::new(info), log, &warm).expect("the log replays to its own roots");
     let _ = std::fs::remove_dir_all(&dir);
 }

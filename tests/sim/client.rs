@@ -389,3 +389,29 @@ pub async fn event_times(
     }
     out
 }
+
+/// A control-API call (`/sim/…` on the chain port): status and JSON body.
+pub async fn control_call(
+    net: &TestNet,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let client = http();
+    let url = format!("{}{path}", net.control_url());
+    let req = match method {
+        "GET" => client.get(url),
+        "PUT" => client.put(url),
+        "DELETE" => client.delete(url),
+        _ => client.post(url),
+    };
+    let mut resp = match body {
+        Some(b) => req.send_json(&b).await.unwrap(),
+        None => req.send().await.unwrap(),
+    };
+    let bytes = resp.body().await.unwrap();
+    (
+        resp.status().as_u16(),
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
+}

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use awc::error::SendRequestError;
+use awc::{error::SendRequestError, ClientResponse};
 use devshard_actors::protocol::{
     crypto::verify,
     proto::{DevshardTx, Tx},
@@ -31,6 +31,40 @@ fn arm(net: &TestNet, s: &Session, faults: Faults) -> usize {
     let host = s.executor(s.next_nonce());
     net.set_faults(host, faults).unwrap();
     host
+}
+
+/// Arms `faults` on the executor of the next nonce and composes that inference: the host and
+/// the body of its `chat/completions` request.
+fn arm_next(net: &TestNet, s: &mut Session, faults: Faults) -> (usize, Vec<u8>) {
+    let host = arm(net, s, faults);
+    let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
+    let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
+    (host, body)
+}
+
+/// Arms `faults` on the executor of the next nonce and runs that inference: the host, the
+/// nonce and what the client read.
+async fn arm_infer(net: &TestNet, s: &mut Session, faults: Faults) -> (usize, u64, Streamed) {
+    let host = arm(net, s, faults);
+    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    (host, nonce, out)
+}
+
+/// Posts `body` to `host`'s `chat/completions` (the connection must succeed).
+async fn post_chat(s: &Session, host: usize, body: Vec<u8>) -> ClientResponse {
+    s.post(host, "chat/completions", body).await.unwrap()
+}
+
+/// Posts `body` to `host`'s `chat/completions` and reads the whole answer.
+async fn chat(s: &Session, host: usize, body: Vec<u8>) -> Streamed {
+    read_stream(post_chat(s, host, body).await).await
+}
+
+/// `Faults` with one knob set (the rest default).
+macro_rules! knob {
+    ($($field:ident: $value:expr),+ $(,)?) => {
+        Faults { $($field: $value,)+ ..Faults::default() }
+    };
 }
 
 fn finish_of(
@@ -67,11 +101,7 @@ async fn http_status_answers_with_upstream_texts_and_headers() {
         (503, "requests_disabled"),
     ];
     for (status, text) in cases {
-        net.set_all_faults(Faults {
-            http_status: Some(status),
-            retry_after_s: Some(7),
-            ..Faults::default()
-        });
+        net.set_all_faults(knob!(http_status: Some(status), retry_after_s: Some(7)));
         let (_, out) = s.infer(vec![], PROMPT).await;
         assert_eq!((out.status, out.message().as_str()), (status, text));
         assert_eq!(out.header("retry-after"), Some("7"));
@@ -82,11 +112,7 @@ async fn http_status_answers_with_upstream_texts_and_headers() {
             "{status}"
         );
     }
-    net.set_all_faults(Faults {
-        http_status: Some(502),
-        body: Some("bad gateway".into()),
-        ..Faults::default()
-    });
+    net.set_all_faults(knob!(http_status: Some(502), body: Some("bad gateway".into())));
     let (_, out) = s.infer(vec![], PROMPT).await;
     assert_eq!((out.status, out.message().as_str()), (502, "bad gateway"));
     assert!(
@@ -100,23 +126,14 @@ async fn http_status_answers_with_upstream_texts_and_headers() {
 async fn refuse_connections_refuses_until_cleared() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            refuse_connections: true,
-            ..Faults::default()
-        },
-    );
-    let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
-    let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
+    let (host, body) = arm_next(&net, &mut s, knob!(refuse_connections: true));
     let err = s
         .post(host, "chat/completions", body.clone())
         .await
         .unwrap_err();
     assert!(matches!(err, SendRequestError::Connect(_)), "{err:?}");
     net.clear_faults(host).unwrap();
-    let out = read_stream(s.post(host, "chat/completions", body).await.unwrap()).await;
+    let out = chat(&s, host, body).await;
     assert_eq!(out.status, 200);
 }
 
@@ -127,26 +144,13 @@ async fn down_for_ms_cuts_streams_refuses_then_returns_with_its_state() {
     let (_, out) = s.infer(vec![], PROMPT).await;
     assert_eq!(out.status, 200);
     // A stream that stalls forever is cut when the host goes down.
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            stall_after_chunks: Some(1),
-            ..Faults::default()
-        },
-    );
+    let host = arm(&net, &s, knob!(stall_after_chunks: Some(1)));
     assert_eq!(host, 2);
     let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
     let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
-    let resp = s.post(host, "chat/completions", body).await.unwrap();
-    net.set_faults(
-        host,
-        Faults {
-            down_for_ms: Some(5_000),
-            ..Faults::default()
-        },
-    )
-    .unwrap();
+    let resp = post_chat(&s, host, body).await;
+    net.set_faults(host, knob!(down_for_ms: Some(5_000)))
+        .unwrap();
     let out = read_stream(resp).await;
     // awc reports a cut chunked body as a plain end of stream; the SSE terminator is missing.
     assert_ne!(out.end, End::Silent);
@@ -166,13 +170,13 @@ async fn down_for_ms_cuts_streams_refuses_then_returns_with_its_state() {
     let last = s.diffs.last().unwrap().clone();
     assert_eq!(s.executor(last.nonce), 2);
     let body = Session::body(vec![DiffJson::from_diff(&last)], last.nonce, None);
-    let out = read_stream(s.post(host, "chat/completions", body).await.unwrap()).await;
+    let out = chat(&s, host, body).await;
     assert_eq!(
         out.message(),
         "apply diff nonce 6: invalid nonce: must be sequential: expected 3, got 6"
     );
     let body = Session::body(s.diffs_after(2), last.nonce, None);
-    let out = read_stream(s.post(host, "chat/completions", body).await.unwrap()).await;
+    let out = chat(&s, host, body).await;
     assert_eq!(
         out.receipt().unwrap().state_hash.as_deref(),
         Some(s.sm.state_root().as_slice())
@@ -183,15 +187,7 @@ async fn down_for_ms_cuts_streams_refuses_then_returns_with_its_state() {
 async fn drop_after_receipt_breaks_the_connection_without_a_finish() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            drop_after_receipt: true,
-            ..Faults::default()
-        },
-    );
-    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    let (host, nonce, out) = arm_infer(&net, &mut s, knob!(drop_after_receipt: true)).await;
     assert!(out.receipt().unwrap().receipt.is_some());
     assert_eq!(out.events.len(), 1, "only the receipt: {:?}", out.events);
     let view = net.host_view(host, "42").unwrap();
@@ -205,16 +201,7 @@ async fn drop_after_receipt_leaves_the_chunked_body_unterminated() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            drop_after_receipt: true,
-            ..Faults::default()
-        },
-    );
-    let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
-    let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
+    let (host, body) = arm_next(&net, &mut s, knob!(drop_after_receipt: true));
     let auth = devshard_actors::protocol::auth::sign_request(&s.key, "42", &body, s.now() as u64);
     let mut tcp =
         tokio::net::TcpStream::connect(net.hosts()[host].url.trim_start_matches("http://"))
@@ -241,18 +228,9 @@ async fn drop_after_receipt_leaves_the_chunked_body_unterminated() {
 async fn stall_before_receipt_delays_the_headers() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            stall_before_receipt_ms: Some(10_000),
-            ..Faults::default()
-        },
-    );
-    let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
-    let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
+    let (host, body) = arm_next(&net, &mut s, knob!(stall_before_receipt_ms: Some(10_000)));
     let t = Instant::now();
-    let resp = s.post(host, "chat/completions", body).await.unwrap();
+    let resp = post_chat(&s, host, body).await;
     assert!(t.elapsed() >= Duration::from_secs(10), "{:?}", t.elapsed());
     assert_eq!(read_stream(resp).await.status, 200);
 }
@@ -261,17 +239,10 @@ async fn stall_before_receipt_delays_the_headers() {
 async fn first_token_delay_and_inter_chunk_stall_show_in_event_times() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let faults = Faults {
-        first_token_delay_ms: Some(3_000),
-        stall_after_chunks: Some(2),
-        stall_ms: Some(7_000),
-        ..Faults::default()
-    };
-    let host = arm(&net, &s, faults);
-    let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
-    let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
+    let faults = knob!(first_token_delay_ms: Some(3_000), stall_after_chunks: Some(2), stall_ms: Some(7_000));
+    let (host, body) = arm_next(&net, &mut s, faults);
     let t = Instant::now();
-    let resp = s.post(host, "chat/completions", body).await.unwrap();
+    let resp = post_chat(&s, host, body).await;
     let times = event_times(resp, t).await;
     let at = |pred: &dyn Fn(&HostEvent) -> bool| times.iter().find(|(_, e)| pred(e)).unwrap().0;
     let receipt = at(&|e| matches!(e, HostEvent::Receipt(_)));
@@ -295,17 +266,8 @@ async fn first_token_delay_and_inter_chunk_stall_show_in_event_times() {
 async fn stall_without_stall_ms_goes_silent() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            stall_after_chunks: Some(0),
-            ..Faults::default()
-        },
-    );
-    let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
-    let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
-    let resp = s.post(host, "chat/completions", body).await.unwrap();
+    let (host, body) = arm_next(&net, &mut s, knob!(stall_after_chunks: Some(0)));
+    let resp = post_chat(&s, host, body).await;
     let out = read_stream_with(resp, Duration::from_secs(600)).await;
     assert_eq!(out.end, End::Silent);
     assert_eq!(out.chunks().len(), 1, "only the role chunk");
@@ -316,15 +278,7 @@ async fn stall_without_stall_ms_goes_silent() {
 async fn empty_stream_is_receipt_role_done_and_a_finish_without_tokens() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    arm(
-        &net,
-        &s,
-        Faults {
-            empty_stream: true,
-            ..Faults::default()
-        },
-    );
-    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    let (_, nonce, out) = arm_infer(&net, &mut s, knob!(empty_stream: true)).await;
     assert_eq!(out.chunks().len(), 1);
     assert_eq!(content_chunks(&out), 0);
     assert!(out.has_done());
@@ -336,15 +290,12 @@ async fn empty_stream_is_receipt_role_done_and_a_finish_without_tokens() {
 async fn error_event_streams_an_openai_error_and_no_meta() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let host = arm(
+    let (host, nonce, out) = arm_infer(
         &net,
-        &s,
-        Faults {
-            error_event: Some(serde_json::json!(true)),
-            ..Faults::default()
-        },
-    );
-    let (nonce, out) = s.infer(vec![], PROMPT).await;
+        &mut s,
+        knob!(error_event: Some(serde_json::json!(true))),
+    )
+    .await;
     let err = out.events.iter().find_map(|e| match e {
         HostEvent::Error(b) => Some(serde_json::from_slice::<serde_json::Value>(b).unwrap()),
         _ => None,
@@ -353,15 +304,7 @@ async fn error_event_streams_an_openai_error_and_no_meta() {
     assert!(out.has_done() && out.meta().is_none());
     assert!(finish_of(&net.host_view(host, "42").unwrap().mempool, nonce).is_none());
     let custom = serde_json::json!({"error": {"message": "context length exceeded", "type": "BadRequestError", "code": 400}});
-    arm(
-        &net,
-        &s,
-        Faults {
-            error_event: Some(custom.clone()),
-            ..Faults::default()
-        },
-    );
-    let (_, out) = s.infer(vec![], PROMPT).await;
+    let (_, _, out) = arm_infer(&net, &mut s, knob!(error_event: Some(custom.clone()))).await;
     assert!(out
         .events
         .contains(&HostEvent::Error(custom.to_string().into())));
@@ -371,15 +314,7 @@ async fn error_event_streams_an_openai_error_and_no_meta() {
 async fn truncate_before_done_ends_cleanly_without_terminator() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            truncate_before_done: true,
-            ..Faults::default()
-        },
-    );
-    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    let (host, nonce, out) = arm_infer(&net, &mut s, knob!(truncate_before_done: true)).await;
     assert_eq!(out.end, End::Eof);
     assert_eq!(content_chunks(&out), 5);
     assert!(!out.has_done() && out.meta().is_none());
@@ -390,30 +325,14 @@ async fn truncate_before_done_ends_cleanly_without_terminator() {
 async fn omit_and_garble_meta_keep_the_finish_in_the_mempool() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    arm(
-        &net,
-        &s,
-        Faults {
-            omit_meta: true,
-            ..Faults::default()
-        },
-    );
-    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    let (_, nonce, out) = arm_infer(&net, &mut s, knob!(omit_meta: true)).await;
     assert!(out.has_done() && out.meta().is_none());
     let (_, mempool) = s.get(s.executor(nonce), "mempool").await;
     let txs: devshard_actors::protocol::wire::MempoolResponse =
         serde_json::from_value(mempool).unwrap();
     assert!(finish_of(&txs.decode_txs().unwrap(), nonce).is_some());
 
-    arm(
-        &net,
-        &s,
-        Faults {
-            garble_meta: true,
-            ..Faults::default()
-        },
-    );
-    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    let (_, nonce, out) = arm_infer(&net, &mut s, knob!(garble_meta: true)).await;
     assert!(out.has_done() && out.meta().is_none());
     let malformed = out
         .events
@@ -431,15 +350,7 @@ async fn omit_and_garble_meta_keep_the_finish_in_the_mempool() {
 async fn late_finish_appears_later_never_or_at_the_peers() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            late_finish_ms: Some(4_000),
-            ..Faults::default()
-        },
-    );
-    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    let (host, nonce, out) = arm_infer(&net, &mut s, knob!(late_finish_ms: Some(4_000))).await;
     assert!(
         finish_of(out.meta().unwrap(), nonce).is_none(),
         "not in the meta"
@@ -448,28 +359,16 @@ async fn late_finish_appears_later_never_or_at_the_peers() {
     tokio::time::sleep(Duration::from_millis(4_100)).await;
     assert!(finish_of(&net.host_view(host, "42").unwrap().mempool, nonce).is_some());
 
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            late_finish_ms: Some(-1),
-            ..Faults::default()
-        },
-    );
-    let (nonce, _) = s.infer(vec![], PROMPT).await;
+    let (host, nonce, _) = arm_infer(&net, &mut s, knob!(late_finish_ms: Some(-1))).await;
     tokio::time::sleep(Duration::from_secs(3_600)).await;
     assert!(finish_of(&net.host_view(host, "42").unwrap().mempool, nonce).is_none());
 
-    let host = arm(
+    let (host, nonce, _) = arm_infer(
         &net,
-        &s,
-        Faults {
-            late_finish_ms: Some(0),
-            finish_via_peers: true,
-            ..Faults::default()
-        },
-    );
-    let (nonce, _) = s.infer(vec![], PROMPT).await;
+        &mut s,
+        knob!(late_finish_ms: Some(0), finish_via_peers: true),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(finish_of(&net.host_view(host, "42").unwrap().mempool, nonce).is_none());
     let peer = (0..4)
@@ -482,29 +381,13 @@ async fn late_finish_appears_later_never_or_at_the_peers() {
 async fn withhold_state_sig_and_wrong_state_hash() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            withhold_state_sig: true,
-            ..Faults::default()
-        },
-    );
-    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    let (host, nonce, out) = arm_infer(&net, &mut s, knob!(withhold_state_sig: true)).await;
     let r = out.receipt().unwrap();
     assert!(r.state_sig.is_none() && r.state_hash.is_some());
     let (_, sigs) = s.get(host, &format!("signatures?nonce={nonce}")).await;
     assert!(sigs["signatures"].is_null());
 
-    let host = arm(
-        &net,
-        &s,
-        Faults {
-            wrong_state_hash: true,
-            ..Faults::default()
-        },
-    );
-    let (nonce, out) = s.infer(vec![], PROMPT).await;
+    let (host, nonce, out) = arm_infer(&net, &mut s, knob!(wrong_state_hash: true)).await;
     let r = out.receipt().unwrap();
     let reported = r.state_hash.clone().unwrap();
     assert_ne!(reported.as_slice(), s.sm.state_root().as_slice());
@@ -532,14 +415,7 @@ async fn withhold_state_sig_and_wrong_state_hash() {
 async fn fork_from_nonce_diverges_until_the_session_is_forgotten() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    net.set_faults(
-        1,
-        Faults {
-            fork_from_nonce: Some(5),
-            ..Faults::default()
-        },
-    )
-    .unwrap();
+    net.set_faults(1, knob!(fork_from_nonce: Some(5))).unwrap();
     let (_, out) = s.infer(vec![], PROMPT).await;
     assert_eq!(
         out.receipt().unwrap().state_hash.as_deref(),
@@ -559,7 +435,7 @@ async fn fork_from_nonce_diverges_until_the_session_is_forgotten() {
     net.clear_faults(1).unwrap();
     let d = s.compose(vec![]);
     let body = Session::body(s.diffs_after(5), d.nonce, None);
-    let out = read_stream(s.post(1, "chat/completions", body).await.unwrap()).await;
+    let out = chat(&s, 1, body).await;
     assert_eq!(out.status, 500);
     assert_eq!(
         out.message(),
@@ -574,17 +450,10 @@ async fn fork_from_nonce_diverges_until_the_session_is_forgotten() {
         Some(5),
         "clearing does not un-fork"
     );
-    net.set_faults(
-        1,
-        Faults {
-            forget_session: true,
-            ..Faults::default()
-        },
-    )
-    .unwrap();
+    net.set_faults(1, knob!(forget_session: true)).unwrap();
     assert!(net.host_view(1, "42").is_none(), "restarted empty");
     let body = Session::body(s.diffs_after(0), d.nonce, None);
-    let out = read_stream(s.post(1, "chat/completions", body).await.unwrap()).await;
+    let out = chat(&s, 1, body).await;
     assert_eq!(
         out.receipt().unwrap().state_hash.as_deref(),
         Some(s.sm.state_root().as_slice())
@@ -597,14 +466,7 @@ async fn forget_session_needs_a_replay_from_nonce_one() {
     let (net, mut s) = setup().await;
     let (_, out) = s.infer(vec![], PROMPT).await;
     assert_eq!(out.status, 200);
-    net.set_faults(
-        1,
-        Faults {
-            forget_session: true,
-            ..Faults::default()
-        },
-    )
-    .unwrap();
+    net.set_faults(1, knob!(forget_session: true)).unwrap();
     let (status, body) = s.get(1, "mempool").await;
     assert_eq!(
         (status, body["message"].as_str()),
@@ -615,7 +477,7 @@ async fn forget_session_needs_a_replay_from_nonce_one() {
     }
     let last = s.diffs.last().unwrap().clone();
     let body = Session::body(vec![DiffJson::from_diff(&last)], last.nonce, None);
-    let out = read_stream(s.post(1, "chat/completions", body).await.unwrap()).await;
+    let out = chat(&s, 1, body).await;
     assert_eq!(
         out.message(),
         "apply diff nonce 5: invalid nonce: must be sequential: expected 1, got 5"
@@ -626,13 +488,8 @@ async fn forget_session_needs_a_replay_from_nonce_one() {
 async fn clock_skew_shifts_the_host_clock() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let skewed = Faults {
-        clock_skew_s: Some(45),
-        times: Some(1),
-        ..Faults::default()
-    };
-    let host = arm(&net, &s, skewed);
-    let (_, out) = s.infer(vec![], PROMPT).await;
+    let skewed = knob!(clock_skew_s: Some(45), times: Some(1));
+    let (host, _, out) = arm_infer(&net, &mut s, skewed).await;
     assert_eq!(
         (out.status, out.message().as_str()),
         (401, "timestamp drift 45s exceeds maximum 30s")
@@ -641,15 +498,7 @@ async fn clock_skew_shifts_the_host_clock() {
     let mut s = Session::new(&net, "42");
     let (nonce, out) = s.infer(vec![], PROMPT).await;
     assert_eq!((nonce, s.executor(nonce), out.status), (1, host, 200));
-    arm(
-        &net,
-        &s,
-        Faults {
-            clock_skew_s: Some(-20),
-            ..Faults::default()
-        },
-    );
-    let (_, out) = s.infer(vec![], PROMPT).await;
+    let (_, _, out) = arm_infer(&net, &mut s, knob!(clock_skew_s: Some(-20))).await;
     assert_eq!(out.receipt().unwrap().confirmed_at, Some(s.now() - 20));
 }
 
@@ -661,14 +510,7 @@ async fn signatures_empty_hides_stored_signatures() {
     let host = s.executor(nonce);
     let (_, sigs) = s.get(host, &format!("signatures?nonce={nonce}")).await;
     assert!(sigs["signatures"].is_object());
-    net.set_faults(
-        host,
-        Faults {
-            signatures_empty: true,
-            ..Faults::default()
-        },
-    )
-    .unwrap();
+    net.set_faults(host, knob!(signatures_empty: true)).unwrap();
     let (status, sigs) = s.get(host, &format!("signatures?nonce={nonce}")).await;
     assert_eq!(
         (status, sigs),
@@ -681,15 +523,8 @@ async fn times_and_scripts_apply_to_the_next_requests_only() {
     tokio::time::pause();
     let net = start(config(1)).await;
     let mut s = Session::new(&net, "42");
-    net.set_faults(
-        0,
-        Faults {
-            http_status: Some(503),
-            times: Some(2),
-            ..Faults::default()
-        },
-    )
-    .unwrap();
+    net.set_faults(0, knob!(http_status: Some(503), times: Some(2)))
+        .unwrap();
     let statuses = [
         s.infer(vec![], PROMPT).await.1.status,
         s.infer(vec![], PROMPT).await.1.status,
@@ -699,16 +534,8 @@ async fn times_and_scripts_apply_to_the_next_requests_only() {
     // Start over (the rejected nonces never reached the host).
     let mut s = Session::new(&net, "42");
     let script = vec![
-        Faults {
-            http_status: Some(429),
-            times: Some(1),
-            ..Faults::default()
-        },
-        Faults {
-            empty_stream: true,
-            times: Some(1),
-            ..Faults::default()
-        },
+        knob!(http_status: Some(429), times: Some(1)),
+        knob!(empty_stream: true, times: Some(1)),
     ];
     net.set_fault_script(0, script).unwrap();
     let (_, a) = s.infer(vec![], PROMPT).await;
@@ -725,14 +552,8 @@ async fn times_and_scripts_apply_to_the_next_requests_only() {
 async fn a_client_gone_before_the_receipt_leaves_no_running_inference() {
     tokio::time::pause();
     let (net, mut s) = setup().await;
-    let stall = Faults {
-        stall_before_receipt_ms: Some(10_000),
-        times: Some(1),
-        ..Faults::default()
-    };
-    let host = arm(&net, &s, stall);
-    let (diff, payload) = s.compose_inference(vec![], PROMPT, 16);
-    let body = Session::body(s.diffs_after(0), diff.nonce, Some(payload));
+    let stall = knob!(stall_before_receipt_ms: Some(10_000), times: Some(1));
+    let (host, body) = arm_next(&net, &mut s, stall);
     let gave_up = tokio::time::timeout(
         Duration::from_secs(1),
         s.post(host, "chat/completions", body.clone()),
@@ -740,6 +561,6 @@ async fn a_client_gone_before_the_receipt_leaves_no_running_inference() {
     .await;
     assert!(gave_up.is_err());
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let out = read_stream(s.post(host, "chat/completions", body).await.unwrap()).await;
+    let out = chat(&s, host, body).await;
     assert_eq!(content_chunks(&out), 5, "{:?}", out.events);
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Headless-browser test of GET /debug/ui: starts `devshard-gateway demo --profile zero` with a
-# random admin key, sends a few chat requests, then renders http://…/debug/ui#key=… in headless
-# Chromium and checks the DOM (escrows 42 and 43, a gonka1… participant) and a screenshot.
+# Headless-browser test of GET /debug/ui: starts `devshard-gateway demo --profile fast` with a
+# random admin key, drives chat load in the background, then renders http://…/debug/ui#key=… in
+# headless Chromium at 1280 px and checks the DOM (escrows 42 and 43, a gonka1… participant, the
+# chain poller table, seven charts, no section wider than the window), renders it again seconds
+# later and checks the charts' data moved, and takes two screenshots that differ.
 # Installs Debian's chromium when missing (needs root; works on a fresh machine).
 # Keeps the screenshot at target/ui/debug-ui.png (UI_OUT=dir to change).
 set -euo pipefail
@@ -34,7 +36,9 @@ OUT="${UI_OUT:-${CARGO_TARGET_DIR:-target}/ui}"
 mkdir -p "$OUT"
 WORK="$(mktemp -d)"
 PID=""
+LOAD=""
 cleanup() {
+    if [ -n "$LOAD" ]; then kill "$LOAD" 2>/dev/null || true; fi
     if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
     rm -rf "$WORK"
 }
@@ -49,7 +53,7 @@ URL="http://127.0.0.1:$PORT"
 echo "== demo on $URL"
 env -u DEVSHARD_API_KEYS -u DEVSHARD_CONFIG \
     DEVSHARD_LISTEN="127.0.0.1:$PORT" DEVSHARD_ADMIN_API_KEY="$KEY" DEVSHARD_DATA_DIR="$WORK/data" \
-    "$BIN" demo --profile zero >"$WORK/demo.log" 2>&1 &
+    "$BIN" demo --profile fast >"$WORK/demo.log" 2>&1 &
 PID=$!
 for _ in $(seq 1 150); do
     curl -fsS "$URL/readyz" >/dev/null 2>&1 && break
@@ -65,17 +69,30 @@ for i in 1 2 3 4 5 6; do
         -d "{\"model\":\"$MODEL\",\"messages\":[{\"role\":\"user\",\"content\":\"hello $i\"}]}" >/dev/null \
         || fail "chat request $i failed"
 done
+# Background load for the charts (the printed curl command in a loop, as an operator would).
+( i=0; while kill -0 "$PID" 2>/dev/null; do i=$((i + 1))
+    curl -fsS -N "$URL/v1/chat/completions" -H 'content-type: application/json' \
+        -d "{\"model\":\"$MODEL\",\"stream\":$([ $((i % 2)) = 0 ] && echo true || echo false),\"messages\":[{\"role\":\"user\",\"content\":\"load $i\"}]}" >/dev/null 2>&1 || true
+  done ) &
+LOAD=$!
+sleep 5  # two series points with load
 curl -fsS -o /dev/null -w '' "$URL/debug/ui" || fail "/debug/ui not served without auth"
 curl -fsS -H "authorization: Bearer $KEY" "$URL/v1/debug/actors" >"$OUT/actors.json" || fail "/v1/debug/actors"
 
 chrome() {
-    "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+    "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --window-size=1280,1400 \
         --disable-background-networking --disable-component-update --disable-sync --no-first-run \
         --user-data-dir="$WORK/profile-$1" --virtual-time-budget=5000 "${@:2}" 2>>"$WORK/chromium.log"
 }
 
 echo "== headless chromium: DOM"
 chrome dom --dump-dom "$URL/debug/ui#key=$KEY" >"$OUT/debug-ui.html" || { cat "$WORK/chromium.log" >&2; fail "chromium --dump-dom"; }
+CHARTS="$(grep -o 'data-chart="[a-z]*"' "$OUT/debug-ui.html" | sort -u | wc -l)"
+[ "$CHARTS" -ge 7 ] || fail "expected 7 charts, found $CHARTS (see $OUT/debug-ui.html)"
+grep -q '<svg' "$OUT/debug-ui.html" || fail "no inline SVG chart"
+grep -q '<polyline[^>]*points="[0-9]' "$OUT/debug-ui.html" || fail "the charts have no data"
+grep -q 'data-endpoint="epochs_latest"' "$OUT/debug-ui.html" || fail "the chain poller table has no epochs_latest row"
+grep -q 'data-overflow=""' "$OUT/debug-ui.html" || fail "a section is wider than 1280 px: $(grep -o 'data-overflow="[^"]*"' "$OUT/debug-ui.html")"
 for id in 42 43; do
     grep -q "data-escrow-id=\"$id\"" "$OUT/debug-ui.html" || fail "escrow $id not rendered (see $OUT/debug-ui.html)"
 done
@@ -83,11 +100,26 @@ grep -q 'data-participant="gonka1' "$OUT/debug-ui.html" || fail "no gonka1… pa
 grep -q 'data-health="healthy"' "$OUT/debug-ui.html" || fail "no healthy participant group rendered"
 if grep -q 'id="status" class="err"' "$OUT/debug-ui.html"; then fail "page shows an error status"; fi
 
-echo "== headless chromium: screenshot"
-rm -f "$OUT/debug-ui.png"
-chrome shot --hide-scrollbars --window-size=1280,900 --screenshot="$OUT/debug-ui.png" "$URL/debug/ui#key=$KEY" >/dev/null \
-    || { cat "$WORK/chromium.log" >&2; fail "chromium --screenshot"; }
-[ -f "$OUT/debug-ui.png" ] || fail "no screenshot"
-SIZE="$(wc -c <"$OUT/debug-ui.png")"
-[ "$SIZE" -gt 10240 ] || fail "screenshot is only $SIZE bytes"
-echo "ok: DOM has escrows 42, 43 and gonka1… participants; screenshot $OUT/debug-ui.png ($SIZE bytes)"
+echo "== headless chromium: screenshots seconds apart"
+shot() {
+    rm -f "$OUT/$1"
+    chrome "$1" --hide-scrollbars --screenshot="$OUT/$1" "$URL/debug/ui#key=$KEY" >/dev/null \
+        || { cat "$WORK/chromium.log" >&2; fail "chromium --screenshot"; }
+    [ -f "$OUT/$1" ] || fail "no screenshot $1"
+    SIZE="$(wc -c <"$OUT/$1")"
+    [ "$SIZE" -gt 10240 ] || fail "screenshot $1 is only $SIZE bytes"
+}
+shot debug-ui.png
+sleep 4  # at least one new series point (one every 2 s)
+shot debug-ui-later.png
+cmp -s "$OUT/debug-ui.png" "$OUT/debug-ui-later.png" && fail "the two screenshots are identical"
+chrome dom2 --dump-dom "$URL/debug/ui#key=$KEY" >"$OUT/debug-ui-later.html" || fail "chromium --dump-dom (later)"
+charts() { grep -o 'data-chart="[a-z]*" data-points="[0-9]*" data-last-t="[0-9]*" data-last="[^"]*"' "$1"; }
+charts "$OUT/debug-ui.html" >"$WORK/charts-1"
+charts "$OUT/debug-ui-later.html" >"$WORK/charts-2"
+[ "$(wc -l <"$WORK/charts-2")" -ge 7 ] || fail "charts missing in the later render"
+cmp -s "$WORK/charts-1" "$WORK/charts-2" && fail "the charts' data did not change: $(cat "$WORK/charts-2")"
+T1="$(sed -n 's/.*data-chart="requests".*data-last-t="\([0-9]*\)".*/\1/p' "$WORK/charts-1")"
+T2="$(sed -n 's/.*data-chart="requests".*data-last-t="\([0-9]*\)".*/\1/p' "$WORK/charts-2")"
+[ -n "$T1" ] && [ -n "$T2" ] && [ "$T2" -gt "$T1" ] || fail "the series did not advance ($T1 → $T2)"
+echo "ok: escrows 42, 43, gonka1… participants, chain table, $CHARTS charts whose data moved ($T1 → $T2), no overflow at 1280 px; screenshots $OUT/debug-ui.png, $OUT/debug-ui-later.png"

@@ -122,6 +122,27 @@ mod tests {
         );
         assert_eq!(RetryAfter::parse("soon"), None);
         assert_eq!(RetryAfter::parse("-5"), None);
+        // Every HTTP-date form (RFC 9110 §5.6.7) of 1994-11-06T08:49:37Z, and malformed ones.
+        for date in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(
+                RetryAfter::parse(date),
+                Some(RetryAfter::At(784_111_777_000)),
+                "{date}"
+            );
+        }
+        for bad in [
+            "",
+            "1.5",
+            "Sun, 06 Foo 1994 08:49:37 GMT",
+            "Sun, 32 Nov 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(RetryAfter::parse(bad), None, "{bad}");
+        }
+        assert_eq!(RetryAfter::parse(" 0 "), Some(RetryAfter::Seconds(0)));
         let at = RetryAfter::At(1_700_000_120_000);
         assert_eq!(at.deadline(1_700_000_000_000), 1_700_000_120_000);
         assert_eq!(

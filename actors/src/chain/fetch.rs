@@ -67,7 +67,7 @@ pub async fn get(url: String, timeout: Duration) -> Fetched {
         },
     };
     let status = response.status().as_u16();
-    if status == 429 || status == 503 {
+    if crate::host::error::is_throttling(status) {
         let retry_after = response
             .headers()
             .get(awc::http::header::RETRY_AFTER)

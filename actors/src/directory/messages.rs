@@ -146,3 +146,10 @@ pub struct LiveActors {
     pub escrows: Vec<(String, TrackedAddr<EscrowActor>)>,
     pub participants: Vec<(Address, TrackedAddr<ParticipantActor>)>,
 }
+
+/// An escrow started settling: it is no longer picked for new requests.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct CloseEscrow {
+    pub escrow_id: String,
+}

@@ -32,7 +32,10 @@ use crate::{
     outcome::ParticipantOutcome,
     participant::ParticipantActor,
     policy::settings::HealthSettings,
-    protocol::crypto::{Address, SigningKey},
+    protocol::{
+        crypto::{Address, SigningKey},
+        warm::WarmKeyChecker,
+    },
     stats::{tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedAddr},
     store::{ns, SharedStore, StoreError},
 };
@@ -93,6 +96,8 @@ pub struct DirectoryDeps {
     pub metrics: ActorMetrics,
     /// Where every actor of this gateway registers its stats (debug listing).
     pub actors: ActorRegistry,
+    /// Warm-key grant checks (LIFECYCLE.md §5), shared by every escrow.
+    pub warm: WarmKeyChecker,
 }
 
 /// One supervised entity.
@@ -117,6 +122,8 @@ pub(crate) struct EscrowSlot {
     pub info: Arc<EscrowInfo>,
     pub slot: Slot<EscrowActor>,
     pub in_flight: usize,
+    /// Settling (draining or later): never picked for a new request.
+    pub closed: bool,
 }
 
 /// The directory actor (see the module docs).
@@ -166,12 +173,15 @@ impl Actor for Directory {
             match serde_json::from_value::<EscrowInfo>(value) {
                 Ok(info) => {
                     let info = Arc::new(info);
+                    // A settlement in progress survives the restart: still not picked.
+                    let closed = crate::settlement::load_record(&self.deps.store, &id).is_some();
                     self.escrows.insert(
                         id.clone(),
                         EscrowSlot {
                             info,
                             slot: Slot::default(),
                             in_flight: 0,
+                            closed,
                         },
                     );
                     if let Err(e) = self.spawn_escrow(&id, ctx) {

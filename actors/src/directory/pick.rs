@@ -1,9 +1,10 @@
 //! Escrow choice: the escrow with the most spare capacity for the model (races in flight relative
-//! to its participants' chain weight); ties rotate.
+//! to its participants' chain weight); ties rotate. An escrow that is settling (`CloseEscrow`)
+//! is never picked.
 
 use actix::prelude::*;
 
-use super::{Directory, DirectoryError, PickEscrow, PickedEscrow};
+use super::{CloseEscrow, Directory, DirectoryError, PickEscrow, PickedEscrow};
 
 impl Handler<PickEscrow> for Directory {
     type Result = Result<PickedEscrow, DirectoryError>;
@@ -16,7 +17,7 @@ impl Handler<PickEscrow> for Directory {
                 continue;
             }
             any_for_model = true;
-            if e.slot.failed || !e.slot.addr.as_ref().is_some_and(|a| a.connected()) {
+            if e.closed || e.slot.failed || !e.slot.addr.as_ref().is_some_and(|a| a.connected()) {
                 continue;
             }
             let weight: u64 = e.info.hosts.iter().map(|h| h.weight.max(1)).sum();
@@ -49,5 +50,15 @@ impl Handler<PickEscrow> for Directory {
             escrow_id: id,
             addr,
         })
+    }
+}
+
+impl Handler<CloseEscrow> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: CloseEscrow, _: &mut Self::Context) {
+        if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
+            e.closed = true;
+        }
     }
 }

@@ -46,7 +46,10 @@ impl Directory {
         let id = info.escrow_id.clone();
         let start_err = |e: String| DirectoryError::Start(id.clone(), e);
         let log = self.deps.store.load_diffs(&id)?;
-        let mut session = Session::restore(info, log).map_err(|e| start_err(e.to_string()))?;
+        let warm = self.deps.store.load_warm_deltas(&id)?;
+        let mut session = Session::restore(info, log, &warm)
+            .map_err(|e| start_err(e.to_string()))?
+            .with_grants(self.deps.warm.cache().clone());
         if let Some(record) = self.deps.store.get(ns::SESSIONS, &id)? {
             if let Some(map) = record.get("host_sync").and_then(|m| m.as_object()) {
                 for (addr, nonce) in map {
@@ -69,6 +72,7 @@ impl Directory {
             metrics: self.deps.metrics.clone(),
             settings: self.settings.clone(),
             actors: self.deps.actors.clone(),
+            warm: self.deps.warm.clone(),
         };
         Ok(EscrowActor::new(session, deps)
             .with_orphans(orphans)
@@ -241,7 +245,7 @@ impl Handler<AddEscrow> for Directory {
         let info = Arc::new(msg.info);
         Box::pin(ack.into_actor(self).map(move |res, act, ctx| {
             res?;
-            act.escrows.insert(id.clone(), EscrowSlot { info, slot: Slot::default(), in_flight: 0 });
+            act.escrows.insert(id.clone(), EscrowSlot { info, slot: Slot::default(), in_flight: 0, closed: false });
             act.spawn_escrow(&id, ctx)?;
             info!(act.deps.log, "escrow registered"; "stage" => "escrow_registered", "escrow" => &id);
             Ok(())

@@ -40,14 +40,22 @@ use crate::{
     directory::{ActorKind, Died},
     metrics::ActorMetrics,
     outcome::OutcomeSink,
-    policy::settings::HealthSettings,
-    protocol::crypto::{Address, SigningKey},
+    policy::{
+        reason::{EmptyDiffReason, OutcomeReason},
+        settings::HealthSettings,
+    },
+    protocol::{
+        crypto::{Address, SigningKey},
+        warm::WarmKeyChecker,
+    },
     stats::{timers, tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedRecipient},
     store::SharedStore,
 };
 
+mod finalize;
 mod mailbox;
 mod settling;
+mod warm;
 
 /// How often dirty host sync nonces are persisted.
 const SYNC_PERSIST_INTERVAL: Duration = Duration::from_secs(1);
@@ -68,6 +76,8 @@ pub struct EscrowDeps {
     pub settings: Arc<HealthSettings>,
     /// Where this actor and its repairs register their stats.
     pub actors: ActorRegistry,
+    /// Warm-key grant checks (the cache is also the session's step-4 resolver).
+    pub warm: WarmKeyChecker,
 }
 
 /// The escrow actor (see the module docs).
@@ -84,6 +94,8 @@ pub struct EscrowActor {
     on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
     retired: bool,
+    /// Set by `BeginDrain` / `FinalizeRound`: settling, no new requests (`actor/finalize.rs`).
+    closing: bool,
     /// This actor's entry in the actor registry (mailbox, messages, timers).
     stats: StatsSlot,
 }
@@ -113,6 +125,7 @@ impl EscrowActor {
             deps,
             on_stop: None,
             retired: false,
+            closing: false,
             stats,
         }
     }
@@ -200,7 +213,7 @@ impl EscrowActor {
                     }
                 }
                 Step::Withhold => {
-                    if !self.withhold("host_withheld", ctx) {
+                    if !self.withhold(EmptyDiffReason::HostWithheld, ctx) {
                         return;
                     }
                 }
@@ -224,7 +237,7 @@ impl EscrowActor {
     /// Passes over `skip` nonces (diffs without inference) and grants the next one.
     fn skip_then_grant(&mut self, (w, skip): (Waiter, u32), ctx: &mut Context<Self>) {
         for _ in 0..skip {
-            if !self.withhold("hedge_skip", ctx) {
+            if !self.withhold(EmptyDiffReason::HedgeSkip, ctx) {
                 break;
             }
         }
@@ -232,7 +245,7 @@ impl EscrowActor {
     }
 
     /// Sequences the next nonce without inference; `false` when nothing could be composed.
-    fn withhold(&mut self, reason: &str, ctx: &mut Context<Self>) -> bool {
+    fn withhold(&mut self, reason: EmptyDiffReason, ctx: &mut Context<Self>) -> bool {
         let composed = self
             .durable
             .compose_withheld(&mut self.session, &self.deps, reason);
@@ -285,7 +298,7 @@ impl EscrowActor {
     /// protocol still settles it (a refused-timeout vote at its deadline refunds the reserve).
     fn unclaimed(&mut self, nonce: u64, ctx: &mut Context<Self>) {
         if self.book.unclaimed(nonce) {
-            self.await_timeout(nonce, "grant_unclaimed", ctx);
+            self.await_timeout(nonce, OutcomeReason::GrantUnclaimed, ctx);
         }
     }
 
@@ -297,7 +310,7 @@ impl EscrowActor {
         let timer = timers::run_later(&self.stats, ctx, "picker_hold", hold, |act, ctx| {
             act.picker.take_hold();
             if act.picker.still_blocked(&act.session) {
-                act.withhold("no_taker", ctx);
+                act.withhold(EmptyDiffReason::NoTaker, ctx);
             }
             act.pump(ctx);
         });

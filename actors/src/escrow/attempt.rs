@@ -26,6 +26,6 @@ pub struct AttemptVerdict {
     pub retry: bool,
     /// Set when the failure is shared by several hosts (the client gets this message).
     pub shared_fault: Option<String>,
-    /// The HTTP status the client gets for a shared fault.
-    pub shared_status: Option<u16>,
+    /// The class of a shared fault (the edge chooses the client's status from it).
+    pub shared_class: Option<crate::outcome::OutcomeClass>,
 }

@@ -13,6 +13,7 @@ use slog::{info, Logger};
 use super::nonces::{NonceEntry, NonceState};
 use crate::{
     outcome::{AttemptOutcome, AttemptTimings, OutcomeClass},
+    policy::reason::OutcomeReason,
     protocol::{crypto::Address, proto::TimeoutReason},
     stats::timers::Timer,
 };
@@ -143,7 +144,7 @@ impl NonceBook {
     }
 
     /// Puts a failed, unfinished attempt on the timeout path. `true` when its timer must be armed.
-    pub(super) fn await_timeout(&mut self, nonce: u64, reason: &str, now_ms: i64) -> bool {
+    pub(super) fn await_timeout(&mut self, nonce: u64, reason: OutcomeReason, now_ms: i64) -> bool {
         let d = self.deadlines;
         let Some(entry) = self.attempts.get_mut(&nonce) else {
             return false;
@@ -152,7 +153,7 @@ impl NonceBook {
             entry.timeout_deadline(d.refusal_timeout_s, d.execution_timeout_s, d.buffer_ms);
         entry.state = NonceState::AwaitingTimeout {
             deadline_ms,
-            reason: reason.to_string(),
+            reason,
         };
         info!(self.log, "timeout scheduled"; "stage" => "timeout_scheduled", "nonce" => nonce,
             "reason" => kind.as_wire(), "remaining_ms" => deadline_ms.saturating_sub(now_ms));
@@ -165,7 +166,7 @@ impl NonceBook {
         escrow_id: &str,
         nonce: u64,
         class: OutcomeClass,
-        reason: &str,
+        reason: OutcomeReason,
         finish_late_ms: Option<i64>,
     ) -> Option<Settled> {
         let entry = self.attempts.get_mut(&nonce)?;
@@ -181,7 +182,7 @@ impl NonceBook {
                 escrow_id: escrow_id.to_string(),
                 nonce,
                 class,
-                reason: reason.to_string(),
+                reason,
                 timings: entry.timings,
                 finish_late_ms,
             },

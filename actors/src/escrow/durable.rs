@@ -9,7 +9,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Instant};
 
-use slog::{debug, error, warn};
+use slog::{debug, error, info, warn};
 use tokio::sync::oneshot;
 
 use super::{
@@ -26,6 +26,7 @@ use super::{
 };
 use crate::{
     outcome::AttemptTimings,
+    policy::reason::{EmptyDiffReason, OutcomeReason},
     protocol::{canonical, crypto::Address, diff::Diff, wire::PayloadJson},
     store::{ns, Ack, StoreError},
 };
@@ -138,19 +139,15 @@ impl Durable {
         &mut self,
         session: &mut Session,
         deps: &EscrowDeps,
-        reason: &str,
+        reason: EmptyDiffReason,
     ) -> Option<(Arc<Diff>, Ack)> {
         match session.compose(Vec::new(), &deps.key) {
             Ok(diff) => {
-                let kind = if reason == "host_withheld" || reason == "no_taker" {
-                    "withheld"
-                } else {
-                    "control"
-                };
+                let kind = reason.nonce_kind();
                 deps.metrics.nonces.with_label_values(&[kind]).inc();
                 debug!(deps.log, "diff without inference composed"; "stage" => "diff_composed",
                     "nonce" => diff.nonce, "reason" => reason);
-                let ack = deps.store.append_diff(&session.info().escrow_id, &diff);
+                let ack = append(session, deps, &diff);
                 Some((diff, ack))
             }
             Err(e) => {
@@ -166,7 +163,7 @@ impl Durable {
         &mut self,
         session: &mut Session,
         deps: &EscrowDeps,
-        reason: &str,
+        reason: EmptyDiffReason,
     ) -> Option<(u64, Ack)> {
         if session.pending().is_empty() {
             return Some((session.nonce(), deps.store.flush()));
@@ -203,7 +200,7 @@ impl Durable {
         let nonce = diff.nonce;
         deps.metrics.nonces.with_label_values(&["inference"]).inc();
         let composed = Instant::now();
-        let ack = deps.store.append_diff(&session.info().escrow_id, &diff);
+        let ack = append(session, deps, &diff);
         let info = session.info().clone();
         let Some(host) = info.host_for_nonce(nonce).cloned() else {
             let _ = w
@@ -329,7 +326,7 @@ impl Durable {
             started_at,
         };
         let diff = session.compose_start(&params, &deps.key).ok()?;
-        let ack = deps.store.append_diff(&session.info().escrow_id, &diff);
+        let ack = append(session, deps, &diff);
         deps.metrics.nonces.with_label_values(&["ghost"]).inc();
         let payload = PayloadJson {
             prompt: GHOST_PROMPT.to_vec(),
@@ -349,7 +346,7 @@ impl Durable {
             timings: AttemptTimings::default(),
             state: NonceState::AwaitingTimeout {
                 deadline_ms: deadline_ms(started_at),
-                reason: "ghost".into(),
+                reason: OutcomeReason::Ghost,
             },
             crowned: false,
             emitted: true,
@@ -405,4 +402,16 @@ impl Durable {
             }
         });
     }
+}
+
+/// Appends a freshly composed diff with the warm keys it bound (`warm_key_bound`), so a replay
+/// restores them without the chain.
+fn append(session: &Session, deps: &EscrowDeps, diff: &Diff) -> Ack {
+    let delta = session.last_warm_delta();
+    for b in delta {
+        info!(deps.log, "warm key bound to its slot"; "stage" => "warm_key_bound",
+            "nonce" => diff.nonce, "slot" => b.slot, "warm_key" => b.address.as_str());
+    }
+    deps.store
+        .append_diff_with_warm(&session.info().escrow_id, diff, delta)
 }

@@ -159,7 +159,7 @@ impl FaultGuard {
         now: i64,
     ) -> FailureSettled {
         let class = s.outcome.class;
-        let reason = s.outcome.reason.clone();
+        let reason = s.outcome.reason;
         let (mut msg, request) = self.outcome(s, counts, now);
         let mut settled = FailureSettled {
             send: Vec::new(),
@@ -177,7 +177,7 @@ impl FaultGuard {
             settled.send.push((msg, request));
             return settled;
         }
-        let signature = FaultSignature::new(class, status, &reason, message);
+        let signature = FaultSignature::new(class, status, reason, message);
         match self
             .detector
             .record_failure(msg.participant.clone(), signature.clone(), now)
@@ -188,7 +188,7 @@ impl FaultGuard {
                     "reason" => &reason, "hosts" => shared.hosts.len(), "cause" => &cause);
                 self.metrics
                     .shared_faults
-                    .with_label_values(&[&reason])
+                    .with_label_values(&[reason.as_str()])
                     .inc();
                 let (same, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
                     .into_iter()

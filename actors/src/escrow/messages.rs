@@ -156,6 +156,8 @@ pub struct EscrowSnapshot {
     pub repairs: Vec<String>,
     pub repairs_given_up: Vec<String>,
     pub panic_mode: bool,
+    /// Warm key bound to each slot (LIFECYCLE.md §5).
+    pub warm_keys: std::collections::BTreeMap<u32, crate::protocol::crypto::Address>,
 }
 
 /// Test and operator hook: make the actor panic (only when fault injection is enabled).
@@ -207,3 +209,33 @@ pub struct ForgetDivergence {
 pub struct GrantUnused {
     pub nonce: u64,
 }
+
+/// Settlement: stop taking new requests (idempotent); answers what is still running.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "DrainProgress")]
+pub struct BeginDrain;
+
+/// What keeps a draining escrow from finalizing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DrainProgress {
+    /// Races waiting for a nonce.
+    pub waiting: usize,
+    /// Nonces handed out and not settled yet (finish or timeout vote).
+    pub unsettled: usize,
+}
+
+/// Settlement: one diff round without inference (the first carries `MsgFinalizeRound`), made
+/// durable and sent to every host by catch-up.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Result<crate::settlement::port::RoundDone, String>")]
+pub struct FinalizeRound;
+
+/// Settlement: the session state and the verified signatures of its latest nonce.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "crate::settlement::port::FinalState")]
+pub struct GetFinalState;
+
+/// Settlement: send every host the durable diffs it lacks (no new diff is composed).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct CatchUpAll;

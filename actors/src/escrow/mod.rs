@@ -29,8 +29,10 @@
 //! | `PlanRepair`, `RepairStep` | `repair.rs` over durable, session, routing |
 //! | `RepairGaveUp`, `TriggerRepair`, `GetRepairStates`, `ForgetDivergence` | routing |
 //! | `GetSnapshot`, `Retire`, `InjectPanic`, `InjectStall` | the actor (`actor/mailbox.rs`) |
+//! | `BeginDrain`, `FinalizeRound`, `GetFinalState`, `CatchUpAll` | settlement steps (`actor/finalize.rs`) over durable, `sync.rs` |
 //!
-//! Every handler is in `actor/mailbox.rs`; timers fire into `actor.rs` and `actor/settling.rs`.
+//! Every other handler is in `actor/mailbox.rs`; timers fire into `actor.rs` and
+//! `actor/settling.rs`.
 
 mod actor;
 pub mod attempt;

@@ -16,7 +16,10 @@ pub enum NonceState {
     /// Whole answer delivered, finish marker not seen yet; reconciliation polls run.
     PendingFinish { ended_ms: i64, next_poll_ms: u64 },
     /// Failed without a finish; a timeout vote runs at `deadline_ms`.
-    AwaitingTimeout { deadline_ms: i64, reason: String },
+    AwaitingTimeout {
+        deadline_ms: i64,
+        reason: crate::policy::reason::OutcomeReason,
+    },
 }
 
 /// One unsettled nonce.

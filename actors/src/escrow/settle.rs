@@ -7,13 +7,13 @@
 use crate::{
     host::{HostError, Rejection},
     outcome::{AttemptEnd, OutcomeClass},
-    policy::attribution,
+    policy::{attribution, reason::OutcomeReason},
 };
 
 /// What an attempt's end means.
 pub(super) struct Judgement {
     pub class: OutcomeClass,
-    pub reason: &'static str,
+    pub reason: OutcomeReason,
     /// Another attempt on another host may help.
     pub retry: bool,
     /// The host lost diffs (restarted empty): replay from nonce 1 on the next send.

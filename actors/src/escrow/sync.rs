@@ -21,12 +21,15 @@ use crate::{
 /// Every send's answer, per host, in order.
 pub(super) type SyncAnswers = Vec<(Address, Result<SendResult, HostError>)>;
 
-/// The catch-up sends of every routable host, run after `ready` (if any) resolved.
+/// The catch-up sends of every routable host, run after `ready` (if any) resolved. With
+/// `resend_last`, a host that lacks nothing is sent the latest diff again (it answers with its
+/// state signature of that nonce: settlement collection).
 pub(super) fn catch_up_hosts(
     session: &Session,
     routing: &Routing,
     deps: &EscrowDeps,
     ready: Option<Ack>,
+    resend_last: bool,
 ) -> LocalBoxFuture<'static, Result<SyncAnswers, String>> {
     let info = session.info().clone();
     let chunk = deps.cfg.catch_up_chunk.max(1);
@@ -36,7 +39,10 @@ pub(super) fn catch_up_hosts(
         .iter()
         .filter(|h| !routing.is_withheld(&h.address))
     {
-        let diffs = session.catch_up(&host.address, usize::MAX);
+        let mut diffs = session.catch_up(&host.address, usize::MAX);
+        if diffs.is_empty() && resend_last {
+            diffs.extend(session.diff(session.nonce()).cloned());
+        }
         let requests: Vec<InferenceRequest> = diffs
             .chunks(chunk)
             .map(|part| InferenceRequest {

@@ -17,7 +17,7 @@ use super::{info::HostEndpoint, nonces::NonceEntry, session::Session, EscrowDeps
 use crate::{
     host::client::{self, SendResult},
     protocol::{
-        crypto::{self, Address},
+        crypto::Address,
         proto::{DevshardTx, MsgTimeoutInference, TimeoutReason, TimeoutVote, Tx},
         state,
         wire::{DiffJson, InferenceRequest, VerifyTimeoutRequest, VerifyTimeoutResponse},
@@ -114,7 +114,9 @@ pub(super) fn tally(
             .iter()
             .any(|s| s.slot_id == answer.voter_slot && s.validator == addr);
         if !owns_slot
-            || crypto::verify(&content, &sig, &addr).is_err()
+            || session
+                .check_slot_signer(answer.voter_slot, &content, &sig)
+                .is_err()
             || !voters.insert(addr.clone())
         {
             warn!(deps.log, "timeout vote rejected"; "stage" => "timeout_vote_invalid",

@@ -108,6 +108,16 @@ impl HostError {
     }
 }
 
+/// A status (of a host's answer or its error event) that blames the request itself (4xx).
+pub fn blames_request(status: u16) -> bool {
+    (400..500).contains(&status)
+}
+
+/// An upstream answer (host or chain API) that asks to back off: 429 or 503.
+pub fn is_throttling(status: u16) -> bool {
+    matches!(status, 429 | 503)
+}
+
 /// Extracts the `message` of an Echo error body, or the body text itself.
 pub fn error_message(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]

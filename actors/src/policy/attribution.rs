@@ -1,67 +1,90 @@
 //! Attribution: the pure function that turns what happened to an attempt into one outcome class
-//! (HEALTH.md §1). Classification is on typed errors only.
+//! (HEALTH.md §1) and its typed [`OutcomeReason`]. Classification is on typed errors only.
 
 use crate::{
-    host::{HostError, Rejection},
+    host::{error, HostError, Rejection},
     outcome::{AttemptEnd, OutcomeClass},
+    policy::reason::OutcomeReason,
     protocol::session_error::SessionError,
 };
 
 /// Class and machine-readable reason of an attempt that ended as `end`.
 /// `finished`: the nonce's verified finish marker has been seen.
-pub fn classify(end: &AttemptEnd, finished: bool) -> (OutcomeClass, &'static str) {
+pub fn classify(end: &AttemptEnd, finished: bool) -> (OutcomeClass, OutcomeReason) {
     match end {
-        AttemptEnd::Completed if finished => (OutcomeClass::Success, "finished"),
-        AttemptEnd::Completed => (OutcomeClass::PendingFinish, "finish_pending"),
-        AttemptEnd::EmptyStream => (OutcomeClass::HostFault, "empty_stream"),
-        AttemptEnd::Stalled => (OutcomeClass::HostFault, "stalled"),
-        AttemptEnd::Cancelled => (OutcomeClass::Cancelled, "cancelled"),
-        AttemptEnd::ClientGone => (OutcomeClass::RequestFault, "client_gone"),
+        AttemptEnd::Completed if finished => (OutcomeClass::Success, OutcomeReason::Finished),
+        AttemptEnd::Completed => (OutcomeClass::PendingFinish, OutcomeReason::FinishPending),
+        AttemptEnd::EmptyStream => (OutcomeClass::HostFault, OutcomeReason::EmptyStream),
+        AttemptEnd::Stalled => (OutcomeClass::HostFault, OutcomeReason::Stalled),
+        AttemptEnd::Cancelled => (OutcomeClass::Cancelled, OutcomeReason::Cancelled),
+        AttemptEnd::ClientGone => (OutcomeClass::RequestFault, OutcomeReason::ClientGone),
         AttemptEnd::ErrorEvent {
             status: Some(s), ..
-        } if (400..500).contains(s) => (OutcomeClass::RequestFault, "error_event_request"),
-        AttemptEnd::ErrorEvent { .. } => (OutcomeClass::HostFault, "error_event"),
+        } if error::blames_request(*s) => {
+            (OutcomeClass::RequestFault, OutcomeReason::ErrorEventRequest)
+        }
+        AttemptEnd::ErrorEvent { .. } => (OutcomeClass::HostFault, OutcomeReason::ErrorEvent),
         AttemptEnd::ReceiptRejected(e) => classify_session(e),
         AttemptEnd::Host(e) => classify_host(e),
     }
 }
 
-fn classify_session(e: &SessionError) -> (OutcomeClass, &'static str) {
+fn classify_session(e: &SessionError) -> (OutcomeClass, OutcomeReason) {
     match e {
         SessionError::StateHashMismatch { .. } | SessionError::HostAhead { .. } => {
-            (OutcomeClass::Diverged, "state_hash_mismatch")
+            (OutcomeClass::Diverged, OutcomeReason::StateHashMismatch)
         }
-        SessionError::InvalidStateSig(_) => (OutcomeClass::HostFault, "invalid_state_sig"),
-        SessionError::InvalidReceipt { .. } => (OutcomeClass::HostFault, "invalid_receipt"),
-        _ => (OutcomeClass::GatewayFault, "session_error"),
+        SessionError::InvalidStateSig(_) => {
+            (OutcomeClass::HostFault, OutcomeReason::InvalidStateSig)
+        }
+        SessionError::InvalidReceipt { .. } => {
+            (OutcomeClass::HostFault, OutcomeReason::InvalidReceipt)
+        }
+        // Another protocol version or root composition: the escrow cannot be served by that
+        // host as configured; no repair, no strike.
+        SessionError::Unreproducible { .. } => (
+            OutcomeClass::EscrowFault,
+            OutcomeReason::UnsupportedProtocol,
+        ),
+        // The chain did not answer about a warm key: our problem, never the host's.
+        SessionError::WarmKeyUnresolved { .. } => {
+            (OutcomeClass::GatewayFault, OutcomeReason::WarmKeyUnverified)
+        }
+        _ => (OutcomeClass::GatewayFault, OutcomeReason::SessionError),
     }
 }
 
 /// Class of a failed host call.
-pub fn classify_host(e: &HostError) -> (OutcomeClass, &'static str) {
+pub fn classify_host(e: &HostError) -> (OutcomeClass, OutcomeReason) {
     match e {
-        HostError::Connect(_) => (OutcomeClass::HostFault, "connect_failed"),
-        HostError::Transport(_) => (OutcomeClass::HostFault, "transport"),
-        HostError::Timeout(_) => (OutcomeClass::HostFault, "timeout"),
-        HostError::Truncated => (OutcomeClass::HostFault, "truncated"),
-        HostError::Decode(_) => (OutcomeClass::HostFault, "undecodable"),
-        HostError::Tls(_) => (OutcomeClass::GatewayFault, "tls_untrusted"),
+        HostError::Connect(_) => (OutcomeClass::HostFault, OutcomeReason::ConnectFailed),
+        HostError::Transport(_) => (OutcomeClass::HostFault, OutcomeReason::Transport),
+        HostError::Timeout(_) => (OutcomeClass::HostFault, OutcomeReason::Timeout),
+        HostError::Truncated => (OutcomeClass::HostFault, OutcomeReason::Truncated),
+        HostError::Decode(_) => (OutcomeClass::HostFault, OutcomeReason::Undecodable),
+        HostError::Tls(_) => (OutcomeClass::GatewayFault, OutcomeReason::TlsUntrusted),
         HostError::Status { rejection, .. } => match rejection {
-            Rejection::TimestampDrift => (OutcomeClass::HostFault, "timestamp_drift"),
-            Rejection::BadAuth => (OutcomeClass::GatewayFault, "bad_auth"),
-            Rejection::NotEscrowOwner => (OutcomeClass::EscrowFault, "not_escrow_owner"),
-            Rejection::NotInGroup => (OutcomeClass::EscrowFault, "sender_not_in_group"),
-            Rejection::EscrowNotFound => (OutcomeClass::EscrowFault, "escrow_not_found"),
-            Rejection::RouteNotFound => (OutcomeClass::HostFault, "not_found"),
-            Rejection::SessionNotFound => (OutcomeClass::HostFault, "session_not_found"),
-            Rejection::RootMismatch { .. } => (OutcomeClass::Diverged, "post_state_root_mismatch"),
-            Rejection::NonceGap { .. } => (OutcomeClass::HostFault, "nonce_gap"),
-            Rejection::RequestsDisabled => (OutcomeClass::Overload, "requests_disabled"),
-            Rejection::Initializing => (OutcomeClass::Overload, "initializing"),
-            Rejection::RateLimited => (OutcomeClass::Overload, "rate_limited"),
-            Rejection::Unavailable => (OutcomeClass::Overload, "unavailable"),
-            Rejection::BadRequest => (OutcomeClass::RequestFault, "bad_request"),
-            Rejection::Conflict | Rejection::Other => (OutcomeClass::HostFault, "host_error"),
+            Rejection::TimestampDrift => (OutcomeClass::HostFault, OutcomeReason::TimestampDrift),
+            Rejection::BadAuth => (OutcomeClass::GatewayFault, OutcomeReason::BadAuth),
+            Rejection::NotEscrowOwner => (OutcomeClass::EscrowFault, OutcomeReason::NotEscrowOwner),
+            Rejection::NotInGroup => (OutcomeClass::EscrowFault, OutcomeReason::SenderNotInGroup),
+            Rejection::EscrowNotFound => (OutcomeClass::EscrowFault, OutcomeReason::EscrowNotFound),
+            Rejection::RouteNotFound => (OutcomeClass::HostFault, OutcomeReason::NotFound),
+            Rejection::SessionNotFound => (OutcomeClass::HostFault, OutcomeReason::SessionNotFound),
+            Rejection::RootMismatch { .. } => {
+                (OutcomeClass::Diverged, OutcomeReason::PostStateRootMismatch)
+            }
+            Rejection::NonceGap { .. } => (OutcomeClass::HostFault, OutcomeReason::NonceGap),
+            Rejection::RequestsDisabled => {
+                (OutcomeClass::Overload, OutcomeReason::RequestsDisabled)
+            }
+            Rejection::Initializing => (OutcomeClass::Overload, OutcomeReason::Initializing),
+            Rejection::RateLimited => (OutcomeClass::Overload, OutcomeReason::RateLimited),
+            Rejection::Unavailable => (OutcomeClass::Overload, OutcomeReason::Unavailable),
+            Rejection::BadRequest => (OutcomeClass::RequestFault, OutcomeReason::BadRequest),
+            Rejection::Conflict | Rejection::Other => {
+                (OutcomeClass::HostFault, OutcomeReason::HostError)
+            }
         },
     }
 }

@@ -16,7 +16,7 @@
 
 use serde::Serialize;
 
-use super::settings::HealthSettings;
+use super::{reason::OutcomeReason, settings::HealthSettings};
 use crate::outcome::OutcomeClass;
 
 /// Entries kept per escrow; beyond this the oldest are dropped (a dropped held failure is never
@@ -24,8 +24,6 @@ use crate::outcome::OutcomeClass;
 pub const MAX_ENTRIES: usize = 4096;
 /// Longest normalised message kept in a signature (characters).
 const MAX_MESSAGE_CHARS: usize = 200;
-/// Reasons of failures that never reached a host's application.
-const UNREACHABLE_REASONS: &[&str] = &["connect_failed", "transport", "timeout"];
 
 /// What makes two failures "the same".
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -34,7 +32,7 @@ pub struct FaultSignature {
     /// HTTP status, when the host answered.
     pub status: Option<u16>,
     /// Attribution reason (`not_escrow_owner`, `timestamp_drift`, …).
-    pub reason: String,
+    pub reason: OutcomeReason,
     /// The host's message after [`normalise`].
     pub message: String,
 }
@@ -44,13 +42,13 @@ impl FaultSignature {
     pub fn new(
         class: OutcomeClass,
         status: Option<u16>,
-        reason: impl Into<String>,
+        reason: OutcomeReason,
         raw_message: &str,
     ) -> Self {
         FaultSignature {
             class,
             status,
-            reason: reason.into(),
+            reason,
             message: normalise(raw_message),
         }
     }
@@ -232,39 +230,12 @@ pub fn cause_message<H>(fault: &SharedFault<H>) -> String {
         Some(ms) if ms > 0 => format!(" (retry after {} s)", ms.saturating_add(999) / 1000),
         _ => " (retry later)".to_string(),
     };
-    let (what, cause) = match sig.reason.as_str() {
-        "not_escrow_owner" => (
-            "restricted to escrow owner",
-            "the gateway's signing key is not the escrow owner".to_string(),
-        ),
-        "sender_not_in_group" => (
-            "sender not in group",
-            "the gateway's signing key is not in the escrow's group".to_string(),
-        ),
-        "timestamp_drift" => (
-            "timestamp drift",
-            "the gateway's clock is off (hosts reject its timestamps)".to_string(),
-        ),
-        "bad_auth" => (
-            "unauthorized",
-            "the hosts reject the gateway's request signatures".to_string(),
-        ),
-        "not_found" => (
-            "not found",
-            "the escrow's hosts do not serve devshard at this route".to_string(),
-        ),
-        "session_not_found" => (
-            "session not found",
-            "the escrow's hosts do not know its session".to_string(),
-        ),
-        "escrow_not_found" => (
-            "escrow not found",
-            "the escrow does not exist on chain".to_string(),
-        ),
-        r if UNREACHABLE_REASONS.contains(&r) => {
-            return "all hosts failed: unreachable — no host could be reached".to_string();
-        }
-        _ => match sig.class {
+    if sig.reason.is_unreachable() {
+        return "all hosts failed: unreachable — no host could be reached".to_string();
+    }
+    let (what, cause) = match sig.reason.client_message() {
+        Some((what, cause)) => (what, cause.to_string()),
+        None => match sig.class {
             OutcomeClass::Overload => (
                 "overloaded",
                 format!("every host is overloaded or paused{retry}"),
@@ -293,15 +264,5 @@ fn detail(sig: &FaultSignature) -> String {
         (Some(s), true) => format!(" [{s}]"),
         (None, false) => format!(" [{}]", sig.message),
         (None, true) => String::new(),
-    }
-}
-
-/// HTTP status for the client: 503 for overload (with `Retry-After`), 400 for a request the
-/// hosts reject as invalid, 502 otherwise.
-pub fn client_status<H>(fault: &SharedFault<H>) -> u16 {
-    match fault.signature.class {
-        OutcomeClass::Overload => 503,
-        OutcomeClass::RequestFault => 400,
-        _ => 502,
     }
 }

@@ -10,9 +10,6 @@ use serde::Serialize;
 
 use crate::protocol::proto::{DevshardTx, Tx};
 
-/// Attribution reason of a host that proposed a foreign tx (a byzantine charge: ejected at once).
-pub const FOREIGN_TX_REASON: &str = "foreign_mempool_tx";
-
 /// Why a mempool tx is refused (its kind; a bounded metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -5,7 +5,8 @@
 //! - [`health`]: the participant health state machine (§2).
 //! - [`perf`]: time-decayed performance estimates and the Unresponsive verdict (§3).
 //! - [`hedge`]: hedge budget, hedge triggers and targets, the liveness rule for crowning (§4, §2).
-//! - [`backoff`]: repair and chain-poll back-off with jitter, `Retry-After` parsing (§6, §7).
+//! - [`backoff`]: the repair loop's back-off with jitter (§6; the chain poller's is `chain::backoff`).
+//! - [`reason`]: typed reasons of outcomes and empty diffs (one spelling each, `as_str`).
 //! - [`settings`]: every knob above, with defaults and validation.
 
 pub mod attribution;
@@ -15,4 +16,5 @@ pub mod health;
 pub mod hedge;
 pub mod mempool;
 pub mod perf;
+pub mod reason;
 pub mod settings;

@@ -194,6 +194,14 @@ impl SigningKey {
         out[64] = i32::from(recid) as u8;
         out
     }
+
+    /// Cosmos-style signature over a 32-byte digest: 64 bytes `R ‖ S`, S normalised to low-S
+    /// (no recovery byte; the verifier knows the public key from the tx's signer info).
+    pub fn sign_digest_compact(&self, digest: [u8; 32]) -> [u8; 64] {
+        let mut sig = SECP256K1.sign_ecdsa(&Message::from_digest(digest), &self.secret);
+        sig.normalize_s();
+        sig.serialize_compact()
+    }
 }
 
 impl fmt::Debug for SigningKey {

@@ -4,12 +4,15 @@
 
 pub mod auth;
 pub mod canonical;
+pub mod cosmos;
 pub mod crypto;
 pub mod diff;
+pub mod guard;
 pub mod proto;
 pub mod recovered;
 pub mod session_error;
 pub mod sse;
 pub mod state;
 pub mod version;
+pub mod warm;
 pub mod wire;

@@ -3,13 +3,16 @@
 //! receipt) and about our own state. Here, next to the state machine whose errors they wrap, so
 //! that attribution (`policy/`) reads them without depending on the escrow.
 
-use super::state::StateError;
+use super::{crypto::Address, guard::Unreproducible, state::StateError};
 
 /// Errors of the session layer (protocol facts about hosts and our own state).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SessionError {
     #[error("host state hash does not match local state (nonce {nonce})")]
     StateHashMismatch { nonce: u64 },
+    /// The host's root differs for a reason we can name (`protocol/guard.rs`).
+    #[error("host state root at nonce {nonce} cannot be reproduced: {reason}")]
+    Unreproducible { nonce: u64, reason: Unreproducible },
     #[error("host reports nonce {host_nonce} beyond ours ({ours})")]
     HostAhead { host_nonce: u64, ours: u64 },
     #[error("invalid state signature: {0}")]
@@ -22,4 +25,8 @@ pub enum SessionError {
     Corrupt { nonce: u64, reason: String },
     #[error("escrow has no host for nonce {0}")]
     NoHost(u64),
+    /// A warm key whose grant the chain has not confirmed yet (unreachable or slow): the
+    /// gateway's problem, never the host's.
+    #[error("warm key {warm} of {validator} is not verified yet")]
+    WarmKeyUnresolved { validator: Address, warm: Address },
 }

@@ -25,7 +25,7 @@ use tokio::sync::{oneshot, watch};
 use super::{
     api::{RaceError, RaceReply, RaceReport, RaceSpec, RaceStart},
     attempt::{AttemptTask, CancelSignal},
-    errors::escrow_error,
+    errors::{escrow_error, escrow_gone, no_answer},
     messages::{Crown, RaceShape},
 };
 use crate::{
@@ -173,15 +173,7 @@ impl RaceActor {
                     Ok(Err(EscrowError::HedgeWait(until_ms))) => act.arm_hedge(until_ms, ctx),
                     Ok(Err(_)) if extra => act.maybe_finish(ctx),
                     Ok(Err(e)) => act.no_more_attempts(escrow_error(&e), ctx),
-                    Err(_) => act.no_more_attempts(
-                        RaceError {
-                            status: 503,
-                            kind: "service_unavailable".into(),
-                            message: "the escrow is restarting; retry shortly".into(),
-                            retry_after_s: Some(1),
-                        },
-                        ctx,
-                    ),
+                    Err(_) => act.no_more_attempts(escrow_gone(), ctx),
                 }
             });
         ctx.spawn(fut);
@@ -256,6 +248,7 @@ impl RaceActor {
             stream: self.spec.params.stream,
             log: self.log.clone(),
             cancel: cancelled,
+            stream_error: self.spec.stream_error,
         };
         actix::spawn(task.run());
     }
@@ -330,13 +323,8 @@ impl RaceActor {
             return;
         }
         if let Some(reply) = self.reply.take() {
-            let err = self.last_error.clone().unwrap_or_else(|| RaceError {
-                status: 502,
-                kind: "upstream_error".into(),
-                message: "no host produced an answer".into(),
-                retry_after_s: None,
-            });
-            warn!(self.log, "request failed"; "stage" => "request_failed", "status" => err.status,
+            let err = self.last_error.clone().unwrap_or_else(no_answer);
+            warn!(self.log, "request failed"; "stage" => "request_failed", "kind" => ?err.kind,
                 "error" => &err.message);
             let _ = reply.send(Err(err));
         }

@@ -12,6 +12,7 @@ use crate::{
     directory::Directory,
     escrow::{messages::InferenceParams, EscrowActor},
     metrics::ActorMetrics,
+    outcome::OutcomeClass,
     stats::{ActorRegistry, TrackedAddr},
 };
 
@@ -69,6 +70,8 @@ pub struct RaceSpec {
     pub actors: ActorRegistry,
     /// Gets the race's nonces and attempts when it ends (request accounting).
     pub report: Option<oneshot::Sender<RaceReport>>,
+    /// The error event of a winner that broke mid-stream.
+    pub stream_error: StreamErrorFormat,
 }
 
 /// One attempt of a race (or a granted nonce no attempt used), as reported when the race ends.
@@ -111,19 +114,47 @@ pub struct RaceReport {
     pub winner: Option<usize>,
 }
 
-/// Why a race failed before the client got any byte (mapped to an HTTP error at the edge).
+/// Why a race failed before the client got any byte. Typed only: the HTTP edge's one table
+/// (`src/http/error.rs`) turns it into a status and an OpenAI error type.
 #[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
 #[error("{message}")]
 pub struct RaceError {
-    /// HTTP status for the client (502 hosts failed, 503 unavailable, 504 timed out, 429 …).
-    pub status: u16,
-    /// OpenAI error `type` (`upstream_error`, `service_unavailable`, `timeout`, …).
-    pub kind: String,
-    /// What happened, for the user.
+    /// What kind of failure.
+    pub kind: RaceErrorKind,
+    /// What happened (the cause), for the user.
     pub message: String,
     /// `Retry-After` seconds, when useful.
     pub retry_after_s: Option<u64>,
 }
+
+/// The kinds of [`RaceError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RaceErrorKind {
+    /// The escrow's queue of waiting requests is full.
+    Saturated,
+    /// The escrow takes no request now (inactive, at its nonce limit, shutting down, restarting).
+    EscrowUnavailable,
+    /// The gateway's own store or protocol state failed.
+    Internal,
+    /// No host produced an answer: every host tried or none routable, a hedge that could not
+    /// run, a failed host, an empty answer, an answer that failed verification.
+    HostsFailed,
+    /// The last host failed and asked to be retried later (it sent `Retry-After`).
+    HostBusy,
+    /// The host stopped sending before the answer was complete.
+    Stalled,
+    /// The host sent an error event; `host_status` is the status it named there, if any.
+    HostErrorEvent { host_status: Option<u16> },
+    /// The request was cancelled (its client left).
+    Cancelled,
+    /// Every host failed the same way (the correlation guard); the class of that fault.
+    Shared(OutcomeClass),
+}
+
+/// Formats the SSE error event a streaming client gets when the winner breaks mid-stream (the
+/// edge supplies it, so the client-facing shape is chosen there).
+pub type StreamErrorFormat = fn(&str) -> Bytes;
 
 /// The first thing a race tells the edge: the answer starts (stream) / is complete (whole), or
 /// it failed before any byte.

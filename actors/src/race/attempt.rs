@@ -42,7 +42,7 @@ use crate::{
     stats::TrackedAddr,
 };
 
-use super::api::RaceLimits;
+use super::api::{RaceLimits, StreamErrorFormat};
 
 /// What an attempt task needs.
 pub(super) struct AttemptTask {
@@ -57,6 +57,7 @@ pub(super) struct AttemptTask {
     pub stream: bool,
     pub log: slog::Logger,
     pub cancel: watch::Receiver<CancelSignal>,
+    pub stream_error: StreamErrorFormat,
 }
 
 /// What the race tells a running attempt.
@@ -112,7 +113,9 @@ impl AttemptTask {
             _ => end,
         };
         if let (Some(sink), false) = (&p.sink, matches!(end, AttemptEnd::Completed)) {
-            let _ = sink.send(error_event(&end)).await;
+            let _ = sink
+                .send((self.stream_error)(&mid_stream_message(&end)))
+                .await;
         }
         drop(p.sink.take());
         p.timings.end_ms = self.clock.now_ms();
@@ -396,17 +399,14 @@ impl AttemptTask {
     }
 }
 
-/// The SSE error event sent to a streaming client when the winner broke mid-stream.
-fn error_event(end: &AttemptEnd) -> Bytes {
-    let message = match end {
+/// What a streaming client is told when the winner broke mid-stream.
+fn mid_stream_message(end: &AttemptEnd) -> String {
+    match end {
         AttemptEnd::Host(e) => format!("the serving host failed mid-stream: {e}"),
         AttemptEnd::Stalled => "the serving host stalled mid-stream".to_string(),
         AttemptEnd::ErrorEvent { message, .. } => message.clone(),
         other => format!("the answer was interrupted: {other:?}"),
-    };
-    let body =
-        serde_json::json!({"error": {"message": message, "type": "upstream_error", "code": 502}});
-    sse::data_event(body.to_string().as_bytes())
+    }
 }
 
 /// The end of a host stream that closed cleanly (see the module docs).

@@ -1,80 +1,104 @@
-//! Client-facing errors of a race that failed before any byte reached the client.
+//! Client-facing errors of a race that failed before any byte reached the client, as typed
+//! [`RaceError`]s (kind, cause, retry-after). Their HTTP statuses are chosen at the edge only.
 
-use super::api::RaceError;
-use crate::{escrow::error::EscrowError, outcome::AttemptEnd};
+use super::api::{RaceError, RaceErrorKind};
+use crate::{
+    escrow::error::EscrowError,
+    outcome::{AttemptEnd, OutcomeClass},
+};
+
+/// `Retry-After` of an escrow that takes no requests now.
+const ESCROW_UNAVAILABLE_RETRY_S: u64 = 5;
+/// `Retry-After` when every host is overloaded and none said for how long.
+const OVERLOADED_RETRY_S: u64 = 5;
 
 /// The client-facing error of an escrow refusal.
 pub(super) fn escrow_error(e: &EscrowError) -> RaceError {
-    let (status, kind, retry) = match e {
-        EscrowError::Saturated(_) => (429, "rate_limit_exceeded", Some(1)),
-        EscrowError::AllHostsTried(_) | EscrowError::NoRoutableHost(_) => {
-            (502, "upstream_error", None)
-        }
-        EscrowError::NotActive(_) | EscrowError::NonceLimit(_) | EscrowError::ShuttingDown(_) => {
-            (503, "service_unavailable", Some(5))
-        }
-        EscrowError::HedgeSkipped(_) | EscrowError::HedgeWait(_) => (502, "upstream_error", None),
-        EscrowError::Store(_) | EscrowError::Protocol(_) => (500, "internal_error", None),
+    let (kind, retry) = match e {
+        EscrowError::Saturated(_) => (RaceErrorKind::Saturated, Some(1)),
+        EscrowError::AllHostsTried(_)
+        | EscrowError::NoRoutableHost(_)
+        | EscrowError::HedgeSkipped(_)
+        | EscrowError::HedgeWait(_) => (RaceErrorKind::HostsFailed, None),
+        EscrowError::NotActive(_) | EscrowError::NonceLimit(_) | EscrowError::ShuttingDown(_) => (
+            RaceErrorKind::EscrowUnavailable,
+            Some(ESCROW_UNAVAILABLE_RETRY_S),
+        ),
+        EscrowError::Store(_) | EscrowError::Protocol(_) => (RaceErrorKind::Internal, None),
     };
     RaceError {
-        status,
-        kind: kind.into(),
+        kind,
         message: e.to_string(),
         retry_after_s: retry,
     }
 }
 
+/// The escrow did not answer (it is restarting).
+pub(super) fn escrow_gone() -> RaceError {
+    RaceError {
+        kind: RaceErrorKind::EscrowUnavailable,
+        message: "the escrow is restarting; retry shortly".into(),
+        retry_after_s: Some(1),
+    }
+}
+
+/// No attempt ran to an answer and none left an error.
+pub(super) fn no_answer() -> RaceError {
+    RaceError {
+        kind: RaceErrorKind::HostsFailed,
+        message: "no host produced an answer".into(),
+        retry_after_s: None,
+    }
+}
+
 /// The client-facing error after the last attempt failed; `shared` is the correlation guard's
-/// message and status when every host failed the same way.
-pub(super) fn end_error(end: &AttemptEnd, shared: Option<(String, u16)>) -> RaceError {
+/// message and fault class when every host failed the same way.
+pub(super) fn end_error(end: &AttemptEnd, shared: Option<(String, OutcomeClass)>) -> RaceError {
     let retry_after_s = match end {
         AttemptEnd::Host(e) => e.retry_after().map(|d| d.as_secs().max(1)),
         _ => None,
     };
-    if let Some((message, status)) = shared {
-        let kind = if status == 503 {
-            "service_unavailable"
-        } else {
-            "upstream_error"
-        };
-        let retry_after_s = retry_after_s.or((status == 503).then_some(5));
+    if let Some((message, class)) = shared {
+        let overloaded = class == OutcomeClass::Overload;
         return RaceError {
-            status,
-            kind: kind.into(),
+            kind: RaceErrorKind::Shared(class),
             message,
-            retry_after_s,
+            retry_after_s: retry_after_s.or(overloaded.then_some(OVERLOADED_RETRY_S)),
         };
     }
-    let (status, message) = match end {
-        AttemptEnd::Host(e) => (
-            if e.retry_after().is_some() { 503 } else { 502 },
-            format!("host failed: {e}"),
-        ),
+    let (kind, message) = match end {
+        AttemptEnd::Host(e) if e.retry_after().is_some() => {
+            (RaceErrorKind::HostBusy, format!("host failed: {e}"))
+        }
+        AttemptEnd::Host(e) => (RaceErrorKind::HostsFailed, format!("host failed: {e}")),
         AttemptEnd::Stalled => (
-            504,
+            RaceErrorKind::Stalled,
             "the host stopped sending before the answer was complete".into(),
         ),
-        AttemptEnd::EmptyStream => (502, "the host returned an empty answer".into()),
+        AttemptEnd::EmptyStream => (
+            RaceErrorKind::HostsFailed,
+            "the host returned an empty answer".into(),
+        ),
         AttemptEnd::ErrorEvent { status, message } => (
-            status.filter(|s| (400..600).contains(s)).unwrap_or(502),
+            RaceErrorKind::HostErrorEvent {
+                host_status: *status,
+            },
             message.clone(),
         ),
-        AttemptEnd::ReceiptRejected(e) => {
-            (502, format!("the host's response failed verification: {e}"))
+        AttemptEnd::ReceiptRejected(e) => (
+            RaceErrorKind::HostsFailed,
+            format!("the host's response failed verification: {e}"),
+        ),
+        AttemptEnd::Cancelled | AttemptEnd::ClientGone => {
+            (RaceErrorKind::Cancelled, "request cancelled".into())
         }
-        AttemptEnd::Cancelled | AttemptEnd::ClientGone => (499, "request cancelled".into()),
-        AttemptEnd::Completed => (502, "the answer could not be delivered".into()),
-    };
-    let kind = if status == 504 {
-        "timeout"
-    } else if status < 500 {
-        "invalid_request_error"
-    } else {
-        "upstream_error"
+        AttemptEnd::Completed => (
+            RaceErrorKind::HostsFailed,
+            "the answer could not be delivered".into(),
+        ),
     };
     RaceError {
-        status,
-        kind: kind.into(),
+        kind,
         message,
         retry_after_s,
     }

@@ -81,7 +81,7 @@ impl Handler<AttemptFinished> for RaceActor {
             .verdict
             .shared_fault
             .clone()
-            .map(|m| (m, msg.verdict.shared_status.unwrap_or(502)));
+            .zip(msg.verdict.shared_class);
         self.last_error = Some(end_error(&msg.end, shared.clone()));
         let client_waiting = self.reply.as_ref().is_some_and(|r| !r.is_closed());
         let others_running = self.running() > 0;

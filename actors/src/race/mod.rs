@@ -11,4 +11,7 @@ pub mod messages;
 mod prewarm;
 
 pub use actor::RaceActor;
-pub use api::{AttemptRecord, RaceError, RaceLimits, RaceReply, RaceReport, RaceSpec, RaceStart};
+pub use api::{
+    AttemptRecord, RaceError, RaceErrorKind, RaceLimits, RaceReply, RaceReport, RaceSpec,
+    RaceStart, StreamErrorFormat,
+};

@@ -5,12 +5,13 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
-use super::{Ack, Store, StoreError};
-use crate::protocol::diff::Diff;
+use super::{Ack, Store, StoreError, WarmDeltas};
+use crate::protocol::{diff::Diff, warm::WarmBinding};
 
 #[derive(Debug, Default)]
 struct Inner {
     diffs: BTreeMap<String, BTreeMap<u64, Diff>>,
+    warm: BTreeMap<String, WarmDeltas>,
     records: BTreeMap<(String, String), serde_json::Value>,
 }
 
@@ -33,7 +34,12 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn append_diff(&self, escrow_id: &str, diff: &Diff) -> Ack {
+    fn append_diff_with_warm(
+        &self,
+        escrow_id: &str,
+        diff: &Diff,
+        warm_delta: &[WarmBinding],
+    ) -> Ack {
         let result = self.lock().and_then(|mut g| {
             let log = g.diffs.entry(escrow_id.to_string()).or_default();
             let last = log.keys().next_back().copied().unwrap_or(0);
@@ -45,6 +51,12 @@ impl Store for MemoryStore {
                 });
             }
             log.insert(diff.nonce, diff.clone());
+            if !warm_delta.is_empty() {
+                g.warm
+                    .entry(escrow_id.to_string())
+                    .or_default()
+                    .insert(diff.nonce, warm_delta.to_vec());
+            }
             Ok(())
         });
         Ack::ready(result)
@@ -62,9 +74,19 @@ impl Store for MemoryStore {
             .unwrap_or_default())
     }
 
+    fn load_warm_deltas(&self, escrow_id: &str) -> Result<WarmDeltas, StoreError> {
+        Ok(self
+            .lock()?
+            .warm
+            .get(escrow_id)
+            .cloned()
+            .unwrap_or_default())
+    }
+
     fn delete_diffs(&self, escrow_id: &str) -> Ack {
         Ack::ready(self.lock().map(|mut g| {
             g.diffs.remove(escrow_id);
+            g.warm.remove(escrow_id);
         }))
     }
 

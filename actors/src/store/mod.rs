@@ -23,7 +23,10 @@ use std::{
 pub use memory::MemoryStore;
 use tokio::sync::oneshot;
 
-use crate::protocol::diff::Diff;
+use crate::protocol::{diff::Diff, warm::WarmBinding};
+
+/// Warm-key deltas of an escrow's diff log by nonce (only nonces that bound a key).
+pub type WarmDeltas = std::collections::BTreeMap<u64, Vec<WarmBinding>>;
 
 /// Namespaces of the record store (kept in one place so names never drift).
 pub mod ns {
@@ -91,7 +94,19 @@ impl Future for Ack {
 /// The persistence the actors need.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Appends one diff to an escrow's log. Nonces must be strictly increasing per escrow.
-    fn append_diff(&self, escrow_id: &str, diff: &Diff) -> Ack;
+    fn append_diff(&self, escrow_id: &str, diff: &Diff) -> Ack {
+        self.append_diff_with_warm(escrow_id, diff, &[])
+    }
+    /// Appends one diff with the warm keys its application bound (LIFECYCLE.md §5), in the same
+    /// write, so a replay restores the bindings without asking the chain.
+    fn append_diff_with_warm(
+        &self,
+        escrow_id: &str,
+        diff: &Diff,
+        warm_delta: &[WarmBinding],
+    ) -> Ack;
+    /// The warm-key deltas stored with an escrow's diffs.
+    fn load_warm_deltas(&self, escrow_id: &str) -> Result<WarmDeltas, StoreError>;
     /// The whole diff log of an escrow, in nonce order.
     fn load_diffs(&self, escrow_id: &str) -> Result<Vec<Diff>, StoreError>;
     /// Diffs with `nonce >= from`, in nonce order.

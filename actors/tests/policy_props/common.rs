@@ -2,7 +2,7 @@
 
 use devshard_actors::{
     outcome::{AttemptOutcome, AttemptTimings, OutcomeClass},
-    policy::settings::HealthSettings,
+    policy::{reason::OutcomeReason, settings::HealthSettings},
 };
 use proptest::test_runner::{Config, RngSeed};
 
@@ -50,12 +50,16 @@ pub fn timings(send: i64, receipt: Option<i64>, first: Option<i64>, end: i64) ->
     }
 }
 
-pub fn outcome(class: OutcomeClass, reason: &str, timings: AttemptTimings) -> AttemptOutcome {
+pub fn outcome(
+    class: OutcomeClass,
+    reason: OutcomeReason,
+    timings: AttemptTimings,
+) -> AttemptOutcome {
     AttemptOutcome {
         escrow_id: "42".into(),
         nonce: 7,
         class,
-        reason: reason.into(),
+        reason,
         timings,
         finish_late_ms: None,
     }

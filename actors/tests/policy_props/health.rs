@@ -8,6 +8,7 @@ use devshard_actors::{
         panic_order, preference, tick, unquarantine, EjectionContext, EscrowView, HealthEffect,
         HealthState, HealthStatus, OutcomeFacts, Preference, SuppressReason,
     },
+    policy::reason::OutcomeReason,
 };
 use proptest::prelude::*;
 
@@ -26,11 +27,11 @@ fn permissive() -> EjectionContext {
 }
 
 fn fault() -> OutcomeFacts {
-    OutcomeFacts::new(OutcomeClass::HostFault, "connect_failed")
+    OutcomeFacts::new(OutcomeClass::HostFault, OutcomeReason::ConnectFailed)
 }
 
 fn success() -> OutcomeFacts {
-    OutcomeFacts::new(OutcomeClass::Success, "finished")
+    OutcomeFacts::new(OutcomeClass::Success, OutcomeReason::Finished)
 }
 
 fn apply(s: &HealthState, facts: &OutcomeFacts, now: i64) -> (HealthState, Vec<HealthEffect>) {
@@ -131,7 +132,7 @@ fn a_later_shorter_ejection_never_shortens_the_deadline() {
     assert_eq!(long, T0 + 2_000 + 1_800_000);
     // A byzantine fault while ejected, computed at a lower level, keeps the longer deadline.
     s.level = 0;
-    let byz = OutcomeFacts::new(OutcomeClass::HostFault, "invalid_receipt");
+    let byz = OutcomeFacts::new(OutcomeClass::HostFault, OutcomeReason::InvalidReceipt);
     let (s2, effects) = apply(&s, &byz, T0 + 5_000);
     assert_eq!(
         effects,
@@ -146,20 +147,20 @@ fn a_later_shorter_ejection_never_shortens_the_deadline() {
 #[test]
 fn byzantine_and_stalled_winners_eject_at_once_other_classes_do_nothing() {
     let fresh = HealthState::default();
-    let byz = OutcomeFacts::new(OutcomeClass::HostFault, "invalid_state_sig");
+    let byz = OutcomeFacts::new(OutcomeClass::HostFault, OutcomeReason::InvalidStateSig);
     assert!(matches!(
         apply(&fresh, &byz, T0).0.state,
         HealthStatus::Ejected { .. }
     ));
     let stalled = OutcomeFacts {
         winner: true,
-        ..OutcomeFacts::new(OutcomeClass::HostFault, "stalled")
+        ..OutcomeFacts::new(OutcomeClass::HostFault, OutcomeReason::Stalled)
     };
     assert!(matches!(
         apply(&fresh, &stalled, T0).0.state,
         HealthStatus::Ejected { .. }
     ));
-    let stalled_loser = OutcomeFacts::new(OutcomeClass::HostFault, "stalled");
+    let stalled_loser = OutcomeFacts::new(OutcomeClass::HostFault, OutcomeReason::Stalled);
     assert_eq!(
         apply(&fresh, &stalled_loser, T0).0.state,
         HealthStatus::Suspect
@@ -179,7 +180,12 @@ fn byzantine_and_stalled_winners_eject_at_once_other_classes_do_nothing() {
         OutcomeClass::PendingFinish,
     ] {
         assert_eq!(
-            apply(&fresh, &OutcomeFacts::new(class, "x"), T0).0,
+            apply(
+                &fresh,
+                &OutcomeFacts::new(class, OutcomeReason::HostError),
+                T0
+            )
+            .0,
             fresh,
             "{class:?}"
         );

@@ -4,6 +4,7 @@
 use devshard_actors::{
     outcome::OutcomeClass,
     policy::perf::{is_unresponsive, record, PerfEstimates, PerfSample},
+    policy::reason::OutcomeReason,
 };
 use proptest::prelude::*;
 
@@ -71,13 +72,14 @@ fn a_host_that_keeps_failing_becomes_unresponsive_then_recovers_continuously() {
 fn seed_002_pending_finish_and_other_classes_are_no_samples() {
     let t = timings(T0, Some(12), Some(150), T0 + 4_000);
     for class in CLASSES {
-        let s = PerfSample::from_outcome(&outcome(class, "x", t));
+        let s = PerfSample::from_outcome(&outcome(class, OutcomeReason::HostError, t));
         assert_eq!(
             s.is_some(),
             matches!(class, OutcomeClass::Success | OutcomeClass::HostFault)
         );
     }
-    let s = PerfSample::from_outcome(&outcome(OutcomeClass::Success, "finished", t)).unwrap();
+    let s = PerfSample::from_outcome(&outcome(OutcomeClass::Success, OutcomeReason::Finished, t))
+        .unwrap();
     assert_eq!(
         (s.at_ms, s.success, s.receipt_ms, s.ttft_ms),
         (T0 + 4_000, true, Some(12.0), Some(150.0))
@@ -194,7 +196,7 @@ proptest! {
         first in prop::option::of(0i64..20_000), dur in 0i64..100_000,
     ) {
         let t = timings(T0 + send, receipt, first, T0 + send + dur);
-        let sample = PerfSample::from_outcome(&outcome(class, "r", t));
+        let sample = PerfSample::from_outcome(&outcome(class, OutcomeReason::HostError, t));
         prop_assert_eq!(sample.is_some(), class.is_sample());
         if let Some(x) = sample {
             prop_assert_eq!(x.success, class == OutcomeClass::Success);

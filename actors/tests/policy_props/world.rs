@@ -13,6 +13,7 @@ use devshard_actors::{
             is_routable, on_outcome, tick, EjectionContext, EscrowView, HealthEffect, HealthState,
             HealthStatus, OutcomeFacts,
         },
+        reason::OutcomeReason,
         settings::HealthSettings,
     },
 };
@@ -20,58 +21,68 @@ use devshard_actors::{
 use super::common::T0;
 
 /// (class, status, reason, message with `{}` for a varying number).
-pub const FAULTS: [(OutcomeClass, Option<u16>, &str, &str); 11] = [
+pub const FAULTS: [(OutcomeClass, Option<u16>, OutcomeReason, &str); 11] = [
     (
         OutcomeClass::HostFault,
         None,
-        "connect_failed",
+        OutcomeReason::ConnectFailed,
         "connection refused",
     ),
     (
         OutcomeClass::HostFault,
         Some(500),
-        "host_error",
+        OutcomeReason::HostError,
         "internal error {}",
     ),
-    (OutcomeClass::HostFault, None, "empty_stream", ""),
     (
         OutcomeClass::HostFault,
         None,
-        "invalid_receipt",
+        OutcomeReason::EmptyStream,
+        "",
+    ),
+    (
+        OutcomeClass::HostFault,
+        None,
+        OutcomeReason::InvalidReceipt,
         "bad receipt signature",
     ),
     (
         OutcomeClass::HostFault,
         None,
-        "stalled",
+        OutcomeReason::Stalled,
         "no progress for {}s",
     ),
     (
         OutcomeClass::HostFault,
         Some(401),
-        "timestamp_drift",
+        OutcomeReason::TimestampDrift,
         "timestamp drift {}s exceeds maximum 30s",
     ),
     (
         OutcomeClass::Overload,
         Some(429),
-        "rate_limited",
+        OutcomeReason::RateLimited,
         "slow down",
     ),
     (
         OutcomeClass::EscrowFault,
         Some(403),
-        "not_escrow_owner",
+        OutcomeReason::NotEscrowOwner,
         "restricted to escrow owner",
     ),
     (
         OutcomeClass::RequestFault,
         Some(400),
-        "bad_request",
+        OutcomeReason::BadRequest,
         "context length {} exceeded",
     ),
-    (OutcomeClass::PendingFinish, None, "finish_pending", ""),
-    (OutcomeClass::Cancelled, None, "cancelled", ""),
+    (
+        OutcomeClass::PendingFinish,
+        None,
+        OutcomeReason::FinishPending,
+        "",
+    ),
+    (OutcomeClass::Cancelled, None, OutcomeReason::Cancelled, ""),
 ];
 
 #[derive(Clone, Debug)]
@@ -204,8 +215,8 @@ impl World {
 
     fn strike(&mut self, fault: HeldFault<usize>) {
         let facts = OutcomeFacts {
-            winner: fault.signature.reason == "stalled",
-            ..OutcomeFacts::new(fault.signature.class, fault.signature.reason.clone())
+            winner: fault.signature.reason == OutcomeReason::Stalled,
+            ..OutcomeFacts::new(fault.signature.class, fault.signature.reason)
         };
         self.apply(fault.host, &facts);
         self.confirmed.push(fault);
@@ -253,7 +264,10 @@ impl World {
                 for fault in self.detectors[e].record_success(&h, self.now) {
                     self.strike(fault);
                 }
-                self.apply(h, &OutcomeFacts::new(OutcomeClass::Success, "finished"));
+                self.apply(
+                    h,
+                    &OutcomeFacts::new(OutcomeClass::Success, OutcomeReason::Finished),
+                );
             }
             Ev::Fault {
                 escrow,

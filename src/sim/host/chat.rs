@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use devshard_actors::protocol::{
     auth::{self, ERROR_REQUESTS_DISABLED, HEADER_SIGNATURE, HEADER_TIMESTAMP},
     canonical::prompt_hash,
+    crypto::SigningKey,
     diff::Diff,
     proto::{DevshardTx, MsgConfirmStart, MsgStartInference, Tx},
     state::{sign_receipt, sign_state, InferenceStatus},
@@ -222,6 +223,7 @@ async fn prepare(
             host.key.address(),
             inc,
             host.session_seed(escrow_id, inc),
+            core.host_grants(),
         )
         .map_err(|e| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         inner.sessions.insert(escrow_id.to_owned(), session);
@@ -235,10 +237,10 @@ async fn prepare(
             &diffs,
             faults.fork_from_nonce,
             core.cfg.validation_rate,
-            &host.key,
+            host.signer(faults),
         )
         .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
-    let exec = receipt(session, host, &request, &diffs, now)
+    let exec = receipt(session, host, host.signer(faults), &request, &diffs, now)
         .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
     let reported = session.reported_root();
     let mut root = reported;
@@ -246,9 +248,9 @@ async fn prepare(
         root = devshard_actors::protocol::crypto::sha256(&[root.as_slice(), b"wrong"].concat());
     }
     let nonce = session.sm.latest_nonce();
-    let state_sig = sign_state(&root, escrow_id, nonce, &host.key).to_vec();
+    let state_sig = sign_state(&root, escrow_id, nonce, host.signer(faults)).to_vec();
     if !faults.withhold_state_sig {
-        let stored = sign_state(&reported, escrow_id, nonce, &host.key).to_vec();
+        let stored = sign_state(&reported, escrow_id, nonce, host.signer(faults)).to_vec();
         session.signatures.insert(nonce, stored);
     }
     let receipt_body = ReceiptBody {
@@ -270,6 +272,7 @@ async fn prepare(
 fn receipt(
     session: &mut HostSession,
     host: &HostState,
+    signer: &SigningKey,
     request: &InferenceRequest,
     diffs: &[Diff],
     now: i64,
@@ -301,7 +304,7 @@ fn receipt(
             (e.clone(), mode)
         }
         None => {
-            let receipt = sign_receipt(&start, &escrow_id, now, &host.key).to_vec();
+            let receipt = sign_receipt(&start, &escrow_id, now, signer).to_vec();
             let e = Execution {
                 receipt,
                 confirmed_at: now,

@@ -11,6 +11,7 @@
 //! `.await`. Sessions are created lazily from the in-process chain on the first POST.
 
 pub(crate) mod chat;
+pub(crate) mod logprobs;
 pub(crate) mod query;
 pub(crate) mod session;
 pub(crate) mod stream;
@@ -56,7 +57,12 @@ pub(crate) struct HostInner {
 #[derive(Debug)]
 pub(crate) struct HostState {
     pub(crate) index: usize,
+    /// The cold key: the host's identity (its slots' validator address).
     pub(crate) key: SigningKey,
+    /// The key it signs protocol messages with instead, if it uses a warm key (`warm.rs`).
+    pub(crate) warm_key: Option<SigningKey>,
+    /// A key nobody granted (`sign_with_ungranted_key`).
+    pub(crate) ungranted_key: SigningKey,
     pub(crate) url: String,
     pub(crate) counters: AtomicCounters,
     clock: SharedClock,
@@ -81,6 +87,8 @@ impl HostState {
         HostState {
             index,
             key,
+            warm_key: None,
+            ungranted_key: super::warm::ungranted_key(seed, index),
             url,
             counters: AtomicCounters::default(),
             clock,

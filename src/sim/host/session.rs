@@ -18,12 +18,11 @@ use devshard_actors::protocol::{
     diff::Diff,
     proto::{DevshardTx, MsgValidation, Tx},
     state::{sign_validation, InferenceStatus, Slot, StateError, StateMachine},
+    warm::SharedResolver,
 };
 
 use super::super::{chain::EscrowInfo, profile::Jitter};
 
-/// Upstream chain nonce limit; active-phase diffs beyond `MAX_NONCE − (N+1)` are rejected.
-pub(crate) const MAX_NONCE: u64 = 20_000;
 /// Runs older than this many nonces are forgotten (bounds the replay cache of long benchmarks).
 const EXECUTION_MEMORY_NONCES: u64 = 1_000;
 
@@ -70,6 +69,8 @@ pub(crate) struct HostSession {
     /// `sm.state_root()`, cached (the root costs a pass over every live record).
     root: [u8; 32],
     pub creator: Address,
+    /// The chain's `max_nonce`: active-phase diffs beyond `max_nonce − (N+1)` are rejected.
+    pub max_nonce: u64,
     /// This host's slots, ascending.
     pub my_slots: Vec<u32>,
     pub diffs: Vec<StoredDiff>,
@@ -89,6 +90,7 @@ impl HostSession {
         me: &Address,
         incarnation: u64,
         sampler_seed: [u8; 32],
+        grants: SharedResolver,
     ) -> Result<HostSession, StateError> {
         let group: Vec<Slot> = escrow
             .slots
@@ -104,13 +106,15 @@ impl HostSession {
             escrow.session_config.clone(),
             group,
             escrow.amount,
-        )?;
+        )?
+        .with_warm_resolver(grants);
         let my_slots = sm.slots_of(me);
         Ok(HostSession {
             incarnation,
             root: sm.state_root(),
             sm,
             creator: escrow.creator.clone(),
+            max_nonce: escrow.max_nonce,
             my_slots,
             diffs: Vec::new(),
             mempool: Vec::new(),
@@ -164,7 +168,7 @@ impl HostSession {
         }
         let n = self.sm.group_size() as u64;
         if self.sm.phase() == devshard_actors::protocol::state::Phase::Active
-            && diff.nonce > MAX_NONCE.saturating_sub(n + 1)
+            && diff.nonce > self.max_nonce.saturating_sub(n + 1)
         {
             return Err("nonce exceeds chain max_nonce limit".to_owned());
         }

@@ -227,7 +227,7 @@ async fn run(
             proposer_sig: Vec::new(),
             escrow_id: plan.escrow_id.clone(),
         },
-        &host.key,
+        host.signer(faults),
     );
     let finish = DevshardTx::new(Tx::FinishInference(finish));
     let late = faults.late_finish_ms;

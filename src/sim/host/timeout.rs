@@ -81,13 +81,14 @@ async fn decide(
     let reason = TimeoutReason::from_wire(&request.reason)
         .ok_or_else(|| bad(format!("invalid timeout reason {:?}", request.reason)))?;
     let diffs = decode_diffs(request.diffs.as_deref().unwrap_or_default())?;
-    let fork_from = host.faults().fork_from_nonce;
+    let faults = host.faults();
+    let fork_from = faults.fork_from_nonce;
     let local = {
         let mut inner = host.lock();
         if !inner.sessions.contains_key(escrow_id) {
             let inc = HostState::next_incarnation(&mut inner);
             let seed = host.session_seed(escrow_id, inc);
-            let s = HostSession::new(&escrow, host.key.address(), inc, seed)
+            let s = HostSession::new(&escrow, host.key.address(), inc, seed, core.host_grants())
                 .map_err(|e| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
             inner.sessions.insert(escrow_id.to_owned(), s);
         }
@@ -102,7 +103,7 @@ async fn decide(
                 std::slice::from_ref(d),
                 fork_from,
                 core.cfg.validation_rate,
-                &host.key,
+                host.signer(&faults),
             );
             if step.is_err() {
                 break;
@@ -121,7 +122,7 @@ async fn decide(
             request.inference_id,
             local.reason,
             local.voter_slot,
-            &host.key,
+            host.signer(&faults),
         )
         .signature
     });

@@ -26,7 +26,7 @@ use super::EscrowActor;
 use crate::{
     outcome::OutcomeClass,
     participant::messages::{ApplyHealthSettings, HealthChanged},
-    policy::correlation,
+    policy::{correlation, reason::EmptyDiffReason},
     protocol::crypto::Address,
     repair::messages::{
         GetRepairState, PlanRepair, RepairGaveUp, RepairNow, RepairPlan, RepairState, RepairStep,
@@ -41,6 +41,9 @@ impl Handler<RequestNonce> for EscrowActor {
     fn handle(&mut self, msg: RequestNonce, ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         let id = self.escrow_id().to_string();
+        if self.closing {
+            return Box::pin(async move { Err(EscrowError::NotActive(id)) });
+        }
         if self.picker.is_full() {
             return Box::pin(async move { Err(EscrowError::Saturated(id)) });
         }
@@ -98,12 +101,38 @@ impl Handler<GrantUnused> for EscrowActor {
 }
 
 impl Handler<AttemptReceipt> for EscrowActor {
-    type Result = Result<(), SessionError>;
+    type Result = ResponseActFuture<Self, Result<(), SessionError>>;
 
     fn handle(&mut self, msg: AttemptReceipt, _: &mut Self::Context) -> Self::Result {
         let inference = (!msg.catch_up).then_some(msg.nonce);
-        self.session
-            .process_receipt(&msg.host, inference, &msg.receipt)?;
+        let signers = self
+            .session
+            .signers_to_check(&msg.host, inference, &msg.receipt);
+        if signers.is_empty() {
+            return Box::pin(fut::ready(self.take_receipt(msg)));
+        }
+        // Warm signers are judged once the chain has been asked (`actor/warm.rs`).
+        let check = self.check_warm_signers(signers);
+        Box::pin(
+            check
+                .into_actor(self)
+                .map(move |(), act, _| act.take_receipt(msg)),
+        )
+    }
+}
+
+impl EscrowActor {
+    fn take_receipt(&mut self, msg: AttemptReceipt) -> Result<(), SessionError> {
+        let inference = (!msg.catch_up).then_some(msg.nonce);
+        let processed = self
+            .session
+            .process_receipt(&msg.host, inference, &msg.receipt);
+        if let Err(SessionError::Unreproducible { nonce, reason }) = &processed {
+            warn!(self.deps.log, "host state root cannot be reproduced"; "stage" => "state_root_unreproducible",
+                "host" => msg.host.short(), "nonce" => nonce, "reason" => reason.as_str(),
+                "detail" => %reason);
+        }
+        processed?;
         self.durable.syncs_changed();
         if let (Some(nonce), Some(_)) = (inference, &msg.receipt.receipt) {
             self.book.confirm(nonce, msg.receipt.confirmed_at);
@@ -136,7 +165,7 @@ impl Handler<AttemptEnded> for EscrowActor {
         let mut verdict = AttemptVerdict {
             retry: judged.retry,
             shared_fault: None,
-            shared_status: None,
+            shared_class: None,
         };
         match class {
             OutcomeClass::PendingFinish => {
@@ -157,7 +186,7 @@ impl Handler<AttemptEnded> for EscrowActor {
                 let details = settle::end_details(&msg.report.end);
                 if let Some(shared) = self.emit_failure(nonce, class, reason, details, ctx) {
                     verdict.retry = false;
-                    verdict.shared_status = Some(correlation::client_status(&shared));
+                    verdict.shared_class = Some(shared.signature.class);
                     verdict.shared_fault = Some(correlation::cause_message(&shared));
                 }
                 self.settle_or_time_out(nonce, finished, reason, ctx);
@@ -200,11 +229,30 @@ impl Handler<PlanRepair> for EscrowActor {
 }
 
 impl Handler<RepairStep> for EscrowActor {
-    type Result = Result<RepairVerdict, SessionError>;
+    type Result = ResponseActFuture<Self, Result<RepairVerdict, SessionError>>;
 
     fn handle(&mut self, msg: RepairStep, _: &mut Self::Context) -> Self::Result {
-        let (session, durable, routing) = (&mut self.session, &mut self.durable, &mut self.routing);
-        repair::step(session, durable, routing, &self.deps, msg)
+        let signers = match &msg {
+            RepairStep::CatchUp {
+                participant,
+                receipt,
+            } => self.session.signers_to_check(participant, None, receipt),
+            RepairStep::Signature {
+                participant,
+                nonce,
+                signature,
+            } => (self.session)
+                .fetched_signer_to_check(participant, *nonce, signature)
+                .into_iter()
+                .collect(),
+            RepairStep::SessionLost { .. } => Vec::new(),
+        };
+        let check = self.check_warm_signers(signers);
+        Box::pin(check.into_actor(self).map(move |(), act, _| {
+            let (session, durable, routing) =
+                (&mut act.session, &mut act.durable, &mut act.routing);
+            repair::step(session, durable, routing, &act.deps, msg)
+        }))
     }
 }
 
@@ -263,9 +311,9 @@ impl Handler<SyncHosts> for EscrowActor {
         // (writes commit in order) or a flush covering diffs composed by in-flight grants.
         let ready = self
             .durable
-            .settle_pending(&mut self.session, &self.deps, "sync_hosts")
+            .settle_pending(&mut self.session, &self.deps, EmptyDiffReason::SyncHosts)
             .map(|(_, ack)| ack);
-        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready);
+        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready, false);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
             for (addr, res) in res.unwrap_or_default() {
                 if let Ok(sent) = res {
@@ -324,6 +372,7 @@ impl Handler<GetSnapshot> for EscrowActor {
             signatures: (self.session.signatures().iter())
                 .map(|(a, s)| (a.to_string(), s.nonce))
                 .collect(),
+            warm_keys: self.session.warm_keys().clone(),
         })
     }
 }

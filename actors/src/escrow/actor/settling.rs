@@ -21,8 +21,9 @@ use crate::{
     policy::{
         correlation::SharedFault,
         mempool::{self, ForeignTx},
+        reason::{EmptyDiffReason, OutcomeReason},
     },
-    protocol::{crypto::Address, proto::DevshardTx},
+    protocol::{crypto::Address, proto::DevshardTx, warm::Acceptance},
     stats::timers,
 };
 
@@ -47,7 +48,7 @@ impl EscrowActor {
                 escrow_id: self.session.info().escrow_id.clone(),
                 nonce: self.session.nonce(),
                 class: OutcomeClass::HostFault,
-                reason: mempool::FOREIGN_TX_REASON.to_string(),
+                reason: OutcomeReason::ForeignMempoolTx,
                 timings: Default::default(),
                 finish_late_ms: None,
             },
@@ -61,7 +62,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         class: OutcomeClass,
-        reason: &str,
+        reason: OutcomeReason,
         late: Option<i64>,
     ) {
         let id = self.session.info().escrow_id.clone();
@@ -77,7 +78,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         class: OutcomeClass,
-        reason: &str,
+        reason: OutcomeReason,
         (status, message): (Option<u16>, String),
         ctx: &mut Context<Self>,
     ) -> Option<SharedFault<Address>> {
@@ -126,7 +127,7 @@ impl EscrowActor {
         &mut self,
         nonce: u64,
         finished: bool,
-        reason: &str,
+        reason: OutcomeReason,
         ctx: &mut Context<Self>,
     ) {
         if finished {
@@ -149,6 +150,24 @@ impl EscrowActor {
         if !refused.is_empty() {
             self.charge_foreign_txs(from, &refused);
         }
+        let signers = self.session.mempool_signers_to_check(&txs);
+        if signers
+            .iter()
+            .any(|s| s.acceptance == Acceptance::Unresolved)
+        {
+            // Held until the chain was asked about the finish markers' warm signers.
+            let check = self.check_warm_signers(signers);
+            ctx.spawn(
+                check
+                    .into_actor(self)
+                    .map(move |(), act, ctx| act.absorb_checked(txs, ctx)),
+            );
+            return;
+        }
+        self.absorb_checked(txs, ctx);
+    }
+
+    fn absorb_checked(&mut self, txs: Vec<DevshardTx>, ctx: &mut Context<Self>) {
         for nonce in self.session.process_mempool(txs) {
             let Some(entry) = self.book.entry(nonce) else {
                 continue;
@@ -158,7 +177,12 @@ impl EscrowActor {
                     let late = self.now_ms().saturating_sub(ended_ms);
                     info!(self.deps.log, "finish marker arrived late"; "stage" => "winner_finish_arrived_late",
                         "nonce" => nonce, "host" => entry.host.short(), "elapsed_ms" => late);
-                    self.emit(nonce, OutcomeClass::Success, "finished_late", Some(late));
+                    self.emit(
+                        nonce,
+                        OutcomeClass::Success,
+                        OutcomeReason::FinishedLate,
+                        Some(late),
+                    );
                 }
                 NonceState::AwaitingTimeout { .. } => {
                     info!(self.deps.log, "finish arrived; no timeout needed"; "stage" => "timeout_skipped",
@@ -173,7 +197,12 @@ impl EscrowActor {
     }
 
     /// Puts a failed, unfinished attempt on the timeout path.
-    pub(super) fn await_timeout(&mut self, nonce: u64, reason: &str, ctx: &mut Context<Self>) {
+    pub(super) fn await_timeout(
+        &mut self,
+        nonce: u64,
+        reason: OutcomeReason,
+        ctx: &mut Context<Self>,
+    ) {
         if self.book.await_timeout(nonce, reason, self.now_ms()) {
             self.arm_nonce_timer(nonce, ctx);
         }
@@ -206,7 +235,7 @@ impl EscrowActor {
     /// finish appears or the execution deadline passes (then the timeout vote decides).
     fn poll_finish(&mut self, nonce: u64, ctx: &mut Context<Self>) {
         if self.book.finish_overdue(nonce, self.now_ms()) {
-            return self.await_timeout(nonce, "finish_never_arrived", ctx);
+            return self.await_timeout(nonce, OutcomeReason::FinishNeverArrived, ctx);
         }
         let info = self.session.info().clone();
         let Some(host) = self.book.entry(nonce).and_then(|e| info.host(&e.host)) else {
@@ -235,7 +264,12 @@ impl EscrowActor {
             let session = &self.session;
             match self.book.next_timeout(|n| session.is_finished(n)) {
                 NextTimeout::FinishedLate(nonce) => {
-                    self.emit(nonce, OutcomeClass::Success, "finished_late", None);
+                    self.emit(
+                        nonce,
+                        OutcomeClass::Success,
+                        OutcomeReason::FinishedLate,
+                        None,
+                    );
                     self.book.forget(nonce);
                 }
                 NextTimeout::Vote(nonce) => return self.collect_votes(nonce, ctx),
@@ -250,22 +284,40 @@ impl EscrowActor {
         // diffs that are durable — the vote requests go out once this flush/ack resolved.
         let ready = self
             .durable
-            .settle_pending(&mut self.session, &self.deps, "timeout_context")
+            .settle_pending(
+                &mut self.session,
+                &self.deps,
+                EmptyDiffReason::TimeoutContext,
+            )
             .map_or_else(|| self.deps.store.flush(), |(_, ack)| ack);
         let Some(entry) = self.book.entry(nonce) else {
             return;
         };
         let (_, reason) = self.book.deadline(entry, 0);
         let votes = timeouts::collect_votes(&self.session, &self.deps, entry, reason, ready);
-        ctx.spawn(votes.into_actor(self).map(move |answers, act, ctx| {
+        let checked = votes.into_actor(self).then(move |answers, act, _| {
+            let check = act.check_warm_signers(act.vote_signers(nonce, reason, &answers));
+            check.into_actor(act).map(move |(), _, _| answers)
+        });
+        ctx.spawn(checked.map(move |answers, act, ctx| {
             act.book.vote_done();
             match timeouts::tally(&act.session, &act.deps, nonce, reason, answers) {
                 None => {
-                    act.emit(nonce, OutcomeClass::Cancelled, "timeout_unconfirmed", None);
+                    act.emit(
+                        nonce,
+                        OutcomeClass::Cancelled,
+                        OutcomeReason::TimeoutUnconfirmed,
+                        None,
+                    );
                     act.book.forget(nonce);
                 }
                 Some(tx) => {
-                    act.emit(nonce, OutcomeClass::HostFault, "timeout_confirmed", None);
+                    act.emit(
+                        nonce,
+                        OutcomeClass::HostFault,
+                        OutcomeReason::TimeoutConfirmed,
+                        None,
+                    );
                     act.book.forget(nonce);
                     act.session.queue(tx);
                     act.send_pending_diff(ctx);
@@ -278,9 +330,11 @@ impl EscrowActor {
     /// Composes the next nonce without a payload and sends it to its host once durable (only
     /// made durable when that host is withheld: catch-up carries it later).
     fn send_pending_diff(&mut self, ctx: &mut Context<Self>) {
-        let composed = self
-            .durable
-            .compose_withheld(&mut self.session, &self.deps, "pending_diff");
+        let composed = self.durable.compose_withheld(
+            &mut self.session,
+            &self.deps,
+            EmptyDiffReason::PendingDiff,
+        );
         let Some((diff, ack)) = composed else {
             return;
         };

@@ -19,14 +19,20 @@ use std::{
 
 use super::{info::EscrowInfo, pending::PendingTxs};
 use crate::protocol::{
-    crypto::{self, Address, SigningKey},
+    crypto::{Address, SigningKey},
     diff::Diff,
+    guard,
     proto::{self, DevshardTx, MsgConfirmStart, MsgStartInference, Tx},
     state::{self, StateMachine},
+    warm::{NoGrants, SharedResolver, WarmBinding},
     wire::ReceiptBody,
 };
 
+mod restore;
 mod unsettled;
+mod warm;
+
+pub use warm::WarmSigner;
 
 pub use crate::protocol::session_error::SessionError;
 
@@ -58,6 +64,10 @@ pub struct Session {
     signatures: BTreeMap<Address, HostSignature>,
     pending: PendingTxs,
     finished: BTreeSet<u64>,
+    /// Step 4 of the warm-key rule (the gateway's grant cache; none by default).
+    grants: SharedResolver,
+    /// Warm keys bound by the last composed diff.
+    last_warm_delta: Vec<WarmBinding>,
 }
 
 impl Session {
@@ -77,37 +87,9 @@ impl Session {
             signatures: BTreeMap::new(),
             pending: PendingTxs::default(),
             finished: BTreeSet::new(),
+            grants: Arc::new(NoGrants),
+            last_warm_delta: Vec::new(),
         })
-    }
-
-    /// Rebuilds a session from its durable diff log: every diff must replay to its own root.
-    pub fn restore(info: Arc<EscrowInfo>, log: Vec<Diff>) -> Result<Session, SessionError> {
-        let mut s = Session::new(info)?;
-        for diff in log {
-            let nonce = diff.nonce;
-            let applied =
-                s.sm.apply_best_effort(nonce, diff.txs.clone())
-                    .map_err(|e| SessionError::Corrupt {
-                        nonce,
-                        reason: e.to_string(),
-                    })?;
-            if applied.applied.len() != diff.txs.len()
-                || applied.root.as_slice() != diff.post_state_root
-            {
-                return Err(SessionError::Corrupt {
-                    nonce,
-                    reason: "root differs on replay".into(),
-                });
-            }
-            for tx in &diff.txs {
-                s.pending.mark_seen(tx);
-                if let Some(Tx::FinishInference(f)) = &tx.tx {
-                    s.finished.insert(f.inference_id);
-                }
-            }
-            s.diffs.insert(nonce, Arc::new(diff));
-        }
-        Ok(s)
     }
 
     pub fn info(&self) -> &Arc<EscrowInfo> {
@@ -155,6 +137,7 @@ impl Session {
         for (tx, _) in &best.skipped {
             self.pending.forget(tx);
         }
+        self.last_warm_delta = best.warm_delta;
         let diff = Arc::new(Diff::sign(
             nonce,
             best.applied,
@@ -250,12 +233,20 @@ impl Session {
         if let Some(hash) = body.state_hash.as_ref().filter(|h| !h.is_empty()) {
             let expected = self.expected_root(body.nonce);
             if expected.as_deref() != Some(hash.as_slice()) {
+                // A mismatch we can name (another protocol version, a rest_hash composition we
+                // do not implement) is reported as such, never as a divergence to repair.
+                if let Some(reason) = guard::explain(&self.sm, body.nonce, hash) {
+                    return Err(SessionError::Unreproducible {
+                        nonce: body.nonce,
+                        reason,
+                    });
+                }
                 return Err(SessionError::StateHashMismatch { nonce: body.nonce });
             }
             if let Some(sig) = body.state_sig.as_ref().filter(|s| !s.is_empty()) {
                 let content = state::state_sig_content(hash, &self.info.escrow_id, body.nonce);
-                crypto::verify(&content, sig, host)
-                    .map_err(|e| SessionError::InvalidStateSig(e.to_string()))?;
+                self.check_host_signer(host, &content, sig)
+                    .map_err(|e| e.into_session(SessionError::InvalidStateSig))?;
                 let newer = self
                     .signatures
                     .get(host)
@@ -276,7 +267,7 @@ impl Session {
         *sync = (*sync).max(body.nonce);
         if let (Some(nonce), Some(receipt)) = (inference_nonce, body.receipt.as_ref()) {
             let confirmed_at = body.confirmed_at.unwrap_or(0);
-            self.verify_receipt(host, nonce, receipt, confirmed_at)?;
+            self.verify_receipt(nonce, receipt, confirmed_at)?;
             self.pending
                 .push(DevshardTx::new(Tx::ConfirmStart(MsgConfirmStart {
                     inference_id: nonce,
@@ -289,7 +280,6 @@ impl Session {
 
     fn verify_receipt(
         &self,
-        host: &Address,
         nonce: u64,
         receipt: &[u8],
         confirmed_at: i64,
@@ -298,8 +288,13 @@ impl Session {
         let start = self
             .start_of(nonce)
             .ok_or_else(|| invalid("no MsgStartInference for this nonce".into()))?;
+        let slot = self
+            .info
+            .slot_for_nonce(nonce)
+            .ok_or(SessionError::NoHost(nonce))?;
         let content = state::receipt_content(&start, &self.info.escrow_id, confirmed_at);
-        crypto::verify(&proto::encode(&content), receipt, host).map_err(|e| invalid(e.to_string()))
+        self.check_slot_signer(slot.slot_id, &proto::encode(&content), receipt)
+            .map_err(|e| e.into_session(invalid))
     }
 
     /// The `MsgStartInference` we sequenced at `nonce`, if any.
@@ -334,12 +329,13 @@ impl Session {
         };
         f.escrow_id == self.info.escrow_id
             && slot.slot_id == f.executor_slot
-            && crypto::verify(
-                &state::finish_unsigned_bytes(f),
-                &f.proposer_sig,
-                &slot.validator,
-            )
-            .is_ok()
+            && self
+                .check_slot_signer(
+                    slot.slot_id,
+                    &state::finish_unsigned_bytes(f),
+                    &f.proposer_sig,
+                )
+                .is_ok()
     }
 
     /// Queues a tx of our own (e.g. `MsgTimeoutInference`, `MsgFinalizeRound`).
@@ -370,8 +366,8 @@ impl Session {
             ours: self.nonce(),
         })?;
         let content = state::state_sig_content(&root, &self.info.escrow_id, nonce);
-        crypto::verify(&content, signature, host)
-            .map_err(|e| SessionError::InvalidStateSig(e.to_string()))?;
+        self.check_host_signer(host, &content, signature)
+            .map_err(|e| e.into_session(SessionError::InvalidStateSig))?;
         self.signatures.insert(
             host.clone(),
             HostSignature {

@@ -8,18 +8,8 @@ use serde::Serialize;
 use super::{decayed_strikes, HealthState, HealthStatus};
 use crate::{
     outcome::{AttemptOutcome, OutcomeClass},
-    policy::settings::HealthSettings,
+    policy::{reason::OutcomeReason, settings::HealthSettings},
 };
-
-/// Attribution reasons of a verified invalid signature: eject at once.
-pub const BYZANTINE_REASONS: &[&str] = &[
-    "invalid_state_sig",
-    "invalid_receipt",
-    "invalid_signature",
-    crate::policy::mempool::FOREIGN_TX_REASON,
-];
-/// Attribution reason of a stall; ejects at once when the stalled attempt was the crowned winner.
-pub const STALLED_REASON: &str = "stalled";
 
 /// What an outcome asks of the health state machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +27,8 @@ pub enum Charge {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutcomeFacts {
     pub class: OutcomeClass,
-    /// Attribution reason (`invalid_receipt`, `stalled`, …).
-    pub reason: String,
+    /// Attribution reason (byzantine signatures and stalled winners eject at once).
+    pub reason: OutcomeReason,
     /// The attempt was the crowned winner (a stalled winner ejects at once).
     pub winner: bool,
     /// The correlation guard found the fault shared: it never touches health.
@@ -47,10 +37,10 @@ pub struct OutcomeFacts {
 
 impl OutcomeFacts {
     /// Facts of a non-winning, non-shared outcome of `class`.
-    pub fn new(class: OutcomeClass, reason: impl Into<String>) -> Self {
+    pub fn new(class: OutcomeClass, reason: OutcomeReason) -> Self {
         OutcomeFacts {
             class,
-            reason: reason.into(),
+            reason,
             winner: false,
             shared: false,
         }
@@ -60,7 +50,7 @@ impl OutcomeFacts {
     pub fn from_outcome(outcome: &AttemptOutcome, winner: bool) -> Self {
         OutcomeFacts {
             winner,
-            ..OutcomeFacts::new(outcome.class, outcome.reason.clone())
+            ..OutcomeFacts::new(outcome.class, outcome.reason)
         }
     }
 
@@ -70,8 +60,7 @@ impl OutcomeFacts {
             _ if self.shared => Charge::Nothing,
             OutcomeClass::Success => Charge::Credit,
             OutcomeClass::HostFault
-                if BYZANTINE_REASONS.contains(&self.reason.as_str())
-                    || (self.winner && self.reason == STALLED_REASON) =>
+                if self.reason.is_byzantine() || (self.winner && self.reason.is_stall()) =>
             {
                 Charge::EjectNow
             }

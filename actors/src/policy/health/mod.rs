@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::inputs::{
     ejection_allowed, panic_order, Charge, EjectionContext, EscrowView, OutcomeFacts,
-    SuppressReason, BYZANTINE_REASONS, STALLED_REASON,
+    SuppressReason,
 };
 use super::settings::HealthSettings;
 

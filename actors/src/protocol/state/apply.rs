@@ -7,12 +7,13 @@
 //! therefore never leaves a partial effect, which best-effort composition relies on.
 
 use crate::protocol::{
-    crypto::{recover_address, Address},
+    crypto::Address,
     proto::{self, DevshardTx, MsgConfirmStart, MsgFinishInference, MsgStartInference, Tx},
 };
 
 use super::{
     content::{finish_unsigned_bytes, record_receipt_content},
+    warm::SigKind,
     InferenceRecord, InferenceStatus, Phase, StateError, StateMachine,
 };
 
@@ -154,19 +155,17 @@ impl StateMachine {
             )));
         }
         let content = record_receipt_content(rec, self.escrow_id(), m.confirmed_at);
-        let recovered = recover_address(&proto::encode(&content), &m.executor_sig)
-            .map_err(|e| StateError::InvalidExecutorSig(e.to_string()))?;
-        let expected = self.slot_owner(rec.executor_slot)?;
-        if &recovered != expected {
-            return Err(StateError::InvalidExecutorSig(format!(
-                "expected executor {expected} (slot {}), got {recovered}",
-                rec.executor_slot
-            )));
-        }
+        let bind = self.admit(
+            SigKind::Executor,
+            rec.executor_slot,
+            &proto::encode(&content),
+            &m.executor_sig,
+        )?;
         let mut rec = rec.clone();
         rec.status = InferenceStatus::Started;
         rec.confirmed_at = m.confirmed_at;
         self.st.records.put(rec);
+        self.bind_warm(bind);
         Ok(())
     }
 
@@ -184,8 +183,12 @@ impl StateMachine {
                 got: m.executor_slot,
             });
         }
-        let executor = self.slot_owner(rec.executor_slot)?;
-        verify_proposer(&finish_unsigned_bytes(m), &m.proposer_sig, executor)?;
+        let bind = self.admit(
+            SigKind::Proposer,
+            rec.executor_slot,
+            &finish_unsigned_bytes(m),
+            &m.proposer_sig,
+        )?;
         self.check_escrow(&m.escrow_id)?;
         let cost = token_cost(
             m.input_tokens,
@@ -214,6 +217,7 @@ impl StateMachine {
         self.st.balance = balance;
         self.st.host_stats[idx] = stats;
         self.st.records.put(rec);
+        self.bind_warm(bind);
         Ok(())
     }
 
@@ -236,20 +240,4 @@ impl StateMachine {
         }
         Ok(())
     }
-}
-
-/// Recover-and-compare of a `proposer_sig` over the unsigned message bytes.
-pub(super) fn verify_proposer(
-    unsigned: &[u8],
-    sig: &[u8],
-    expected: &Address,
-) -> Result<(), StateError> {
-    let recovered = recover_address(unsigned, sig)
-        .map_err(|e| StateError::InvalidProposerSig(e.to_string()))?;
-    if &recovered != expected {
-        return Err(StateError::InvalidProposerSig(format!(
-            "expected {expected}, got {recovered}"
-        )));
-    }
-    Ok(())
 }

@@ -81,6 +81,10 @@ pub enum StateError {
     /// A balance, fee or counter update would overflow.
     #[error("arithmetic overflow: {0}")]
     Overflow(&'static str),
+    /// A warm key's grant could not be checked yet (the chain did not answer): the tx waits. Only
+    /// a gateway-side state machine with a cache resolver produces it; never a host fault.
+    #[error("warm key {address} of slot {slot} is not verified yet")]
+    WarmKeyUnresolved { slot: u32, address: String },
     /// `ErrInvalidGroup`: slot ids are not exactly `0..N-1` or N is not in `1..=128`.
     #[error("invalid group: {0}")]
     InvalidGroup(String),

@@ -33,13 +33,15 @@ mod snapshot;
 mod tests;
 mod timeout;
 mod validate;
+mod warm;
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
 use crate::protocol::{
     crypto::Address,
     diff::Diff,
     proto::{self, DevshardTx},
+    warm::WarmBinding,
 };
 
 pub use config::*;
@@ -52,7 +54,7 @@ pub use content::{
 pub use error::StateError;
 pub use record::{HostStats, InferenceRecord, InferenceStatus, Phase, Slot};
 use records::Records;
-pub use root::{compose_root, fold_sealed, warm_keys_hash};
+pub use root::{compose_root, fold_sealed};
 pub use seal::STATE_CLOCK_WINDOW_FACTOR;
 pub use snapshot::StateSnapshot;
 
@@ -85,6 +87,8 @@ struct Ledger {
     records: Records,
     /// Indexed by slot id; one entry per group slot.
     host_stats: Vec<HostStats>,
+    /// Warm key bound to each slot (`warm.rs`), shared copy-on-write between clones.
+    warm_keys: Arc<BTreeMap<u32, Address>>,
 }
 
 /// One escrow session's state. Cheap to clone: the group and config are shared.
@@ -92,6 +96,8 @@ struct Ledger {
 pub struct StateMachine {
     session: Arc<Session>,
     st: Ledger,
+    /// Step 4 of the warm-key rule (not state: ignored by equality and snapshots).
+    warm: warm::ResolverSlot,
 }
 
 /// Outcome of [`StateMachine::apply_best_effort`].
@@ -103,6 +109,8 @@ pub struct BestEffort {
     pub skipped: Vec<(DevshardTx, StateError)>,
     /// The post-state root of the new nonce.
     pub root: [u8; 32],
+    /// Warm keys this nonce bound (to be stored with the diff).
+    pub warm_delta: Vec<WarmBinding>,
 }
 
 impl StateMachine {
@@ -142,6 +150,7 @@ impl StateMachine {
             sealed_count: 0,
             records: Records::default(),
             host_stats: vec![HostStats::default(); group.len()],
+            warm_keys: Arc::default(),
         };
         let session = Session {
             escrow_id: escrow_id.into(),
@@ -151,6 +160,7 @@ impl StateMachine {
         Ok(StateMachine {
             session: Arc::new(session),
             st,
+            warm: warm::ResolverSlot::default(),
         })
     }
 
@@ -313,11 +323,13 @@ impl StateMachine {
         work.close_nonce(nonce)?;
         work.st.records.refresh();
         let root = work.state_root();
+        let warm_delta = crate::protocol::warm::warm_delta(&self.st.warm_keys, &work.st.warm_keys);
         *self = work;
         Ok(BestEffort {
             applied,
             skipped,
             root,
+            warm_delta,
         })
     }
 }

@@ -5,7 +5,7 @@
 //! host_stats_hash = sha256(proto(HostStatsMapProto{entries sorted by slot}))
 //! live_hash       = sha256(proto(InferencesMapProto{live records sorted by id}))
 //! inferences_hash = sha256(sealed_acc(32) ‖ live_hash)
-//! warm_keys_hash  = sha256("")                      (no warm keys are ever bound here)
+//! warm_keys_hash  = sha256(for slot asc: slot_be4 ‖ len_be4 ‖ addr)   (`protocol/warm/hash.rs`)
 //! rest_hash       = sha256(balance_be8 ‖ inferences_hash ‖ warm_keys_hash)
 //! state_root      = sha256(host_stats_hash ‖ fees_be8 ‖ rest_hash ‖ sha256(tag) ‖ phase_u8)
 //! ```
@@ -78,14 +78,9 @@ impl StateMachine {
         let mut h = Sha256::new();
         h.update(self.st.balance.to_be_bytes());
         h.update(self.inferences_hash());
-        h.update(warm_keys_hash());
+        h.update(self.warm_keys_hash());
         h.finalize().into()
     }
-}
-
-/// `sha256("")`: the warm-key hash of a session without warm-key bindings.
-pub fn warm_keys_hash() -> [u8; 32] {
-    sha256(b"")
 }
 
 /// `sha256(host_stats_hash ‖ fees_be8 ‖ rest_hash ‖ sha256(version tag) ‖ phase_u8)`.

@@ -8,6 +8,8 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 
+use crate::protocol::crypto::Address;
+
 use super::{
     HostStats, InferenceRecord, Ledger, Phase, Records, Session, SessionConfig, Slot, StateError,
     StateMachine,
@@ -31,6 +33,9 @@ pub struct StateSnapshot {
     pub records: Vec<InferenceRecord>,
     /// One entry per slot, in slot order.
     pub host_stats: Vec<HostStats>,
+    /// Warm key bound to each slot (absent in snapshots older than warm keys).
+    #[serde(default)]
+    pub warm_keys: BTreeMap<u32, Address>,
 }
 
 impl StateMachine {
@@ -49,6 +54,7 @@ impl StateMachine {
             sealed_count: self.st.sealed_count,
             records: self.st.records.iter().cloned().collect(),
             host_stats: self.st.host_stats.clone(),
+            warm_keys: self.st.warm_keys.as_ref().clone(),
         }
     }
 
@@ -80,6 +86,13 @@ impl StateMachine {
                 return Err(StateError::DuplicateInferenceID);
             }
         }
+        if let Some(slot) = s
+            .warm_keys
+            .keys()
+            .find(|k| fresh.slot_address(**k).is_none())
+        {
+            return Err(bad(format!("warm key bound to slot {slot}")));
+        }
         let st = Ledger {
             balance: s.balance,
             fees: s.fees,
@@ -90,8 +103,13 @@ impl StateMachine {
             sealed_count: s.sealed_count,
             records: Records::from_sorted(records.into_values()),
             host_stats: s.host_stats,
+            warm_keys: Arc::new(s.warm_keys),
         };
         let session: Arc<Session> = fresh.session;
-        Ok(StateMachine { session, st })
+        Ok(StateMachine {
+            session,
+            st,
+            warm: fresh.warm,
+        })
     }
 }

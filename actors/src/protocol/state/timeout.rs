@@ -11,11 +11,13 @@
 use std::collections::BTreeSet;
 
 use crate::protocol::{
-    crypto::{recover_address, Address},
+    crypto::Address,
     proto::{MsgTimeoutInference, TimeoutReason},
 };
 
-use super::{content::timeout_vote_content_with, InferenceStatus, StateError, StateMachine};
+use super::{
+    content::timeout_vote_content_with, warm::SigKind, InferenceStatus, StateError, StateMachine,
+};
 
 impl StateMachine {
     pub(super) fn apply_timeout(&mut self, m: &MsgTimeoutInference) -> Result<(), StateError> {
@@ -34,6 +36,7 @@ impl StateMachine {
         let executor = self.slot_owner(rec.executor_slot)?;
         let mut seen: BTreeSet<&Address> = BTreeSet::new();
         let mut accept: u32 = 0;
+        let mut binds = Vec::new();
         for vote in &m.votes {
             let voter = self.slot_owner(vote.voter_slot)?;
             if !seen.insert(voter) {
@@ -50,15 +53,16 @@ impl StateMachine {
             }
             let content =
                 timeout_vote_content_with(self.escrow_id(), m.inference_id, m.reason, vote.accept);
-            let recovered = recover_address(&content, &vote.signature).map_err(|e| {
-                StateError::InvalidVoteSig(format!("vote from slot {}: {e}", vote.voter_slot))
-            })?;
-            if &recovered != voter {
-                return Err(StateError::InvalidVoteSig(format!(
-                    "vote from slot {}: expected {voter}, got {recovered}",
-                    vote.voter_slot
-                )));
-            }
+            let bind = self
+                .admit(SigKind::Vote, vote.voter_slot, &content, &vote.signature)
+                .map_err(|e| match e {
+                    StateError::InvalidVoteSig(text) => StateError::InvalidVoteSig(format!(
+                        "vote from slot {}: {text}",
+                        vote.voter_slot
+                    )),
+                    other => other,
+                })?;
+            binds.extend(bind);
             if vote.accept {
                 accept = accept.saturating_add(self.weight_of(voter));
             }
@@ -86,6 +90,7 @@ impl StateMachine {
         self.st.balance = balance;
         self.st.host_stats[idx] = stats;
         self.st.records.put(rec);
+        self.bind_warm(binds);
         Ok(())
     }
 }

@@ -23,8 +23,8 @@
 use crate::protocol::proto::{MsgValidation, MsgValidationVote};
 
 use super::{
-    apply::verify_proposer,
     content::{validation_unsigned_bytes, validation_vote_unsigned_bytes},
+    warm::SigKind,
     InferenceStatus, StateError, StateMachine,
 };
 
@@ -52,7 +52,12 @@ impl StateMachine {
                 )))
             }
         }
-        verify_proposer(&validation_unsigned_bytes(m), &m.proposer_sig, validator)?;
+        let bind = self.admit(
+            SigKind::Proposer,
+            m.validator_slot,
+            &validation_unsigned_bytes(m),
+            &m.proposer_sig,
+        )?;
         self.check_escrow(&m.escrow_id)?;
         let weight = self.weight_of(validator);
         let emitting_bit = 1u128
@@ -75,6 +80,7 @@ impl StateMachine {
             }
         }
         self.st.records.put(rec);
+        self.bind_warm(bind);
         Ok(())
     }
 
@@ -105,7 +111,12 @@ impl StateMachine {
                 m.voter_slot
             )));
         }
-        verify_proposer(&validation_vote_unsigned_bytes(m), &m.proposer_sig, voter)?;
+        let bind = self.admit(
+            SigKind::Proposer,
+            m.voter_slot,
+            &validation_vote_unsigned_bytes(m),
+            &m.proposer_sig,
+        )?;
         self.check_escrow(&m.escrow_id)?;
         let weight = self.weight_of(voter);
         let mut rec = rec.clone();
@@ -141,6 +152,7 @@ impl StateMachine {
         self.st.balance = balance;
         self.st.host_stats[idx] = stats;
         self.st.records.put(rec);
+        self.bind_warm(bind);
         Ok(())
     }
 }

@@ -9,6 +9,7 @@ mod live_set;
 mod root_cache;
 mod timeout;
 mod validation;
+mod warm;
 
 use crate::protocol::{
     crypto::SigningKey,

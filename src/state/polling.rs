@@ -12,7 +12,9 @@
 //!   to the hosts of the registered escrows (refreshed every [`SCOPE_REFRESH`]).
 //! - **The cached view**: a tiny `ViewCache` actor subscribed to the poller stores every pushed
 //!   `Arc<ChainView>` in a `RwLock` shared by every worker thread. Reading it never sends a
-//!   request and never waits for an actor.
+//!   request and never waits for an actor. [`ChainPolling::participants`] waits (bounded) for
+//!   the first participants snapshot: escrow registration takes the participants from there and
+//!   never reads the public API itself.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -35,7 +37,6 @@ use prometheus::Registry;
 use serde_json::{Map, Value};
 use slog::{error, info, Logger};
 
-use super::AppError;
 use crate::{
     config::{ChainPollConfig, ConfigError},
     escrows,
@@ -65,6 +66,12 @@ pub struct ChainPolling {
     live: Arc<RwLock<Live>>,
     pinned: Arc<BTreeMap<String, String>>,
     update: Arc<tokio::sync::Mutex<()>>,
+    /// Woken on every pushed view.
+    pushed: Arc<tokio::sync::Notify>,
+    /// A wait for the first participants timed out: later registrations do not wait again.
+    gave_up_waiting: Arc<std::sync::atomic::AtomicBool>,
+    /// The view cache (recomputes the versions scope on demand).
+    cache: Option<Recipient<RefreshScope>>,
 }
 
 /// `base` with the `overrides` that the environment does not pin, validated.
@@ -137,6 +144,46 @@ impl ChainPolling {
             })),
             pinned: Arc::new(config.pinned.clone()),
             update: Arc::new(tokio::sync::Mutex::new(())),
+            pushed: Arc::new(tokio::sync::Notify::new()),
+            gave_up_waiting: Arc::default(),
+            cache: None,
+        }
+    }
+
+    /// Recomputes the versions scope now (after escrows were registered).
+    pub fn refresh_scope(&self) {
+        if let Some(c) = &self.cache {
+            c.do_send(RefreshScope);
+        }
+    }
+
+    /// The latest participants snapshot, waiting up to `wait` for the first one (`None` without
+    /// a poller, or when none arrived in time; after one such timeout, later calls do not wait).
+    pub async fn participants(&self, wait: Duration) -> Option<Arc<ChainView>> {
+        self.poller.as_ref()?;
+        let ready = || self.view().filter(|v| v.participants.is_some());
+        if self
+            .gave_up_waiting
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return ready();
+        }
+        let waiting = async {
+            loop {
+                let pushed = self.pushed.notified();
+                if let Some(v) = ready() {
+                    return v;
+                }
+                pushed.await;
+            }
+        };
+        match tokio::time::timeout(wait, waiting).await {
+            Ok(v) => Some(v),
+            Err(_) => {
+                self.gave_up_waiting
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                ready()
+            }
         }
     }
 
@@ -198,7 +245,7 @@ impl ChainPolling {
         &mut self,
         api: &str,
         wiring: PollerWiring<'_>,
-    ) -> Result<TrackedAddr<ChainPoller>, AppError> {
+    ) -> Result<TrackedAddr<ChainPoller>, PollerError> {
         let PollerWiring {
             registry,
             clock,
@@ -210,7 +257,7 @@ impl ChainPolling {
         let settings = self.settings();
         let gates = HostGates::new(&settings);
         let metrics =
-            ChainMetrics::register(registry).map_err(|e| AppError::Metrics(e.to_string()))?;
+            ChainMetrics::register(registry).map_err(|e| PollerError::Metrics(e.to_string()))?;
         let deps = ChainPollerDeps {
             clock,
             log: log.clone(),
@@ -220,7 +267,7 @@ impl ChainPolling {
         };
         let poller = ChainPoller::new(api, settings, deps)
             .map_err(|e| {
-                AppError::Config(ConfigError::Invalid {
+                PollerError::Config(ConfigError::Invalid {
                     key: "public_api_url",
                     message: e.to_string(),
                 })
@@ -228,6 +275,7 @@ impl ChainPolling {
             .start_tracked();
         let cache = ViewCache {
             view: self.view.clone(),
+            pushed: self.pushed.clone(),
             poller: poller.clone(),
             directory,
             store,
@@ -235,10 +283,20 @@ impl ChainPolling {
             log: log.clone(),
         }
         .start();
-        poller.do_send(Subscribe(cache.recipient()));
+        poller.do_send(Subscribe(cache.clone().recipient()));
+        self.cache = Some(cache.recipient());
         self.poller = Some(poller.clone());
         Ok(poller)
     }
+}
+
+/// Why [`ChainPolling::start_poller`] failed (the process maps it into its `AppError`).
+#[derive(Debug, thiserror::Error)]
+pub enum PollerError {
+    #[error("cannot set up metrics: {0}")]
+    Metrics(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
 
 /// What [`ChainPolling::start_poller`] wires the poller and its view cache to.
@@ -258,6 +316,7 @@ pub struct PollerWiring<'a> {
 /// escrows' hosts. Stops once the poller is gone.
 struct ViewCache {
     view: Arc<RwLock<Option<Arc<ChainView>>>>,
+    pushed: Arc<tokio::sync::Notify>,
     poller: TrackedAddr<ChainPoller>,
     directory: TrackedAddr<Directory>,
     store: SharedStore,
@@ -312,10 +371,24 @@ impl Actor for ViewCache {
     }
 }
 
+/// Recompute the versions scope from the registered escrows.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RefreshScope;
+
+impl Handler<RefreshScope> for ViewCache {
+    type Result = ();
+
+    fn handle(&mut self, _: RefreshScope, ctx: &mut Context<Self>) {
+        self.refresh_scope(ctx);
+    }
+}
+
 impl Handler<ChainChanged> for ViewCache {
     type Result = ();
 
     fn handle(&mut self, msg: ChainChanged, _: &mut Context<Self>) {
         *self.view.write().unwrap_or_else(PoisonError::into_inner) = Some(msg.view);
+        self.pushed.notify_waiters();
     }
 }

@@ -93,11 +93,33 @@ pub struct Record {
     pub stored: Option<Stored>,
 }
 
+/// Called once per request when it has both its outcome and its race report (the ledger).
+#[derive(Clone)]
+pub struct EndedHook(pub Arc<dyn Fn(&Record) + Send + Sync>);
+
+impl std::fmt::Debug for EndedHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EndedHook")
+    }
+}
+
 #[derive(Debug, Default)]
 struct Table {
     order: VecDeque<String>,
     by_id: HashMap<String, (Record, watch::Sender<bool>)>,
     by_key: HashMap<String, String>,
+    ended: Option<EndedHook>,
+}
+
+impl Table {
+    fn ended(&self, request_id: &str) {
+        let (Some(hook), Some((r, _))) = (&self.ended, self.by_id.get(request_id)) else {
+            return;
+        };
+        if r.race_ended_at_ms.is_some() && r.outcome != Outcome::InFlight {
+            (hook.0)(r);
+        }
+    }
 }
 
 /// What [`Accounting::begin`] decided.
@@ -178,11 +200,21 @@ impl Accounting {
 
     /// Records the nonces and attempts of `request_id`'s race (it ended at `now_ms`).
     pub fn set_race_report(&self, request_id: &str, report: RaceReport, now_ms: i64) {
-        if let Some((r, _)) = self.lock().by_id.get_mut(request_id) {
+        let mut t = self.lock();
+        if let Some((r, _)) = t.by_id.get_mut(request_id) {
+            if r.race_ended_at_ms.is_some() {
+                return;
+            }
             r.nonces = report.nonces;
             r.attempts = report.attempts;
             r.race_ended_at_ms = Some(now_ms);
+            t.ended(request_id);
         }
+    }
+
+    /// Sets the hook called when a request has both its outcome and its race report.
+    pub fn on_ended(&self, hook: EndedHook) {
+        self.lock().ended = Some(hook);
     }
 
     /// Ends `request_id`: `stored` is kept when within `max_replay_bytes` (`truncated`: it was
@@ -218,6 +250,7 @@ impl Accounting {
         r.stored = stored.filter(|s| s.bytes.len() <= self.cfg.max_replay_bytes);
         tx.send_replace(true);
         let key = r.idempotency_key.clone();
+        t.ended(request_id);
         if let (true, Some(k)) = (failed, key) {
             if t.by_key.get(&k).is_some_and(|id| id == request_id) {
                 t.by_key.remove(&k);

@@ -1,0 +1,132 @@
+//! Settlement steps of the escrow (LIFECYCLE.md §1, PROTOCOL.md §5.8): draining closes the
+//! escrow to new requests; each finalize round composes one diff without inference (the first
+//! carries `MsgFinalizeRound`), waits for it to be durable, and catches every host up; the final
+//! state and its signatures are read for the settlement payload. `closing` is not persisted:
+//! the settlement record is, and a resumed settlement sends `BeginDrain` again.
+
+use std::collections::BTreeMap;
+
+use actix::prelude::*;
+use slog::info;
+
+use super::super::{
+    messages::{BeginDrain, CatchUpAll, DrainProgress, FinalizeRound, GetFinalState},
+    sync,
+};
+use super::EscrowActor;
+use crate::{
+    policy::reason::EmptyDiffReason,
+    protocol::{
+        proto::{DevshardTx, MsgFinalizeRound, Tx},
+        state::Phase,
+    },
+    settlement::port::{FinalState, RoundDone},
+    store::Ack,
+};
+
+impl EscrowActor {
+    fn round_done(&self) -> RoundDone {
+        let st = self.session.state();
+        RoundDone {
+            nonce: st.latest_nonce(),
+            phase: st.phase(),
+            finalize_nonce: st.finalize_nonce(),
+        }
+    }
+
+    /// Catch-up of every host after `ready`, absorbing answers (sync nonces, signatures).
+    fn catch_up_then(
+        &mut self,
+        ready: Option<Ack>,
+        resend_last: bool,
+    ) -> ResponseActFuture<Self, Result<RoundDone, String>> {
+        let sends =
+            sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready, resend_last);
+        Box::pin(sends.into_actor(self).map(|res, act, ctx| {
+            for (addr, res) in res.clone().unwrap_or_default() {
+                if let Ok(sent) = res {
+                    if let Some(r) = sent.receipt {
+                        let _ = act.session.process_receipt(&addr, None, &r);
+                        act.durable.syncs_changed();
+                    }
+                    act.absorb_mempool(&addr, sent.mempool, ctx);
+                }
+            }
+            res.map(|_| act.round_done())
+        }))
+    }
+}
+
+impl Handler<BeginDrain> for EscrowActor {
+    type Result = MessageResult<BeginDrain>;
+
+    fn handle(&mut self, _: BeginDrain, _: &mut Self::Context) -> Self::Result {
+        if !self.closing {
+            info!(self.deps.log, "escrow draining"; "stage" => "settlement_started",
+                "nonce" => self.session.nonce(), "unsettled" => self.book.len());
+        }
+        self.closing = true;
+        MessageResult(DrainProgress {
+            waiting: self.picker.len(),
+            unsettled: self.book.len(),
+        })
+    }
+}
+
+impl Handler<FinalizeRound> for EscrowActor {
+    type Result = ResponseActFuture<Self, Result<RoundDone, String>>;
+
+    fn handle(&mut self, _: FinalizeRound, _: &mut Self::Context) -> Self::Result {
+        self.closing = true;
+        let phase = self.session.state().phase();
+        if phase == Phase::Settlement {
+            // Nothing more to compose: only make sure every host has the final diffs.
+            let ready = Some(self.deps.store.flush());
+            return self.catch_up_then(ready, true);
+        }
+        if phase == Phase::Active {
+            self.session
+                .queue(DevshardTx::new(Tx::FinalizeRound(MsgFinalizeRound {})));
+        }
+        let Some((diff, ack)) = self.durable.compose_withheld(
+            &mut self.session,
+            &self.deps,
+            EmptyDiffReason::FinalizeRound,
+        ) else {
+            return Box::pin(fut::ready(Err(
+                "finalize round could not be composed".into()
+            )));
+        };
+        info!(self.deps.log, "finalize round composed"; "stage" => "finalize_round",
+            "nonce" => diff.nonce, "phase" => ?self.session.state().phase());
+        self.catch_up_then(Some(ack), false)
+    }
+}
+
+impl Handler<GetFinalState> for EscrowActor {
+    type Result = MessageResult<GetFinalState>;
+
+    fn handle(&mut self, _: GetFinalState, _: &mut Self::Context) -> Self::Result {
+        let state = self.session.state().clone();
+        let nonce = state.latest_nonce();
+        let mut signatures = BTreeMap::new();
+        for (addr, sig) in self.session.signatures() {
+            if sig.nonce != nonce {
+                continue;
+            }
+            for slot in state.slots_of(addr) {
+                signatures.insert(slot, sig.signature.clone());
+            }
+        }
+        MessageResult(FinalState { state, signatures })
+    }
+}
+
+impl Handler<CatchUpAll> for EscrowActor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _: CatchUpAll, _: &mut Self::Context) -> Self::Result {
+        let ready = Some(self.deps.store.flush());
+        Box::pin(self.catch_up_then(ready, true).map(|_, _, _| ()))
+    }
+}

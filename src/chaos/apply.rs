@@ -1,0 +1,230 @@
+//! Applying schedule steps through the simulator's control API, and the bookkeeping of a round
+//! that the shared-fault check needs (which hosts suffered only a shared fault, their health
+//! before it).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::{Duration, Instant},
+};
+
+use serde_json::{json, Value};
+
+use super::{
+    http::Http,
+    schedule::{Event, Step},
+};
+
+/// `{address: (state, ejections)}` as `GET /v1/admin/participants` reports it.
+pub type Health = BTreeMap<String, (String, u64)>;
+
+/// Steers the simulator; remembers what a clear must undo.
+pub struct Applier {
+    http: Http,
+    control: String,
+    escrow: String,
+    addresses: Vec<String>,
+    latencies: Vec<Value>,
+    baseline: Option<Health>,
+    shared: BTreeSet<String>,
+    excluded: BTreeSet<String>,
+}
+
+impl Applier {
+    pub async fn new(http: Http, control: String, escrow: String) -> Applier {
+        let hosts = http
+            .call("GET", &format!("{control}/sim/hosts"), None)
+            .await
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default();
+        Applier {
+            addresses: hosts
+                .iter()
+                .map(|h| h["address"].as_str().unwrap_or_default().to_owned())
+                .collect(),
+            latencies: hosts.iter().map(|h| h["latency"].clone()).collect(),
+            http,
+            control,
+            escrow,
+            baseline: None,
+            shared: BTreeSet::new(),
+            excluded: BTreeSet::new(),
+        }
+    }
+
+    pub fn hosts(&self) -> usize {
+        self.addresses.len()
+    }
+
+    fn address(&self, host: usize) -> String {
+        self.addresses.get(host).cloned().unwrap_or_default()
+    }
+
+    async fn put(&self, path: &str, body: &Value) -> String {
+        match self
+            .http
+            .call("PUT", &format!("{}{path}", self.control), Some(body))
+            .await
+        {
+            Ok(_) => String::new(),
+            Err(e) => format!("{path}: {e}; "),
+        }
+    }
+
+    /// Whether the participants' health must be read before `step` (first shared fault of a round).
+    pub fn needs_baseline(&self, step: &Step) -> bool {
+        self.baseline.is_none() && matches!(step.event, Event::HostFaults { shared: true, .. })
+    }
+
+    /// Applies a fault step; returns what went wrong talking to the simulator (empty if nothing).
+    pub async fn apply(&mut self, step: &Step, baseline: Option<Health>) -> String {
+        if let Some(b) = baseline {
+            self.baseline = Some(b);
+        }
+        let mut errors = String::new();
+        match &step.event {
+            Event::HostFaults {
+                hosts,
+                faults,
+                shared,
+            } => {
+                for h in hosts {
+                    errors += &self.put(&format!("/sim/hosts/{h}/faults"), faults).await;
+                    let address = self.address(*h);
+                    if *shared {
+                        self.shared.insert(address);
+                    } else {
+                        self.excluded.insert(address);
+                    }
+                }
+            }
+            Event::Fork { host, ahead } => {
+                let url = format!("{}/sim/hosts/{host}/sessions/{}", self.control, self.escrow);
+                let nonce = self
+                    .http
+                    .call("GET", &url, None)
+                    .await
+                    .ok()
+                    .and_then(|v| v["latest_nonce"].as_u64())
+                    .unwrap_or(0);
+                errors += &self
+                    .put(
+                        &format!("/sim/hosts/{host}/faults"),
+                        &json!({"fork_from_nonce": nonce + ahead}),
+                    )
+                    .await;
+                self.excluded.insert(self.address(*host));
+            }
+            Event::RestartEmpty { hosts } => {
+                for h in hosts {
+                    errors += &self
+                        .put(
+                            &format!("/sim/hosts/{h}/faults"),
+                            &json!({"forget_session": true}),
+                        )
+                        .await;
+                    self.excluded.insert(self.address(*h));
+                }
+            }
+            Event::ClockSkew { hosts, seconds } => {
+                for h in hosts {
+                    errors += &self
+                        .put(
+                            &format!("/sim/hosts/{h}/faults"),
+                            &json!({"clock_skew_s": seconds}),
+                        )
+                        .await;
+                    self.excluded.insert(self.address(*h));
+                }
+            }
+            Event::Slow { host, latency } => {
+                errors += &self
+                    .put(&format!("/sim/hosts/{host}/latency"), latency)
+                    .await;
+                self.excluded.insert(self.address(*host));
+            }
+            Event::ChainFault { faults } => errors += &self.put("/sim/chain/faults", faults).await,
+            Event::Kill9 | Event::Clear => {}
+        }
+        errors
+    }
+
+    /// Every host fault, latency override and chain fault off; forked hosts restart empty (the
+    /// only way out of a fork), so that the repair loop can bring them back.
+    pub async fn clear(&self) {
+        let c = &self.control;
+        for i in 0..self.hosts() {
+            let url = format!("{c}/sim/hosts/{i}/sessions/{}", self.escrow);
+            let forked = self
+                .http
+                .call("GET", &url, None)
+                .await
+                .is_ok_and(|v| !v["forked_at"].is_null());
+            if forked {
+                let _ = self
+                    .put(
+                        &format!("/sim/hosts/{i}/faults"),
+                        &json!({"forget_session": true}),
+                    )
+                    .await;
+            }
+            if let Some(l) = self.latencies.get(i) {
+                let _ = self.put(&format!("/sim/hosts/{i}/latency"), l).await;
+            }
+        }
+        let _ = self
+            .http
+            .call("DELETE", &format!("{c}/sim/faults"), None)
+            .await;
+        let _ = self
+            .http
+            .call("DELETE", &format!("{c}/sim/chain/faults"), None)
+            .await;
+    }
+
+    /// The round's baseline and the hosts that only suffered shared faults in it; resets both.
+    pub fn take_shared_round(&mut self) -> (Health, Vec<String>) {
+        let hosts = self.shared.difference(&self.excluded).cloned().collect();
+        self.shared.clear();
+        self.excluded.clear();
+        (self.baseline.take().unwrap_or_default(), hosts)
+    }
+
+    /// Waits (bounded) until every simulated host listens again (`down_for_ms` ended).
+    pub async fn wait_hosts_up(&self, limit: Duration) {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            let all_up = self
+                .http
+                .call("GET", &format!("{}/sim/hosts", self.control), None)
+                .await
+                .ok()
+                .and_then(|v| v.as_array().map(|a| a.iter().all(|h| h["up"] != false)))
+                .unwrap_or(false);
+            if all_up {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A repair tick now for every participant the gateway is repairing.
+    pub async fn trigger_repairs(&self, gateway: &str) {
+        let escrow = format!("{gateway}/v1/admin/escrows/{}", self.escrow);
+        let Ok(e) = self.http.call("GET", &escrow, None).await else {
+            return;
+        };
+        for a in e["snapshot"]["repairs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
+            if let Some(a) = a.as_str() {
+                let _ = self
+                    .http
+                    .call("POST", &format!("{escrow}/participants/{a}/repair"), None)
+                    .await;
+            }
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! The invariants, checked from outside: the gateway's admin and public routes and the
+//! simulator's control API, never the gateway's internals.
+//!
+//! 1. [`Checker::lockstep`]: the gateway's nonce never goes back (across `kill -9`), and after a
+//!    sync every host that is not forked or under repair holds exactly the gateway's nonce and
+//!    root (a reused nonce or a skipped one leaves a host behind, ahead or on another root).
+//! 3. [`Checker::recovery`]: once faults clear, a request succeeds within 2 s; a host that was
+//!    healthy and only suffered a fault several hosts shared is not ejected or on probation.
+//! 4. [`Checker::settlement`]: on a host in lockstep, no inference is still pending or started
+//!    past its protocol deadline (+ the timeout buffer and a slack for votes and clock skew).
+//! 5. [`Secrets`]: neither the private key nor the admin key appears in any response or log line.
+//!
+//! Invariant 2 is judged per request by the load (`load.rs`). Invariant 6 (payouts equal the final
+//! state's host costs) joins [`Checker::final_checks`] once settlement exists.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{Read, Seek, SeekFrom},
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use serde_json::{json, Value};
+
+use super::{http::Http, report::Report};
+
+/// Needles that must never leave the gateway (invariant 5).
+pub struct Secrets {
+    needles: Vec<(String, &'static str)>,
+}
+
+impl Secrets {
+    pub fn new(private_key_hex: &str, admin_key: &str) -> Secrets {
+        Secrets {
+            needles: vec![
+                (private_key_hex.to_ascii_lowercase(), "the private key"),
+                (private_key_hex.to_ascii_uppercase(), "the private key"),
+                (admin_key.to_owned(), "the admin key"),
+            ],
+        }
+    }
+
+    /// Reports a violation if `bytes` contain a secret.
+    pub fn scan(&self, bytes: &[u8], place: &str, report: &std::cell::RefCell<Report>) {
+        let text = String::from_utf8_lossy(bytes);
+        for (needle, what) in &self.needles {
+            if text.contains(needle.as_str()) {
+                report
+                    .borrow_mut()
+                    .violation(5, format!("{what} appears in {place}"));
+            }
+        }
+    }
+}
+
+/// Protocol timing of the simulated escrow (what the chaos network is configured with).
+#[derive(Debug, Clone, Copy)]
+pub struct Deadlines {
+    pub refusal_s: i64,
+    pub execution_s: i64,
+    /// The gateway's timeout buffer plus room for the votes, the next diff and clock skew.
+    pub slack_s: i64,
+}
+
+/// State the checks carry between rounds.
+pub struct Checker {
+    pub http: Http,
+    pub gateway: String,
+    pub control: String,
+    pub escrow: String,
+    pub deadlines: Deadlines,
+    pub log: PathBuf,
+    log_offset: u64,
+    max_nonce: u64,
+    /// The gateway's nonce at the last lockstep check.
+    pub last_nonce: u64,
+    /// Inferences already reported open past their deadline (reported once, not per host).
+    overdue: BTreeSet<u64>,
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// One host's session as the control API reports it.
+struct HostSession {
+    index: usize,
+    nonce: u64,
+    root: String,
+    forked: bool,
+    open: Vec<Value>,
+}
+
+impl Checker {
+    pub fn new(
+        http: Http,
+        gateway: String,
+        control: String,
+        escrow: String,
+        deadlines: Deadlines,
+        log: PathBuf,
+    ) -> Checker {
+        Checker {
+            http,
+            gateway,
+            control,
+            escrow,
+            deadlines,
+            log,
+            log_offset: 0,
+            max_nonce: 0,
+            last_nonce: 0,
+            overdue: BTreeSet::new(),
+        }
+    }
+
+    async fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> Option<Value> {
+        match self
+            .http
+            .call(method, &format!("{}{path}", self.gateway), None)
+            .await
+        {
+            Ok(v) => {
+                secrets.scan(v.to_string().as_bytes(), path, report);
+                Some(v)
+            }
+            Err(e) => {
+                report
+                    .borrow()
+                    .note("admin_call_failed", json!(e.to_string()));
+                None
+            }
+        }
+    }
+
+    async fn sessions(&self) -> Vec<HostSession> {
+        let hosts = self
+            .http
+            .call("GET", &format!("{}/sim/hosts", self.control), None)
+            .await
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            .unwrap_or(0);
+        let mut out = Vec::new();
+        for index in 0..hosts {
+            let url = format!(
+                "{}/sim/hosts/{index}/sessions/{}",
+                self.control, self.escrow
+            );
+            if let Ok(v) = self.http.call("GET", &url, None).await {
+                out.push(HostSession {
+                    index,
+                    nonce: v["latest_nonce"].as_u64().unwrap_or(0),
+                    root: v["state_root"].as_str().unwrap_or_default().to_owned(),
+                    forked: !v["forked_at"].is_null(),
+                    open: v["open_inferences"].as_array().cloned().unwrap_or_default(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Waits (bounded) until the escrow has no attempt in flight and no race waiting for a
+    /// nonce (the load is paused): then a sync must bring every host to the gateway's nonce.
+    pub async fn quiesce(&self, limit: Duration) -> bool {
+        let started = Instant::now();
+        let url = format!("{}/v1/admin/escrows/{}", self.gateway, self.escrow);
+        while started.elapsed() < limit {
+            if let Ok(e) = self.http.call("GET", &url, None).await {
+                let s = &e["snapshot"];
+                if s["attempts_in_flight"] == 0 && s["waiting_races"] == 0 {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    /// Invariant 1 (and 4 on the hosts found in lockstep). `patience` bounds the wait for hosts
+    /// that are still catching up; `quiet` says the escrow was quiesced, so that a host behind
+    /// the gateway after a sync is a violation. Returns the hosts in lockstep.
+    pub async fn lockstep(
+        &mut self,
+        patience: Duration,
+        quiet: bool,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> usize {
+        let deadline = Instant::now() + patience;
+        loop {
+            let escrow_path = format!("/v1/admin/escrows/{}", self.escrow);
+            let Some(escrow) = self.admin("GET", &escrow_path, report, secrets).await else {
+                return 0;
+            };
+            let snap = &escrow["snapshot"];
+            let nonce = snap["nonce"].as_u64().unwrap_or(0);
+            self.last_nonce = nonce;
+            if nonce < self.max_nonce {
+                report.borrow_mut().violation(1, format!(
+                    "the gateway's nonce went back from {} to {nonce}: nonces above {nonce} will be reused",
+                    self.max_nonce
+                ));
+            }
+            self.max_nonce = self.max_nonce.max(nonce);
+            let excluded: BTreeSet<String> = ["repairs", "repairs_given_up"]
+                .iter()
+                .flat_map(|k| snap[*k].as_array().cloned().unwrap_or_default())
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect();
+            let Some(synced) = self
+                .admin("POST", &format!("{escrow_path}/sync"), report, secrets)
+                .await
+            else {
+                return 0;
+            };
+            let (nonce, root) = (
+                synced["nonce"].as_u64().unwrap_or(0),
+                synced["state_root"].as_str().unwrap_or_default().to_owned(),
+            );
+            let addresses = self.addresses().await;
+            // An ejected host gets no traffic and may lag until it is back; it must not diverge.
+            let ejected: BTreeSet<String> = self
+                .participants(report, secrets)
+                .await
+                .into_iter()
+                .filter(|(_, (state, _))| state == "ejected")
+                .map(|(a, _)| a)
+                .collect();
+            let mut problems = Vec::new();
+            let mut in_step = Vec::new();
+            for s in self.sessions().await {
+                let address = addresses.get(&s.index).cloned().unwrap_or_default();
+                if s.forked || excluded.contains(&address) {
+                    continue;
+                }
+                if s.nonce > nonce {
+                    problems.push(format!("host {} holds nonce {} beyond the gateway's {nonce} (a nonce was reused or lost)", s.index, s.nonce));
+                } else if s.nonce == nonce && s.root != root {
+                    problems.push(format!(
+                        "host {} at nonce {nonce} has root {} ≠ the gateway's {root}",
+                        s.index, s.root
+                    ));
+                } else if s.nonce < nonce && quiet && !ejected.contains(&address) {
+                    problems.push(format!(
+                        "host {} at nonce {} behind the gateway's {nonce} after a sync",
+                        s.index, s.nonce
+                    ));
+                } else if s.nonce == nonce {
+                    in_step.push(s);
+                }
+            }
+            if problems.is_empty() || Instant::now() >= deadline {
+                for p in problems {
+                    report.borrow_mut().violation(1, p);
+                }
+                for s in &in_step {
+                    self.settlement(s, report);
+                }
+                return in_step.len();
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn addresses(&self) -> BTreeMap<usize, String> {
+        let hosts = self
+            .http
+            .call("GET", &format!("{}/sim/hosts", self.control), None)
+            .await;
+        hosts
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|h| {
+                Some((
+                    usize::try_from(h["index"].as_u64()?).ok()?,
+                    h["address"].as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Invariant 4 on one host in lockstep: no open inference past its deadline.
+    fn settlement(&mut self, s: &HostSession, report: &std::cell::RefCell<Report>) {
+        let now = now_s();
+        let d = self.deadlines;
+        for r in &s.open {
+            let (due, what) = match r["status"].as_str() {
+                Some("started") => (
+                    r["confirmed_at"].as_i64().unwrap_or(0) + d.execution_s,
+                    "execution",
+                ),
+                _ => (
+                    r["started_at"].as_i64().unwrap_or(0) + d.refusal_s,
+                    "refusal",
+                ),
+            };
+            let id = r["id"].as_u64().unwrap_or(0);
+            if now > due + d.slack_s && self.overdue.insert(id) {
+                report.borrow_mut().violation(
+                    4,
+                    format!(
+                        "inference {} is still {} {} s after its {what} deadline (host {})",
+                        r["id"],
+                        r["status"].as_str().unwrap_or("?"),
+                        now - due,
+                        s.index
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Seconds until the last deadline (+ slack) of an inference started at or before `nonce`
+    /// that some host still holds open (for the final drain).
+    pub async fn last_open_deadline(&self, nonce: u64) -> Option<i64> {
+        let d = self.deadlines;
+        self.sessions()
+            .await
+            .iter()
+            .flat_map(|s| s.open.iter())
+            .filter(|r| r["id"].as_u64().is_some_and(|id| id <= nonce))
+            .map(|r| match r["status"].as_str() {
+                Some("started") => r["confirmed_at"].as_i64().unwrap_or(0) + d.execution_s,
+                _ => r["started_at"].as_i64().unwrap_or(0) + d.refusal_s,
+            })
+            .max()
+            .map(|due| due + d.slack_s - now_s())
+    }
+
+    /// Invariant 3, first half: a request succeeds within 2 s of the faults clearing.
+    pub async fn recovery(&self, report: &std::cell::RefCell<Report>, secrets: &Secrets) {
+        let started = Instant::now();
+        let body =
+            json!({"messages": [{"role": "user", "content": "recovery probe"}], "max_tokens": 4});
+        let mut last = String::new();
+        while started.elapsed() < Duration::from_secs(2) {
+            let sent = self
+                .http
+                .client()
+                .post(format!("{}/v1/chat/completions", self.gateway))
+                .timeout(
+                    Duration::from_secs(2)
+                        .saturating_sub(started.elapsed())
+                        .max(Duration::from_millis(50)),
+                )
+                .send_json(&body)
+                .await;
+            match sent {
+                Ok(mut r) => {
+                    let status = r.status().as_u16();
+                    let bytes = r.body().await.unwrap_or_default();
+                    secrets.scan(&bytes, "a probe response", report);
+                    if status == 200 {
+                        return;
+                    }
+                    last = format!(
+                        "{status} {}",
+                        String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+                    );
+                }
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        report.borrow_mut().violation(
+            3,
+            format!("no request succeeded within 2 s of the faults clearing (last: {last})"),
+        );
+    }
+
+    /// `{address: (state, ejections)}` from `GET /v1/admin/participants`.
+    pub async fn participants(
+        &self,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> BTreeMap<String, (String, u64)> {
+        let list = self
+            .admin("GET", "/v1/admin/participants", report, secrets)
+            .await;
+        list.as_ref()
+            .and_then(|v| v["data"].as_array().or_else(|| v.as_array()))
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p["participant_key"].as_str()?.to_owned(),
+                    (
+                        p["state"].as_str().unwrap_or_default().to_owned(),
+                        p["ejections"].as_u64().unwrap_or(0),
+                    ),
+                ))
+            })
+            .collect()
+    }
+
+    /// Invariant 3, second half: hosts healthy before a shared fault are not ejected by it.
+    pub fn shared_fault_spared(
+        before: &BTreeMap<String, (String, u64)>,
+        after: &BTreeMap<String, (String, u64)>,
+        hosts: &[String],
+        report: &std::cell::RefCell<Report>,
+    ) {
+        for h in hosts {
+            let (Some((was, ej0)), Some((now, ej1))) = (before.get(h), after.get(h)) else {
+                continue;
+            };
+            if was == "healthy" && (ej1 > ej0 || now == "ejected" || now == "probation") {
+                report.borrow_mut().violation(3, format!(
+                    "host {h} was ejected for a fault several hosts shared (now {now}, ejections {ej0} → {ej1})"
+                ));
+            }
+        }
+    }
+
+    /// Invariant 5 over the gateway's log lines written since the last scan.
+    pub fn scan_log(&mut self, secrets: &Secrets, report: &std::cell::RefCell<Report>) -> u64 {
+        let Ok(mut f) = std::fs::File::open(&self.log) else {
+            return 0;
+        };
+        let mut text = Vec::new();
+        if f.seek(SeekFrom::Start(self.log_offset)).is_ok() && f.read_to_end(&mut text).is_ok() {
+            // Keep a partial last line for the next scan.
+            let complete = text.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+            secrets.scan(&text[..complete], "a gateway log line", report);
+            self.log_offset += complete as u64;
+        }
+        self.log_offset
+    }
+}

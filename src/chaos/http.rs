@@ -1,0 +1,87 @@
+//! The runner's only way to look at the system: HTTP to the gateway (public, admin and debug
+//! routes) and to the simulator's control API. Every call has a deadline; every answer body is
+//! handed to the secret scanner by the caller.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+/// Deadline of a control or admin call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// An HTTP failure (transport, timeout or an unreadable body).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct HttpError(pub String);
+
+/// awc client with the admin key for gateway admin routes.
+#[derive(Clone)]
+pub struct Http {
+    client: awc::Client,
+    admin_key: String,
+}
+
+impl Http {
+    pub fn new(admin_key: &str, connections: usize) -> Http {
+        Http {
+            client: awc::Client::builder()
+                .connector(awc::Connector::new().limit(connections.max(16) * 2))
+                .timeout(CALL_TIMEOUT)
+                .disable_redirects()
+                .finish(),
+            admin_key: admin_key.to_owned(),
+        }
+    }
+
+    pub fn client(&self) -> &awc::Client {
+        &self.client
+    }
+
+    async fn send(
+        &self,
+        req: awc::ClientRequest,
+        body: Option<&Value>,
+    ) -> Result<(u16, Bytes), HttpError> {
+        let sent = match body {
+            Some(b) => req.send_json(b).await,
+            None => req.send().await,
+        };
+        let mut resp = sent.map_err(|e| HttpError(e.to_string()))?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .body()
+            .limit(64 << 20)
+            .await
+            .map_err(|e| HttpError(e.to_string()))?;
+        Ok((status, bytes))
+    }
+
+    pub async fn get(&self, url: &str) -> Result<(u16, Bytes), HttpError> {
+        self.send(self.client.get(url), None).await
+    }
+
+    /// A control-API call (`method` is GET, PUT, POST or DELETE) expecting a 200 JSON answer.
+    pub async fn call(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, HttpError> {
+        let req = match method {
+            "PUT" => self.client.put(url),
+            "POST" => self.client.post(url),
+            "DELETE" => self.client.delete(url),
+            _ => self.client.get(url),
+        };
+        let req = req.insert_header(("Authorization", format!("Bearer {}", self.admin_key)));
+        let (status, bytes) = self.send(req, body).await?;
+        if status != 200 {
+            return Err(HttpError(format!(
+                "{method} {url}: {status} {}",
+                String::from_utf8_lossy(&bytes)
+            )));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| HttpError(format!("{method} {url}: {e}")))
+    }
+}

@@ -1,0 +1,132 @@
+//! The gateway under test: `devshard-gateway serve` as a child process (this same executable),
+//! configured by environment and a small config file with short protocol timeouts, its stdout and
+//! stderr captured to a log file that the secret check scans. `kill -9` and restart keep the data
+//! directory and the port.
+
+use std::{
+    fs::File,
+    io::Write,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use super::http::Http;
+
+/// Short race timeouts so that every request ends well within the client deadline.
+const CONFIG: &str = "\
+[race]
+receipt_timeout_ms = 8000
+stall_timeout_ms = 8000
+meta_drain_ms = 5000
+";
+
+/// How to start the gateway (fixed for a run).
+#[derive(Debug, Clone)]
+pub struct GatewaySpec {
+    pub exe: PathBuf,
+    pub data_dir: PathBuf,
+    pub port: u16,
+    pub private_key_hex: String,
+    pub admin_key: String,
+    pub chain_url: String,
+    pub escrows: Vec<String>,
+}
+
+/// A running (or killed) gateway child.
+#[derive(Debug)]
+pub struct Gateway {
+    spec: GatewaySpec,
+    child: Option<Child>,
+    /// Incremented at every start: requests that saw two generations were cut by a kill.
+    pub generation: u64,
+}
+
+impl GatewaySpec {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.data_dir.join("gateway.log")
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.data_dir.join("chaos.toml")
+    }
+}
+
+/// Errors of starting the child.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("starting the gateway: {0}")]
+    Spawn(#[from] std::io::Error),
+    #[error("the gateway did not become ready within 20 s (log: {0})")]
+    NotReady(String),
+}
+
+impl Gateway {
+    pub fn new(spec: GatewaySpec) -> Result<Gateway, ProcessError> {
+        std::fs::create_dir_all(&spec.data_dir)?;
+        File::create(spec.config_path())?.write_all(CONFIG.as_bytes())?;
+        Ok(Gateway {
+            spec,
+            child: None,
+            generation: 0,
+        })
+    }
+
+    pub fn spec(&self) -> &GatewaySpec {
+        &self.spec
+    }
+
+    /// Starts the child and waits for `/readyz` (bounded).
+    pub async fn start(&mut self, http: &Http) -> Result<(), ProcessError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.spec.log_path())?;
+        let s = &self.spec;
+        let child = Command::new(&s.exe)
+            .arg("serve")
+            .arg("--config")
+            .arg(s.config_path())
+            .env_clear()
+            .env("DEVSHARD_LISTEN", format!("127.0.0.1:{}", s.port))
+            .env("DEVSHARD_DATA_DIR", &s.data_dir)
+            .env("DEVSHARD_PRIVATE_KEY", &s.private_key_hex)
+            .env("DEVSHARD_CHAIN_REST_URL", &s.chain_url)
+            .env("DEVSHARD_PUBLIC_API_URL", &s.chain_url)
+            .env("DEVSHARD_ESCROWS", s.escrows.join(","))
+            .env("DEVSHARD_ADMIN_API_KEY", &s.admin_key)
+            .env("DEVSHARD_LOG_LEVEL", "info")
+            .env("DEVSHARD_WORKERS", "2")
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()?;
+        self.child = Some(child);
+        self.generation += 1;
+        let url = format!("{}/readyz", s.url());
+        for _ in 0..800 {
+            if http.get(&url).await.is_ok_and(|(status, _)| status == 200) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        Err(ProcessError::NotReady(s.log_path().display().to_string()))
+    }
+
+    /// SIGKILL (std's `Child::kill` on unix), then reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

@@ -1,0 +1,346 @@
+//! The durable cost ledger in the process ([`Ledger`]): what each request cost, for brokers who
+//! bill their clients.
+//!
+//! - **Rows**: when a request that reached an escrow has both its outcome and its race report
+//!   (`crate::state::accounting` calls [`Ledger::record`]), one request row and one row per nonce
+//!   its race used go to the ledger tables (`crate::store::ledger`). The API key is stored as
+//!   an id (`key_` + the first 16 hex digits of its SHA-256), never the key.
+//! - **Costs**: a thread, `ledger-settle`, tails each escrow's **durable diff log** every
+//!   `settle_interval_ms` with its own copy of the protocol state machine (the same code the
+//!   escrow and the hosts run; signatures verified). A nonce is settled when its inference is
+//!   finished (`MsgFinishInference`) or timed out by vote (`MsgTimeoutInference`), or when its
+//!   diff carried no inference: then its tokens, reserved and actual cost and the per-nonce fee
+//!   are written, and a request's cost columns are completed once all its nonces are. Nothing in
+//!   the escrow is touched: the diff log is the record of what the escrow owes.
+//! - **Retention**: rows older than `[ledger] retention_days` are deleted (checked hourly).
+//!
+//! What survives a restart: every committed row. The tail restarts from nonce 1 of each escrow
+//! with unsettled nonces (it keeps the settlements it saw, up to [`SETTLED_CACHE`], so a nonce
+//! whose record was sealed before its row arrived still settles).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    sync::{
+        mpsc::{channel, RecvTimeoutError, Sender},
+        Arc, Mutex,
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use devshard_actors::{
+    clock::SharedClock,
+    escrow::EscrowInfo,
+    protocol::{
+        proto::Tx,
+        state::{InferenceStatus, StateMachine},
+    },
+    store::{SharedStore, StoreError},
+};
+use sha2::{Digest, Sha256};
+use slog::{info, warn, Logger};
+
+use super::accounting::{Outcome, Record};
+use crate::{
+    config::{operator::LedgerConfig, Secret},
+    escrows,
+    store::ledger::{AttemptRow, LedgerStore, RequestRow, Settlement},
+};
+
+/// Settlements kept per escrow for rows that arrive after their nonce settled.
+pub const SETTLED_CACHE: usize = 16_384;
+/// How often retention runs.
+const PRUNE_EVERY: Duration = Duration::from_secs(3_600);
+
+/// The id of an API key (a hash, never the key).
+pub fn key_id(key: &Secret) -> String {
+    let digest = Sha256::digest(key.expose().as_bytes());
+    format!("key_{}", &hex::encode(digest)[..16])
+}
+
+/// The ledger (cheap to clone).
+#[derive(Clone)]
+pub struct Ledger {
+    store: Arc<LedgerStore>,
+    /// Key id of API key `i`.
+    key_ids: Arc<Vec<String>>,
+    stop: Arc<Mutex<Option<Stopper>>>,
+}
+
+/// Stops the settlement tail (send, then join).
+type Stopper = (Sender<()>, JoinHandle<()>);
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ledger")
+    }
+}
+
+/// What the settlement tail needs.
+pub struct LedgerDeps {
+    pub store: SharedStore,
+    pub clock: SharedClock,
+    pub log: Logger,
+}
+
+impl Ledger {
+    /// Opens the ledger of the store at `path` and starts the settlement tail.
+    pub fn start(
+        path: &Path,
+        cfg: LedgerConfig,
+        api_keys: &[Secret],
+        deps: LedgerDeps,
+    ) -> Result<Ledger, StoreError> {
+        let store = Arc::new(LedgerStore::open(path)?);
+        let (tx, rx) = channel::<()>();
+        let mut tail = Tail {
+            ledger: store.clone(),
+            deps,
+            escrows: BTreeMap::new(),
+        };
+        let every = Duration::from_millis(cfg.settle_interval_ms.max(10));
+        let retention = cfg.retention_ms();
+        let handle = std::thread::Builder::new()
+            .name("ledger-settle".into())
+            .spawn(move || {
+                let mut since_prune = PRUNE_EVERY;
+                while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
+                    tail.tick();
+                    since_prune += every;
+                    if let (Some(keep), true) = (retention, since_prune >= PRUNE_EVERY) {
+                        since_prune = Duration::ZERO;
+                        tail.ledger
+                            .prune(tail.deps.clock.now_ms().saturating_sub(keep));
+                    }
+                }
+            })
+            .map_err(|e| StoreError::Io(format!("spawning the ledger tail: {e}")))?;
+        Ok(Ledger {
+            store,
+            key_ids: Arc::new(api_keys.iter().map(key_id).collect()),
+            stop: Arc::new(Mutex::new(Some((tx, handle)))),
+        })
+    }
+
+    /// The tables.
+    pub fn store(&self) -> &LedgerStore {
+        &self.store
+    }
+
+    /// The key id of a caller label (`api_key#<i>` → its hash; `admin`, `anonymous` as is).
+    pub fn caller_id(&self, caller: &str) -> String {
+        caller
+            .strip_prefix("api_key#")
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| self.key_ids.get(i).cloned())
+            .unwrap_or_else(|| caller.to_string())
+    }
+
+    /// Writes the row of an ended request (no-op for one that never reached an escrow).
+    pub fn record(&self, r: &Record) {
+        let Some(escrow_id) = r.escrow.clone() else {
+            return;
+        };
+        let (outcome, status) = match &r.outcome {
+            Outcome::InFlight => return,
+            Outcome::Completed { status } => ("completed".to_string(), *status),
+            Outcome::Failed { status, code, .. } => (code.clone(), *status),
+        };
+        let winner_nonce = r
+            .attempts
+            .iter()
+            .find(|a| a.result.starts_with("won"))
+            .map(|a| a.nonce);
+        let ended_ms = r
+            .finished_at_ms
+            .max(r.race_ended_at_ms)
+            .unwrap_or(r.started_at_ms);
+        let mut attempts: Vec<AttemptRow> = r
+            .attempts
+            .iter()
+            .map(|a| AttemptRow {
+                nonce: a.nonce,
+                host: a.host.clone(),
+                role: a.role.to_string(),
+                result: a.result.to_string(),
+                inference: None,
+                input_tokens: None,
+                output_tokens: None,
+                reserved_cost: None,
+                actual_cost: None,
+                fee: None,
+                cost: None,
+                settled_ms: None,
+            })
+            .collect();
+        attempts.dedup_by_key(|a| a.nonce);
+        self.store.insert(RequestRow {
+            request_id: r.request_id.clone(),
+            started_ms: r.started_at_ms,
+            ended_ms,
+            model: r.model.clone(),
+            escrow_id,
+            api_key_id: self.caller_id(&r.caller),
+            stream: r.stream,
+            outcome,
+            status,
+            winner_nonce,
+            input_tokens: None,
+            output_tokens: None,
+            reserved_cost: None,
+            actual_cost: None,
+            total_cost: None,
+            settled_ms: None,
+            attempts,
+        });
+    }
+
+    /// Stops the tail and flushes the writer.
+    pub fn stop(&self) {
+        if let Some((tx, h)) = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = tx.send(());
+            let _ = h.join();
+        }
+        self.store.close();
+    }
+}
+
+/// One escrow's replica of the state machine.
+struct EscrowTail {
+    info: EscrowInfo,
+    sm: StateMachine,
+    next: u64,
+    settled: BTreeMap<u64, Settlement>,
+}
+
+struct Tail {
+    ledger: Arc<LedgerStore>,
+    deps: LedgerDeps,
+    escrows: BTreeMap<String, EscrowTail>,
+}
+
+fn settled_status(s: InferenceStatus) -> bool {
+    !matches!(s, InferenceStatus::Pending | InferenceStatus::Started)
+}
+
+impl EscrowTail {
+    fn new(info: EscrowInfo) -> Result<EscrowTail, String> {
+        let sm = StateMachine::new(
+            info.escrow_id.clone(),
+            info.config.clone(),
+            info.group.clone(),
+            info.amount,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(EscrowTail {
+            info,
+            sm,
+            next: 1,
+            settled: BTreeMap::new(),
+        })
+    }
+
+    /// Notes the settlement of `id` if its record is settled (or absent at its own diff).
+    fn observe(&mut self, id: u64, own_diff: bool, now_ms: i64) {
+        let fee = self.info.config.fee_per_nonce;
+        let s = match self.sm.record(id) {
+            Some(r) if settled_status(r.status) => Settlement {
+                escrow_id: self.info.escrow_id.clone(),
+                nonce: id,
+                inference: r.status.as_str().to_string(),
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                reserved_cost: r.reserved_cost,
+                actual_cost: r.actual_cost,
+                fee,
+                settled_ms: now_ms,
+            },
+            None if own_diff => Settlement {
+                escrow_id: self.info.escrow_id.clone(),
+                nonce: id,
+                inference: "none".into(),
+                input_tokens: 0,
+                output_tokens: 0,
+                reserved_cost: 0,
+                actual_cost: 0,
+                fee,
+                settled_ms: now_ms,
+            },
+            _ => return,
+        };
+        self.settled.entry(id).or_insert(s);
+        while self.settled.len() > SETTLED_CACHE {
+            self.settled.pop_first();
+        }
+    }
+}
+
+impl Tail {
+    fn tick(&mut self) {
+        let Ok(pending) = self.ledger.unsettled() else {
+            return;
+        };
+        let mut by_escrow: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for (e, n) in pending {
+            by_escrow.entry(e).or_default().insert(n);
+        }
+        let mut out = Vec::new();
+        for (escrow_id, nonces) in by_escrow {
+            if let Err(e) = self.advance(&escrow_id) {
+                warn!(self.deps.log, "ledger: escrow diff log not replayed";
+                    "stage" => "ledger_settle_failed", "escrow" => &escrow_id, "error" => e);
+                self.escrows.remove(&escrow_id);
+                continue;
+            }
+            if let Some(t) = self.escrows.get(&escrow_id) {
+                out.extend(nonces.iter().filter_map(|n| t.settled.get(n).cloned()));
+            }
+        }
+        if !out.is_empty() {
+            info!(self.deps.log, "ledger nonces settled"; "stage" => "ledger_settled",
+                "nonces" => out.len());
+            self.ledger.settle(out);
+        }
+    }
+
+    /// Applies the escrow's new durable diffs.
+    fn advance(&mut self, escrow_id: &str) -> Result<(), String> {
+        if !self.escrows.contains_key(escrow_id) {
+            let info = escrows::stored_info(&self.deps.store, escrow_id)
+                .map_err(|e| e.to_string())?
+                .ok_or("escrow not registered")?;
+            self.escrows
+                .insert(escrow_id.to_string(), EscrowTail::new(info)?);
+        }
+        let Some(t) = self.escrows.get_mut(escrow_id) else {
+            return Ok(());
+        };
+        let diffs = self
+            .deps
+            .store
+            .load_diffs_from(escrow_id, t.next)
+            .map_err(|e| e.to_string())?;
+        let now = self.deps.clock.now_ms();
+        let creator = t.info.creator.clone();
+        for diff in diffs {
+            t.sm.apply_diff(&diff, &creator)
+                .map_err(|e| format!("nonce {}: {e}", diff.nonce))?;
+            t.next = diff.nonce + 1;
+            let ended: Vec<u64> = diff
+                .txs
+                .iter()
+                .filter_map(|tx| match &tx.tx {
+                    Some(Tx::FinishInference(m)) => Some(m.inference_id),
+                    Some(Tx::TimeoutInference(m)) => Some(m.inference_id),
+                    _ => None,
+                })
+                .collect();
+            t.observe(diff.nonce, true, now);
+            for id in ended {
+                t.observe(id, false, now);
+            }
+        }
+        Ok(())
+    }
+}

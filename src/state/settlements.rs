@@ -1,0 +1,263 @@
+//! The settlement actors of this process: one per escrow being settled, started on demand by
+//! the admin API (or auto-settle) and, at start-up, for every persisted settlement that is not
+//! settled yet, so each resumes where its record says. They run on the system arbiter, next to
+//! the directory and the escrows.
+
+use std::{
+    collections::BTreeMap,
+    rc::Rc,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use actix::prelude::*;
+use devshard_actors::{
+    directory::Directory,
+    directory::GetEscrow,
+    escrow::messages::GetSnapshot,
+    escrow::EscrowInfo,
+    settlement::{
+        chain::ChainTxClient, escrow_port::DirectoryEscrow, load_record, machine::auto_settle_due,
+        metrics::SettlementMetrics, SettlementActor, SettlementDeps, SettlementRecord,
+        SettlementState, NS_SETTLEMENT,
+    },
+    stats::TrackedAddr,
+    store::{ns, SharedStore},
+};
+use slog::{info, Logger};
+
+use crate::config::Config;
+
+/// Why a settlement could not be started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettleError {
+    #[error("escrow {0} is not registered with this gateway")]
+    UnknownEscrow(String),
+    #[error("escrow {0} is already settled")]
+    AlreadySettled(String),
+    #[error("escrow {escrow} was created by {creator}, not by this gateway's key {signer}")]
+    NotOurs {
+        escrow: String,
+        creator: String,
+        signer: String,
+    },
+    #[error("escrow {0} has no settlement")]
+    NoSettlement(String),
+}
+
+/// The registry of settlement actors (cheap to clone).
+#[derive(Clone)]
+pub struct Settlements {
+    actors: Arc<Mutex<BTreeMap<String, Addr<SettlementActor>>>>,
+    deps: SettlementDeps,
+    directory: TrackedAddr<Directory>,
+    arbiter: ArbiterHandle,
+    auto_settle: bool,
+    /// Worst-case cost of one request in tokens (`WORST_CASE_INPUT_BYTES + max_tokens_cap`).
+    worst_case_tokens: u64,
+}
+
+/// How often escrows are checked for auto-settlement (and their budget gauges updated).
+const AUTO_INTERVAL: Duration = Duration::from_millis(250);
+/// Input bytes assumed for the worst-case request of the balance rule.
+const WORST_CASE_INPUT_BYTES: u64 = 64 * 1024;
+
+impl std::fmt::Debug for Settlements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settlements").finish_non_exhaustive()
+    }
+}
+
+impl Settlements {
+    /// Built in the system arbiter's context (where the settlement actors will run).
+    pub fn new(
+        config: &Config,
+        store: SharedStore,
+        directory: TrackedAddr<Directory>,
+        clock: devshard_actors::clock::SharedClock,
+        registry: &prometheus::Registry,
+        log: Logger,
+    ) -> Settlements {
+        let deps = SettlementDeps {
+            store,
+            clock,
+            log,
+            chain: ChainTxClient {
+                rest_url: config.chain.rest_url.clone(),
+                timeout: config.chain.timeout,
+            },
+            key: (*config.key).clone(),
+            tx: config.settlement.tx(),
+            metrics: SettlementMetrics::register(registry).ok(),
+            query_timeout: Duration::from_secs(30),
+        };
+        Settlements {
+            actors: Arc::default(),
+            deps,
+            directory,
+            arbiter: Arbiter::current(),
+            auto_settle: config.settlement.auto_settle,
+            worst_case_tokens: WORST_CASE_INPUT_BYTES + config.max_tokens_cap,
+        }
+    }
+
+    /// Starts the auto-settle check on the current arbiter: every [`AUTO_INTERVAL`], each
+    /// escrow's nonce and balance budget (also exported as gauges).
+    pub fn spawn_auto_settle(&self) {
+        let this = self.clone();
+        actix::spawn(async move {
+            loop {
+                tokio::time::sleep(AUTO_INTERVAL).await;
+                this.tick().await;
+            }
+        });
+    }
+
+    async fn tick(&self) {
+        let escrows = self.deps.store.list(ns::ESCROWS).unwrap_or_default();
+        for (id, value) in escrows {
+            let Ok(info) = serde_json::from_value::<EscrowInfo>(value) else {
+                continue;
+            };
+            let live = self
+                .directory
+                .send(GetEscrow {
+                    escrow_id: id.clone(),
+                })
+                .await
+                .ok()
+                .flatten();
+            let Some(addr) = live else { continue };
+            let Ok(snap) = addr.send(GetSnapshot).await else {
+                continue;
+            };
+            let limit = info.last_active_nonce();
+            let n = info.group_size() as u64;
+            if let Some(m) = &self.deps.metrics {
+                let left = limit.saturating_sub(snap.nonce);
+                m.balance
+                    .with_label_values(&[&id])
+                    .set(i64::try_from(snap.balance).unwrap_or(i64::MAX));
+                m.nonces_left
+                    .with_label_values(&[&id])
+                    .set(i64::try_from(left).unwrap_or(i64::MAX));
+            }
+            if !self.auto_settle || load_record(&self.deps.store, &id).is_some() {
+                continue;
+            }
+            let worst = self
+                .worst_case_tokens
+                .saturating_mul(info.config.token_price)
+                .saturating_add(info.config.fee_per_nonce);
+            // Margin: the picking rule's N + 1, plus N + 1 for requests already on their way.
+            let margin = 2 * (n + 1);
+            if let Some(reason) = auto_settle_due(snap.nonce, limit, margin, snap.balance, worst) {
+                info!(self.deps.log, "escrow settles by itself"; "stage" => "settlement_started",
+                    "escrow" => &id, "reason" => ?reason, "nonce" => snap.nonce,
+                    "balance" => snap.balance);
+                let _ = self.start(&id, true).await;
+            }
+        }
+    }
+
+    fn info(&self, escrow_id: &str) -> Result<EscrowInfo, SettleError> {
+        self.deps
+            .store
+            .get(ns::ESCROWS, escrow_id)
+            .ok()
+            .flatten()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .ok_or_else(|| SettleError::UnknownEscrow(escrow_id.to_owned()))
+    }
+
+    fn actor(&self, escrow_id: &str) -> Result<Addr<SettlementActor>, SettleError> {
+        let info = self.info(escrow_id)?;
+        if &info.creator != self.deps.key.address() {
+            return Err(SettleError::NotOurs {
+                escrow: escrow_id.to_owned(),
+                creator: info.creator.to_string(),
+                signer: self.deps.key.address().to_string(),
+            });
+        }
+        let mut actors = self.actors.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = actors.get(escrow_id).filter(|a| a.connected()) {
+            return Ok(a.clone());
+        }
+        let deps = self.deps.clone();
+        let port = DirectoryEscrow {
+            directory: self.directory.clone(),
+            escrow_id: escrow_id.to_owned(),
+        };
+        let addr = SettlementActor::start_in_arbiter(&self.arbiter, move |_| {
+            SettlementActor::new(info, Rc::new(port), deps)
+        });
+        actors.insert(escrow_id.to_owned(), addr.clone());
+        Ok(addr)
+    }
+
+    /// Starts every persisted settlement that is not settled yet.
+    pub fn resume(&self) {
+        let records = self.deps.store.list(NS_SETTLEMENT).unwrap_or_default();
+        for (id, value) in records {
+            let Ok(r) = serde_json::from_value::<SettlementRecord>(value) else {
+                continue;
+            };
+            if matches!(r.state, SettlementState::Settled { .. }) {
+                continue;
+            }
+            info!(self.deps.log, "settlement resumed"; "stage" => "settlement_started",
+                "escrow" => &id, "state" => r.state.label());
+            let _ = self.actor(&id);
+        }
+    }
+
+    /// Starts (or joins) the settlement of an escrow.
+    pub async fn start(
+        &self,
+        escrow_id: &str,
+        broadcast: bool,
+    ) -> Result<SettlementRecord, SettleError> {
+        let addr = self.actor(escrow_id)?;
+        let current = addr
+            .send(devshard_actors::settlement::GetSettlement)
+            .await
+            .ok()
+            .flatten();
+        if let Some(r) = &current {
+            if broadcast && matches!(r.state, SettlementState::Settled { .. }) {
+                return Err(SettleError::AlreadySettled(escrow_id.to_owned()));
+            }
+        }
+        let record = addr
+            .send(devshard_actors::settlement::StartSettlement { broadcast })
+            .await
+            .ok()
+            .flatten()
+            .ok_or_else(|| SettleError::NoSettlement(escrow_id.to_owned()))?;
+        // Durable before visible: the record's write is ordered before this flush.
+        let _ = self.deps.store.flush().await;
+        Ok(record)
+    }
+
+    /// The record of an escrow's settlement (`None` while it is active).
+    pub async fn get(&self, escrow_id: &str) -> Result<Option<SettlementRecord>, SettleError> {
+        let info = self.info(escrow_id)?;
+        let running = self
+            .actors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&info.escrow_id)
+            .cloned();
+        match running {
+            Some(a) => Ok(a
+                .send(devshard_actors::settlement::GetSettlement)
+                .await
+                .ok()
+                .flatten()),
+            None => Ok(devshard_actors::settlement::load_record(
+                &self.deps.store,
+                escrow_id,
+            )),
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! Whole-actor property tests in paused time: the directory, escrow, race and participant actors
+//! together against the in-process simulator, over many small seeded fault schedules (issue 12,
+//! invariants 1–4). Each schedule puts one or two fault sets on one or several hosts, sends a
+//! streaming and a whole request, clears the faults and checks:
+//! 1. after a sync every host that is not forked, under repair or ejected holds the escrow's nonce
+//!    and root, and no host holds a nonce beyond it;
+//! 2. both requests end (virtual deadline) with a complete answer or a typed error, and a stream
+//!    ends with `[DONE]` or a last error event, never with bytes after an error;
+//! 3. a request succeeds within 2 s (virtual) of the faults clearing, and a host that was
+//!    healthy and only suffered a fault every faulted host shared is not ejected or on probation;
+//! 4. every few schedules, after the protocol deadlines pass, no inference the escrow granted is
+//!    left pending or started on the hosts, and the escrow has no pending finish or timeout.
+//!
+//! `DEVSHARD_ACTOR_SCHEDULES` (default 1 000 in `cargo test`; CI runs 10 000, the long run
+//! 100 000) and
+//! `DEVSHARD_ACTOR_SEED` (the first schedule's seed; a failure prints how to replay it alone).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+/// The harness's host key mode (cold keys here).
+pub const WARM_KEYS: devshard_gateway::sim::WarmMode = devshard_gateway::sim::WarmMode::None;
+
+#[path = "gateway/harness.rs"]
+mod harness;
+
+use std::time::Duration;
+
+use devshard_actors::{
+    escrow::messages::SyncHosts,
+    policy::health::HealthStatus,
+    protocol::state::{InferenceStatus, SessionConfig},
+};
+use devshard_gateway::{
+    chaos::load::{judge_body, judge_stream, Verdict},
+    sim::{Faults, Profile, SimConfig},
+};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+use harness::{Answer, Harness};
+
+const HOSTS: usize = 4;
+/// Schedules per network (a fresh simulator and escrow: bounded nonces, isolated histories).
+const BLOCK: u64 = 500;
+/// Invariant 4 is checked every this many schedules (it lets protocol deadlines pass).
+const SETTLE_EVERY: u64 = 50;
+const REFUSAL_S: i64 = 10;
+/// A schedule or a settlement check that takes longer (virtual time) is stuck.
+const STEP_LIMIT: Duration = Duration::from_secs(900);
+const EXECUTION_S: i64 = 30;
+
+/// `DEVSHARD_ACTOR_KNOWN_FINDINGS=1`: also schedule the faults behind the known findings, and
+/// fail on invariant 4 (otherwise its findings are counted and printed).
+fn known_findings() -> bool {
+    std::env::var("DEVSHARD_ACTOR_KNOWN_FINDINGS").is_ok_and(|v| v == "1")
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A fault that fails requests the same way on every host it is on.
+fn shared_fault(rng: &mut StdRng) -> Faults {
+    let status = [401, 403, 404, 429, 503][rng.gen_range(0..5)];
+    match rng.gen_range(0..6) {
+        0 => Faults {
+            refuse_connections: true,
+            ..Faults::default()
+        },
+        _ => Faults {
+            http_status: Some(status),
+            ..Faults::default()
+        },
+    }
+}
+
+fn host_fault(rng: &mut StdRng) -> Faults {
+    let mut f = Faults::default();
+    match rng.gen_range(0..13) {
+        0 => f.drop_after_receipt = true,
+        1 => f.stall_before_receipt_ms = Some(rng.gen_range(100..8_000)),
+        2 => f.first_token_delay_ms = Some(rng.gen_range(100..3_000)),
+        3 => {
+            f.stall_after_chunks = Some(rng.gen_range(0..3));
+            f.stall_ms = Some(rng.gen_range(100..20_000));
+        }
+        4 => f.empty_stream = true,
+        5 => f.error_event = Some(serde_json::json!(true)),
+        6 => f.truncate_before_done = true,
+        7 => f.omit_meta = true,
+        8 => f.garble_meta = true,
+        9 => f.late_finish_ms = Some([-1, 500, 3_000][rng.gen_range(0..3)]),
+        10 => f.withhold_state_sig = true,
+        11 => f.wrong_state_hash = true,
+        _ => f.clock_skew_s = Some([-45, 45][rng.gen_range(0..2)]),
+    }
+    if rng.gen_bool(0.3) {
+        f.times = Some(rng.gen_range(1..3));
+    }
+    f
+}
+
+fn some_hosts(rng: &mut StdRng, several: bool) -> Vec<usize> {
+    let n = if several { rng.gen_range(2..=HOSTS) } else { 1 };
+    let mut all: Vec<usize> = (0..HOSTS).collect();
+    (0..n)
+        .map(|_| all.swap_remove(rng.gen_range(0..all.len())))
+        .collect()
+}
+
+/// One schedule: which faults on which hosts.
+#[derive(Debug)]
+struct Schedule {
+    faults: Vec<(Vec<usize>, Faults)>,
+    /// Hosts that only suffered a shared fault (invariant 3's second half).
+    shared_only: Vec<usize>,
+}
+
+fn schedule(seed: u64) -> Schedule {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut faults = Vec::new();
+    let mut shared_only = Vec::new();
+    if rng.gen_bool(0.3) {
+        let hosts = some_hosts(&mut rng, true);
+        shared_only.clone_from(&hosts);
+        faults.push((hosts, shared_fault(&mut rng)));
+    }
+    if faults.is_empty() || rng.gen_bool(0.3) {
+        let several = rng.gen_bool(0.3);
+        let mut hosts = some_hosts(&mut rng, several);
+        let fault = host_fault(&mut rng);
+        if fault.wrong_state_hash && !known_findings() {
+            // A lying host is withheld outside the correlation guard and panic mode: the known
+            // findings `…_blocks_the_escrow` and `…_never_timed_out` below. Off unless
+            // DEVSHARD_ACTOR_KNOWN_FINDINGS=1.
+            hosts.clear();
+        }
+        shared_only.retain(|h| !hosts.contains(h));
+        faults.push((hosts, fault));
+    }
+    Schedule {
+        faults,
+        shared_only,
+    }
+}
+
+fn judge(answer: &Answer) -> Result<(), String> {
+    let verdict = match answer {
+        Answer::Stream(bytes) => judge_stream(bytes),
+        Answer::Whole(bytes) => judge_body(200, bytes),
+        Answer::Failed(e) if e.status >= 400 && !e.message.is_empty() => Verdict::Error(e.status),
+        Answer::Failed(e) => Verdict::Violation(format!("an untyped error: {e:?}")),
+    };
+    match verdict {
+        Verdict::Violation(v) => Err(v),
+        _ => Ok(()),
+    }
+}
+
+fn is_ejected_or_probation(s: &HealthStatus) -> bool {
+    matches!(
+        s,
+        HealthStatus::Ejected { .. } | HealthStatus::Probation { .. }
+    )
+}
+
+async fn run_schedule(h: &Harness, n: u64, s: &Schedule) -> Result<(), String> {
+    let mut healthy_before = Vec::new();
+    for &i in &s.shared_only {
+        let rec = h.participant(&h.host(i)).await;
+        if rec.health.state == HealthStatus::Healthy {
+            healthy_before.push(i);
+        }
+    }
+    for (hosts, f) in &s.faults {
+        for &i in hosts {
+            h.sim.set_faults(i, f.clone()).map_err(|e| e.to_string())?;
+        }
+    }
+    let deadline = Duration::from_secs(300);
+    let stream = h.chat(Harness::body(&format!("schedule {n} stream"), true));
+    let whole = h.chat(Harness::body(&format!("schedule {n} whole"), false));
+    let (a, b) = tokio::time::timeout(deadline, futures::future::join(stream, whole))
+        .await
+        .map_err(|_| "a request hung past 300 s (virtual)".to_string())?;
+    judge(&a).map_err(|e| format!("invariant 2, stream: {e}"))?;
+    judge(&b).map_err(|e| format!("invariant 2, whole: {e}"))?;
+    h.sim.clear_all_faults();
+    // Like a client retrying: requests back to back until one succeeds, for 2 s (virtual).
+    let cleared = tokio::time::Instant::now();
+    let mut last = None;
+    while cleared.elapsed() < Duration::from_secs(2) {
+        let left = Duration::from_secs(2).saturating_sub(cleared.elapsed());
+        let probe = h.chat(Harness::body(&format!("schedule {n} probe"), false));
+        match tokio::time::timeout(left, probe).await {
+            Ok(a) if a.is_success() => {
+                last = None;
+                break;
+            }
+            Ok(a) => last = Some(format!("{a:?}")),
+            Err(_) => last = Some("no answer".into()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(last) = last {
+        let snap = h.snapshot("42").await;
+        let mut states = Vec::new();
+        for i in 0..HOSTS {
+            states.push(format!(
+                "{i}: {:?}",
+                h.participant(&h.host(i)).await.health.state
+            ));
+        }
+        return Err(format!(
+            "invariant 3: no success within 2 s of the clear (last: {last}; hosts {states:?}; \
+             repairing {:?}, given up {:?}, panic mode {})",
+            snap.repairs, snap.repairs_given_up, snap.panic_mode
+        ));
+    }
+    for &i in &healthy_before {
+        let state = h.participant(&h.host(i)).await.health.state;
+        if is_ejected_or_probation(&state) {
+            return Err(format!(
+                "invariant 3: host {i} is {state:?} after a fault every faulted host shared"
+            ));
+        }
+    }
+    lockstep(h).await
+}
+
+/// Invariant 1 after a sync (forked, repairing and ejected hosts may lag, never lead). A diff
+/// the escrow composes right after the sync (a timeout) may still be on its way: three tries.
+async fn lockstep(h: &Harness) -> Result<(), String> {
+    let mut result = Ok(());
+    for _ in 0..3 {
+        result = lockstep_once(h).await;
+        if result.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    result
+}
+
+async fn lockstep_once(h: &Harness) -> Result<(), String> {
+    h.escrow_addr("42")
+        .await
+        .send(SyncHosts)
+        .await
+        .map_err(|e| e.to_string())?;
+    let snap = h.snapshot("42").await;
+    for i in 0..HOSTS {
+        let Some(view) = h.sim.host_view(i, "42") else {
+            continue;
+        };
+        let address = h.host(i);
+        let ejected = matches!(
+            h.participant(&address).await.health.state,
+            HealthStatus::Ejected { .. }
+        );
+        let excused = view.forked_at.is_some()
+            || snap.repairs.contains(&address.to_string())
+            || snap.repairs_given_up.contains(&address.to_string())
+            || ejected;
+        if view.latest_nonce > snap.nonce {
+            return Err(format!(
+                "invariant 1: host {i} at nonce {} beyond the escrow's {}",
+                view.latest_nonce, snap.nonce
+            ));
+        }
+        if view.latest_nonce == snap.nonce && hex::encode(view.state_root) != snap.state_root {
+            return Err(format!(
+                "invariant 1: host {i} on another root at nonce {}",
+                snap.nonce
+            ));
+        }
+        if view.latest_nonce < snap.nonce && !excused {
+            return Err(format!(
+                "invariant 1: host {i} at nonce {} behind the escrow's {} after a sync",
+                view.latest_nonce, snap.nonce
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Invariant 4: past every deadline, nothing the escrow granted is left open. `Ok(Some(_))` is
+/// what was left open (the known findings); `Err` any other broken invariant.
+async fn settled(h: &Harness) -> Result<Option<String>, String> {
+    let granted = h.snapshot("42").await.nonce;
+    // Deadlines + the gateway's buffer + votes; one request every 5 s carries the timeout txs.
+    for k in 0..((EXECUTION_S + 30) / 5) {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = h.chat(Harness::body(&format!("carrier {k}"), false)).await;
+    }
+    lockstep(h).await?;
+    let snap = h.snapshot("42").await;
+    if !snap.pending_timeouts.is_empty() || !snap.pending_finishes.is_empty() {
+        let (t, f) = (&snap.pending_timeouts, &snap.pending_finishes);
+        return Ok(Some(format!(
+            "pending timeouts {t:?} / finishes {f:?} past deadlines"
+        )));
+    }
+    for i in 0..HOSTS {
+        let Some(view) = h.sim.host_view(i, "42") else {
+            continue;
+        };
+        if view.latest_nonce != snap.nonce {
+            continue;
+        }
+        let open: Vec<u64> = view
+            .state
+            .records()
+            .filter(|r| r.inference_id <= granted)
+            .filter(|r| {
+                matches!(
+                    r.status,
+                    InferenceStatus::Pending | InferenceStatus::Started
+                )
+            })
+            .map(|r| r.inference_id)
+            .collect();
+        if !open.is_empty() {
+            let first: Vec<u64> = open.iter().copied().take(8).collect();
+            let n = open.len();
+            return Ok(Some(format!(
+                "host {i} holds {n} open inferences, first {first:?}"
+            )));
+        }
+    }
+    Ok(None)
+}
+
+fn network(block: u64) -> SimConfig {
+    let mut cfg = SimConfig::with_seed(&format!("actor-props-{block}"));
+    cfg.hosts = HOSTS;
+    cfg.profile = Profile::Fast;
+    cfg.output_tokens = 4;
+    cfg.validation_rate = 0.0;
+    cfg.epochs.epoch_length = 10_000_000;
+    let mut session = SessionConfig::default_for_group(HOSTS);
+    session.refusal_timeout = REFUSAL_S;
+    session.execution_timeout = EXECUTION_S;
+    cfg.session_config = Some(session);
+    cfg
+}
+
+#[actix_rt::test]
+async fn seeded_fault_schedules_keep_invariants_1_to_4() {
+    tokio::time::pause();
+    let total = env_u64("DEVSHARD_ACTOR_SCHEDULES", 1_000);
+    let first = env_u64("DEVSHARD_ACTOR_SEED", 0);
+    let mut n = 0;
+    let mut unsettled = 0;
+    while n < total {
+        let mut h = Harness::start(network(first + n)).await;
+        h.limits.receipt_timeout = Duration::from_secs(5);
+        h.limits.stall_timeout = Duration::from_secs(5);
+        h.limits.meta_drain = Duration::from_secs(5);
+        let (start, end) = (n, (n + BLOCK).min(total));
+        while n < end {
+            let seed = first + n;
+            let s = schedule(seed);
+            let replay = format!(
+                "replay: DEVSHARD_ACTOR_SEED={} DEVSHARD_ACTOR_SCHEDULES={}",
+                first + start,
+                n - start + 1
+            );
+            let ran = tokio::time::timeout(STEP_LIMIT, run_schedule(&h, seed, &s)).await;
+            match ran {
+                Err(_) => panic!("schedule {seed} {s:?}: stuck for {STEP_LIMIT:?}\n{replay}"),
+                Ok(Err(e)) => panic!("schedule {seed} {s:?}: {e}\n{replay}"),
+                Ok(Ok(())) => {}
+            }
+            n += 1;
+            if n % SETTLE_EVERY == 0 || n == end {
+                let checked = tokio::time::timeout(STEP_LIMIT, settled(&h)).await;
+                match checked.unwrap_or_else(|_| Err(format!("stuck for {STEP_LIMIT:?}"))) {
+                    Err(e) => panic!("after schedule {seed}: {e}\n{replay}"),
+                    Ok(Some(open)) if known_findings() => {
+                        panic!("after schedule {seed}: invariant 4: {open}\n{replay}")
+                    }
+                    Ok(Some(open)) => {
+                        unsettled += 1;
+                        eprintln!("invariant 4 finding after schedule {seed}: {open}");
+                    }
+                    Ok(None) => {}
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{total} seeded fault schedules from seed {first}: invariants 1–3 held; invariant 4 \
+         found inferences open past their deadline at {unsettled} of {} checks",
+        total.div_ceil(SETTLE_EVERY)
+    );
+}
+
+/// Found by the schedules above (seed 10): when every host reports a wrong state hash at once,
+/// the escrow withholds all of them (divergence is not subject to the correlation guard or to
+/// panic mode) and requests fail with 502 "no routable host" until the first repair tick,
+/// more than 2 s after the faults cleared. The fix belongs to the escrow's divergence handling
+/// (`actors/src/escrow/`, being restructured); un-ignore this test with it.
+#[actix_rt::test]
+#[ignore = "known finding: divergence reported by every host blocks the escrow (see the doc comment)"]
+async fn every_host_reporting_a_wrong_state_hash_blocks_the_escrow() {
+    tokio::time::pause();
+    let h = Harness::start(network(0)).await;
+    let lie = Faults {
+        wrong_state_hash: true,
+        ..Faults::default()
+    };
+    for i in 0..HOSTS {
+        h.sim.set_faults(i, lie.clone()).unwrap();
+    }
+    for k in 0..HOSTS {
+        let _ = h.chat(Harness::body(&format!("lie {k}"), false)).await;
+    }
+    h.sim.clear_all_faults();
+    let s = Schedule {
+        faults: Vec::new(),
+        shared_only: Vec::new(),
+    };
+    run_schedule(&h, 0, &s).await.unwrap();
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# End-to-end test with the official OpenAI Node client (`openai` on npm, pinned in
+# tests/node/package.json): starts `devshard-gateway demo --profile zero` with an API key and runs
+# tests/node/client.mjs against it (whole answer, stream, logprobs asked, errors, models).
+# Installs nodejs/npm from Debian when missing (needs root) and the npm package into a cache
+# directory (${XDG_CACHE_HOME:-$HOME/.cache}/devshard-node, override DEVSHARD_NODE_CACHE), so later
+# runs do not touch the network.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "== installing nodejs and npm (Debian packages)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+node --version
+
+CACHE="${DEVSHARD_NODE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/devshard-node}"
+DIR="$CACHE/openai-$(sha256sum tests/node/package.json | cut -c1-16)"
+if [ ! -f "$DIR/.complete" ]; then
+    echo "== npm install (first run) into $DIR"
+    rm -rf "$DIR"
+    mkdir -p "$DIR"
+    cp tests/node/package.json "$DIR/"
+    (cd "$DIR" && npm install --silent --no-package-lock --ignore-scripts --no-audit --no-fund >/dev/null)
+    touch "$DIR/.complete"
+fi
+# ES modules resolve packages from the script's own directory.
+cp tests/node/client.mjs "$DIR/"
+
+echo "== build"
+cargo build --locked --quiet
+BIN="${CARGO_TARGET_DIR:-target}/debug/devshard-gateway"
+[ -x "$BIN" ] || fail "no binary at $BIN"
+
+WORK="$(mktemp -d)"
+PID=""
+cleanup() {
+    if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
+    || echo $((20000 + RANDOM % 20000)))"
+URL="http://127.0.0.1:$PORT"
+KEY="node-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+echo "== demo on $URL"
+env -u DEVSHARD_CONFIG DEVSHARD_LISTEN="127.0.0.1:$PORT" DEVSHARD_API_KEYS="$KEY" \
+    DEVSHARD_DATA_DIR="$WORK/data" "$BIN" demo --profile zero >"$WORK/demo.log" 2>&1 &
+PID=$!
+for _ in $(seq 1 150); do
+    curl -fsS "$URL/readyz" >/dev/null 2>&1 && break
+    kill -0 "$PID" 2>/dev/null || { cat "$WORK/demo.log" >&2; fail "demo exited"; }
+    sleep 0.2
+done
+curl -fsS "$URL/readyz" >/dev/null || { tail -50 "$WORK/demo.log" >&2; fail "demo not ready"; }
+MODEL="$(curl -fsS "$URL/v1/models" | sed -n 's/.*"id" *: *"\([^"]*\)".*/\1/p' | head -1)"
+[ -n "$MODEL" ] || fail "no model in /v1/models"
+
+echo "== openai (npm) client"
+node "$DIR/client.mjs" "$URL" "$KEY" "$MODEL" || { tail -30 "$WORK/demo.log" >&2; fail "the node client test failed"; }
