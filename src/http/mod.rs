@@ -10,7 +10,7 @@
 //! - [`accounting`]: idempotent replays, the recording stream;
 //! - [`ledger`]: `GET /v1/requests/{request_id}` (admin key or the API key that made it) and
 //!   `GET /v1/admin/ledger` (the cost ledger export);
-//! - [`settlement`]: `/v1/admin/escrows/{id}/settle|finalize|settlement|signatures/collect`;
+//! - [`settlement`]: settle, finalize, settlement and signatures/collect of `/v1/admin/escrows/{id}`;
 //! - [`status`]: `GET /v1/status` (the Go gateway's gateway-mode shape);
 //! - [`filter`], [`messages`], [`shaping`]: the OpenAI request filter pipeline, message checks,
 //!   and the logprobs forcing/stripping;
