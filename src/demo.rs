@@ -12,13 +12,13 @@
 use std::{io::Write, path::PathBuf, process::ExitCode};
 
 use clap::Args;
-use devshard_actors::clock::TokioClock;
+use devshard_actors::{clock::TokioClock, protocol::version::ProtocolVersion};
 
 use crate::{
     app::{self, StartOptions},
     config::{
         env::{self, process_env},
-        Config, ConfigError,
+        Config, ConfigError, EnvMap,
     },
     logging, metrics,
     sim::{Profile, SimConfig, SimNetwork, WarmMode, DEFAULT_SEED},
@@ -45,10 +45,43 @@ pub struct DemoArgs {
     /// Tokens per simulated answer.
     #[arg(long, default_value_t = 24)]
     pub output_tokens: u32,
+    /// Protocol version of the hosts and the escrows: v2 (route /v1/devshard) or v4.1 (route
+    /// /devshard/v4.1); both sides hash its name into every root.
+    #[arg(long, default_value = "v2")]
+    pub protocol: ProtocolVersion,
     /// Hosts that sign with a chain-granted warm key: all, none or a count K (hosts 0..K);
     /// default about half of them, so both kinds of key are always exercised.
     #[arg(long)]
     pub warm_keys: Option<WarmMode>,
+}
+
+/// The simulator a demo runs.
+pub fn sim_config(args: &DemoArgs) -> SimConfig {
+    let mut cfg = SimConfig::with_seed(&args.seed);
+    cfg.hosts = args.hosts;
+    cfg.profile = args.profile.clone();
+    cfg.escrow_ids = args.escrows.clone();
+    cfg.output_tokens = args.output_tokens;
+    cfg.set_protocol(args.protocol);
+    cfg.warm_keys = args
+        .warm_keys
+        .unwrap_or_else(|| WarmMode::mixed(args.hosts));
+    cfg
+}
+
+/// Fills in what must come from the simulator (key, chain URLs, escrows, model, protocol) where
+/// `environment` does not set it already.
+pub fn fill_environment(args: &DemoArgs, sim: &SimNetwork, environment: &mut EnvMap) {
+    let mut fill = |name: &str, value: String| {
+        environment.entry(name.to_string()).or_insert(value);
+    };
+    fill(env::ENV_PRIVATE_KEY, sim.gateway_key().secret_hex());
+    fill(env::ENV_CHAIN_REST_URL, sim.chain_url().to_string());
+    fill(env::ENV_PUBLIC_API_URL, sim.chain_url().to_string());
+    fill(env::ENV_ESCROWS, args.escrows.join(","));
+    fill(env::ENV_MODEL, sim.config().model.clone());
+    fill(env::ENV_PROTOCOL, args.protocol.to_string());
+    fill(env::ENV_ROUTE_PREFIX, sim.config().route_prefix.clone());
 }
 
 /// Runs the demo until Ctrl-C / SIGTERM.
@@ -58,14 +91,7 @@ pub fn run(args: &DemoArgs) -> ExitCode {
 }
 
 async fn demo(args: DemoArgs) -> ExitCode {
-    let mut cfg = SimConfig::with_seed(&args.seed);
-    cfg.hosts = args.hosts;
-    cfg.profile = args.profile.clone();
-    cfg.escrow_ids = args.escrows.clone();
-    cfg.output_tokens = args.output_tokens;
-    cfg.warm_keys = args
-        .warm_keys
-        .unwrap_or_else(|| WarmMode::mixed(args.hosts));
+    let cfg = sim_config(&args);
     let model = cfg.model.clone();
     let clock = TokioClock::new().shared();
     let sim = match SimNetwork::start(cfg, clock.clone()).await {
@@ -73,14 +99,7 @@ async fn demo(args: DemoArgs) -> ExitCode {
         Err(e) => return fail(ConfigError::EXIT_CODE, &format!("demo: simulator: {e}")),
     };
     let mut environment = process_env();
-    let mut fill = |name: &str, value: String| {
-        environment.entry(name.to_string()).or_insert(value);
-    };
-    fill(env::ENV_PRIVATE_KEY, sim.gateway_key().secret_hex());
-    fill(env::ENV_CHAIN_REST_URL, sim.chain_url().to_string());
-    fill(env::ENV_PUBLIC_API_URL, sim.chain_url().to_string());
-    fill(env::ENV_ESCROWS, args.escrows.join(","));
-    fill(env::ENV_MODEL, model.clone());
+    fill_environment(&args, &sim, &mut environment);
     // The live page needs the admin key: without one given, the demo makes one and prints the
     // page's URL with it (a local demo's throwaway key).
     let generated_admin = (!environment.contains_key(env::ENV_ADMIN_API_KEY)).then(|| {
@@ -94,7 +113,9 @@ async fn demo(args: DemoArgs) -> ExitCode {
         fill(env::ENV_ADMIN_API_KEY, k.clone());
     }
     let data_dir = std::env::temp_dir().join(format!("devshard-demo-{}", std::process::id()));
-    fill(env::ENV_DATA_DIR, data_dir.display().to_string());
+    environment
+        .entry(env::ENV_DATA_DIR.to_string())
+        .or_insert_with(|| data_dir.display().to_string());
     let path = args.config.clone().or_else(|| {
         environment
             .get(crate::config::ENV_CONFIG)
@@ -127,6 +148,7 @@ async fn demo(args: DemoArgs) -> ExitCode {
         ),
         ("chain_api".to_string(), sim.chain_url().to_string()),
         ("escrows".to_string(), args.escrows.join(",")),
+        ("protocol".to_string(), args.protocol.to_string()),
         ("model".to_string(), model.clone()),
         ("data_dir".to_string(), data_dir.display().to_string()),
         ("metrics".to_string(), format!("{url}/metrics")),

@@ -7,6 +7,11 @@
 //! registered is a no-op that returns the existing record. The participants (for the escrow's
 //! model) come from the chain poller's snapshot, waiting up to [`PARTICIPANTS_WAIT`] for the
 //! first one: registering any number of escrows makes no public-API request of its own.
+//!
+//! The escrow's protocol version (`v2` or `v4.1`) comes from the registration call, else the
+//! configuration (`protocol`, or the version `route_prefix` names). A version this gateway does
+//! not implement (v5 height sync, v6, the Ristretto line…) is refused at once, before any chain
+//! call, with a message naming it and the supported ones: never a silently diverging escrow.
 
 use std::time::Duration;
 
@@ -14,7 +19,7 @@ use devshard_actors::{
     chain::ChainView,
     directory::{ActorKind, AddEscrow, Directory, EntityStatus, GetEscrow, GetStatus},
     escrow::{messages::GetSnapshot, EscrowInfo},
-    protocol::crypto::Address,
+    protocol::{crypto::Address, version::ProtocolVersion},
     stats::TrackedAddr,
     store::{ns, SharedStore},
 };
@@ -75,6 +80,7 @@ pub fn stored_info(store: &SharedStore, escrow_id: &str) -> Result<Option<Escrow
 }
 
 /// Registers `escrow_id` (see the module docs).
+#[allow(clippy::too_many_arguments)] // the gateway's parts plus the call's three fields
 pub async fn register(
     chain: &ChainClient,
     directory: &TrackedAddr<Directory>,
@@ -83,8 +89,10 @@ pub async fn register(
     polling: &ChainPolling,
     escrow_id: &str,
     model: Option<&str>,
+    protocol: Option<&str>,
 ) -> Result<Registered, ApiError> {
     let id = escrow_id.trim();
+    let protocol = requested_protocol(id, protocol)?;
     if statuses(directory).await?.iter().any(|e| e.id == id) {
         if let Some(info) = stored_info(store, id)? {
             return Ok(Registered {
@@ -101,7 +109,7 @@ pub async fn register(
             .and_then(|v| listed(&v)),
     };
     let info = chain
-        .lookup_escrow_listed(id, signer, model, listed.as_deref())
+        .lookup_escrow_listed(id, signer, model, listed.as_deref(), protocol)
         .await?;
     directory
         .send(AddEscrow { info: info.clone() })
@@ -111,6 +119,23 @@ pub async fn register(
         info,
         created: true,
     })
+}
+
+/// The version a registration call asks for; an unsupported one is a 400 naming it.
+pub fn requested_protocol(
+    escrow_id: &str,
+    protocol: Option<&str>,
+) -> Result<Option<ProtocolVersion>, ApiError> {
+    let Some(name) = protocol.map(str::trim).filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    ProtocolVersion::parse(name)
+        .map(Some)
+        .map_err(|e| ApiError::BadRequest {
+            message: format!("escrow {escrow_id} cannot be registered: {e}"),
+            param: Some("protocol"),
+            code: "unsupported_protocol_version",
+        })
 }
 
 /// Registers every configured escrow that is not registered yet. Failures are logged and
@@ -126,7 +151,7 @@ pub async fn register_configured(
 ) -> usize {
     let mut added = 0;
     for id in ids {
-        match register(chain, directory, store, signer, polling, id, None).await {
+        match register(chain, directory, store, signer, polling, id, None, None).await {
             Ok(r) if r.created => {
                 added += 1;
                 info!(log, "escrow registered from the configuration";
@@ -179,6 +204,7 @@ pub async fn summary(
         "group_size": info.group_size(),
         "max_nonce": info.max_nonce,
         "route_prefix": info.route_prefix,
+        "protocol": info.config.protocol,
         "config": info.config,
         "hosts": hosts,
         "actor": status.map(|s| json!({"alive": s.alive, "failed": s.failed,

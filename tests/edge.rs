@@ -35,3 +35,7 @@ mod poc_paused;
 mod settings;
 #[path = "edge/support.rs"]
 mod support;
+#[path = "edge/tls.rs"]
+mod tls;
+#[path = "gateway/tls_proxy.rs"]
+mod tls_proxy;

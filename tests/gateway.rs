@@ -7,6 +7,8 @@ pub const WARM_KEYS: devshard_gateway::sim::WarmMode = devshard_gateway::sim::Wa
 
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
+#[path = "gateway/fidelity.rs"]
+mod fidelity;
 #[path = "gateway/flow.rs"]
 mod flow;
 #[path = "gateway/harness.rs"]
@@ -31,5 +33,11 @@ mod requests;
 mod settle;
 #[path = "gateway/supervision.rs"]
 mod supervision;
+#[path = "gateway/tls.rs"]
+mod tls;
+#[path = "gateway/tls_proxy.rs"]
+mod tls_proxy;
+#[path = "gateway/versions.rs"]
+mod versions;
 #[path = "gateway/warm.rs"]
 mod warm;

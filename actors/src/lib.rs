@@ -39,3 +39,4 @@ pub mod repair;
 pub mod settlement;
 pub mod stats;
 pub mod store;
+pub mod tls;

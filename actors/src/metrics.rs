@@ -43,6 +43,11 @@ pub struct ActorMetrics {
     pub panic_mode: IntCounter,
     /// Suspect or probation winners crowned by the liveness rule.
     pub suspect_winners: IntCounter,
+    /// Losers left to drain to their finish after a winner was crowned, by why (`receipt`:
+    /// its host had confirmed the start; `doubtful`: a Suspect/Probation host's credit run).
+    pub losers_drained: IntCounterVec,
+    /// Txs dropped from host mempools because hosts may not propose them, by kind.
+    pub mempool_foreign_txs: IntCounterVec,
     /// Participants under repair (docs/health.md §6).
     pub repairs_active: IntGauge,
     /// Repair ticks by result (`unblocked`, `not_yet`, `gave_up`).
@@ -133,6 +138,20 @@ impl ActorMetrics {
                 "Requests raced with no routable host",
             )?,
             suspect_winners: IntCounter::new("suspect_winners_total", "Doubtful winners crowned")?,
+            losers_drained: IntCounterVec::new(
+                Opts::new(
+                    "losers_drained_total",
+                    "Losing attempts drained to their finish instead of cancelled",
+                ),
+                &["why"],
+            )?,
+            mempool_foreign_txs: IntCounterVec::new(
+                Opts::new(
+                    "mempool_foreign_txs_total",
+                    "Txs a host proposed that only the escrow's creator may sequence (dropped)",
+                ),
+                &["kind"],
+            )?,
             repairs_active: IntGauge::new("repairs_active", "Participants under repair")?,
             repair_attempts: IntCounterVec::new(
                 Opts::new("repair_attempts_total", "Repair ticks by result"),
@@ -161,6 +180,8 @@ impl ActorMetrics {
         registry.register(Box::new(m.shared_faults.clone()))?;
         registry.register(Box::new(m.panic_mode.clone()))?;
         registry.register(Box::new(m.suspect_winners.clone()))?;
+        registry.register(Box::new(m.losers_drained.clone()))?;
+        registry.register(Box::new(m.mempool_foreign_txs.clone()))?;
         registry.register(Box::new(m.repairs_active.clone()))?;
         registry.register(Box::new(m.repair_attempts.clone()))?;
         registry.register(Box::new(m.repair_unblock_seconds.clone()))?;

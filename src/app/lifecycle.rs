@@ -190,6 +190,15 @@ pub async fn start_with(
     log: Logger,
     opts: StartOptions,
 ) -> Result<RunningGateway, AppError> {
+    if let Some(ca) = &config.ca_file {
+        let added =
+            devshard_actors::tls::install_ca_file(ca).map_err(|e| ConfigError::Invalid {
+                key: "ca_file",
+                message: e.to_string(),
+            })?;
+        info!(log, "extra TLS roots trusted"; "stage" => "tls_roots", "ca_file" => %ca.display(),
+            "certificates" => added);
+    }
     let registry = match opts.registry {
         Some(r) => r,
         None => metrics::new_registry().map_err(|e| AppError::Metrics(e.to_string()))?,

@@ -7,6 +7,7 @@ use devshard_actors::{
     protocol::{
         crypto::Address,
         state::{SessionConfig, Slot},
+        version::ProtocolVersion,
     },
 };
 
@@ -178,15 +179,21 @@ pub struct Gathered {
     pub model: String,
 }
 
-/// The registration record.
+/// The registration record of an escrow on protocol `version`, served under `route_prefix`.
+/// The version is the gateway's (config or registration call), never what the chain's exact
+/// config says: it sets the root's tag and the settlement rules.
 pub fn escrow_info(
     escrow_id: &str,
     g: Gathered,
     default_max_nonce: u64,
     route_prefix: &str,
+    version: ProtocolVersion,
 ) -> Result<EscrowInfo, ChainError> {
     let creator = address(escrow_id, "creator", &g.escrow.creator)?;
-    let config = session_config(&g.escrow, g.params.as_ref(), g.group.len());
+    let config = SessionConfig {
+        protocol: version,
+        ..session_config(&g.escrow, g.params.as_ref(), g.group.len())
+    };
     let hosts = hosts(escrow_id, &g.group, &g.participants)?;
     let max_nonce = [
         g.escrow.max_nonce,

@@ -10,7 +10,10 @@ pub mod types;
 
 use std::{cell::RefCell, time::Duration};
 
-use devshard_actors::{escrow::EscrowInfo, protocol::crypto::Address};
+use devshard_actors::{
+    escrow::EscrowInfo,
+    protocol::{crypto::Address, version::ProtocolVersion},
+};
 use serde::de::DeserializeOwned;
 use slog::{info, warn, Logger};
 
@@ -36,6 +39,8 @@ pub enum ChainError {
     InvalidEscrowId(String),
     #[error("chain request {url} failed: {reason}")]
     Transport { url: String, reason: String },
+    #[error("chain request {url} failed: {reason}")]
+    Tls { url: String, reason: String },
     #[error("chain request {url} answered {status}: {body}")]
     Status {
         url: String,
@@ -78,7 +83,14 @@ thread_local! {
 fn client() -> awc::Client {
     CLIENT.with(|c| {
         c.borrow_mut()
-            .get_or_insert_with(|| awc::Client::builder().disable_redirects().finish())
+            .get_or_insert_with(|| {
+                awc::Client::builder()
+                    .connector(
+                        awc::Connector::new().rustls_0_23(devshard_actors::tls::client_config()),
+                    )
+                    .disable_redirects()
+                    .finish()
+            })
             .clone()
     })
 }
@@ -109,9 +121,15 @@ impl ChainClient {
             .insert_header(("Accept", "application/json"))
             .send()
             .await
-            .map_err(|e| ChainError::Transport {
-                url: url.clone(),
-                reason: e.to_string(),
+            .map_err(|e| match devshard_actors::tls::tls_failure(&e) {
+                Some(reason) => ChainError::Tls {
+                    url: url.clone(),
+                    reason,
+                },
+                None => ChainError::Transport {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                },
             })?;
         let status = res.status();
         let body = res
@@ -151,7 +169,7 @@ impl ChainClient {
         signer: &Address,
         model: Option<&str>,
     ) -> Result<EscrowInfo, ChainError> {
-        self.lookup_escrow_listed(escrow_id, signer, model, None)
+        self.lookup_escrow_listed(escrow_id, signer, model, None, None)
             .await
     }
 
@@ -159,13 +177,14 @@ impl ChainClient {
     /// it, and returns the registration record. `model` overrides the model the chain reports;
     /// without either, the model common to the members in `listed` (the chain poller's
     /// participants snapshot — registration never reads the public API itself), else
-    /// `default_model`.
+    /// `default_model`. The escrow runs `protocol` (`None`: the configured default).
     pub async fn lookup_escrow_listed(
         &self,
         escrow_id: &str,
         signer: &Address,
         model: Option<&str>,
         listed: Option<&[PublicParticipant]>,
+        protocol: Option<ProtocolVersion>,
     ) -> Result<EscrowInfo, ChainError> {
         let id = escrow_id.trim();
         if id.is_empty() || id.parse::<u64>().is_err() {
@@ -213,11 +232,13 @@ impl ChainClient {
             participants,
             model,
         };
+        let version = self.settings.protocol_for(protocol);
         build::escrow_info(
             id,
             gathered,
             self.settings.max_nonce,
-            &self.settings.route_prefix,
+            &self.settings.route_for(version),
+            version,
         )
     }
 

@@ -34,6 +34,10 @@ pub const ENV_PUBLIC_API_URL: &str = "DEVSHARD_PUBLIC_API_URL";
 /// Upstream alias of [`ENV_PUBLIC_API_URL`].
 pub const ENV_PUBLIC_API: &str = "DEVSHARD_PUBLIC_API";
 pub const ENV_ROUTE_PREFIX: &str = "DEVSHARD_ROUTE_PREFIX";
+/// `protocol`: protocol version of escrows registered without one.
+pub const ENV_PROTOCOL: &str = "DEVSHARD_PROTOCOL";
+/// `ca_file`: extra trusted CA certificates (PEM) for outgoing TLS.
+pub const ENV_CA_FILE: &str = "DEVSHARD_CA_FILE";
 /// Upstream name of `default_model`.
 pub const ENV_MODEL: &str = "DEVSHARD_MODEL";
 pub const ENV_DEFAULT_MAX_TOKENS: &str = "DEVSHARD_DEFAULT_MAX_TOKENS";
@@ -134,6 +138,12 @@ pub fn apply(raw: &mut RawConfig, env: &EnvMap) -> Result<(), ConfigError> {
     }
     if let Some((_, v)) = lookup(env, &[ENV_ROUTE_PREFIX]) {
         raw.route_prefix = v.to_string();
+    }
+    if let Some((_, v)) = lookup(env, &[ENV_PROTOCOL]) {
+        raw.protocol = v.to_string();
+    }
+    if let Some((_, v)) = lookup(env, &[ENV_CA_FILE]) {
+        raw.ca_file = Some(PathBuf::from(v));
     }
     if let Some((_, v)) = lookup(env, &[ENV_MODEL]) {
         raw.default_model = v.to_string();

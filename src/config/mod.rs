@@ -25,7 +25,10 @@ use std::{
 };
 
 use devshard_actors::{
-    directory::RestartBudget, escrow::EscrowConfig, protocol::crypto::SigningKey, race::RaceLimits,
+    directory::RestartBudget,
+    escrow::EscrowConfig,
+    protocol::{crypto::SigningKey, version::ProtocolVersion},
+    race::RaceLimits,
 };
 
 pub use access::{AccessConfig, AccessMode, AccountingConfig};
@@ -75,12 +78,41 @@ pub struct ChainSettings {
     pub public_api_url: Option<String>,
     /// Timeout of one chain call.
     pub timeout: Duration,
-    /// Host route prefix stored in each escrow's registration.
+    /// Host route prefix stored in each escrow's registration: a prefix that names a protocol
+    /// version (`/v1/devshard`, `/devshard/<name>`) is replaced by the escrow's version's route;
+    /// any other (a proxy path) is used as is.
     pub route_prefix: String,
+    /// `protocol`: the version of escrows registered without one (`None`: the one
+    /// `route_prefix` names, else v2).
+    pub protocol: Option<ProtocolVersion>,
     /// Model of escrows whose model neither the chain nor the public API tells.
     pub default_model: Option<String>,
     /// Nonce limit of escrows when the chain does not report one.
     pub max_nonce: u64,
+}
+
+impl ChainSettings {
+    /// The version of an escrow registered with `requested` (the registration call's), else
+    /// `protocol`, else the one `route_prefix` names, else v2.
+    pub fn protocol_for(&self, requested: Option<ProtocolVersion>) -> ProtocolVersion {
+        requested
+            .or(self.protocol)
+            .or_else(|| {
+                ProtocolVersion::from_route_prefix(&self.route_prefix)
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The host route of an escrow on `version`: the version's own route, unless `route_prefix`
+    /// is a path that names no version (a proxy in front of the hosts), used as is.
+    pub fn route_for(&self, version: ProtocolVersion) -> String {
+        match ProtocolVersion::from_route_prefix(&self.route_prefix) {
+            Ok(None) => self.route_prefix.clone(),
+            _ => version.route_prefix(),
+        }
+    }
 }
 
 /// The validated configuration.
@@ -120,6 +152,8 @@ pub struct Config {
     pub access: AccessConfig,
     /// `[accounting]`: request table and idempotent retries.
     pub accounting: AccountingConfig,
+    /// `ca_file`: extra trusted CA certificates (PEM) for every outgoing TLS call.
+    pub ca_file: Option<PathBuf>,
     /// `[shaping]`: fields forced upstream, per model.
     pub shaping: operator::ShapingConfig,
     /// `[ledger]`: retention of the cost ledger.

@@ -90,6 +90,14 @@ pub struct RawConfig {
     pub public_api_url: String,
     #[serde(default = "default_route_prefix")]
     pub route_prefix: String,
+    /// Protocol version of escrows registered without one (`v2`, `v4.1`); empty = the one
+    /// `route_prefix` names, else v2.
+    #[serde(default)]
+    pub protocol: String,
+    /// PEM file of extra trusted CA certificates for every outgoing TLS call (hosts, chain REST,
+    /// public API), added to the bundled web PKI roots.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
     /// Model of requests without `model` when several are served, and of escrows whose model
     /// the chain does not tell. Empty = none.
     #[serde(default)]
@@ -161,6 +169,8 @@ impl Default for RawConfig {
             chain_rest_url: default_chain_rest_url(),
             public_api_url: String::new(),
             route_prefix: default_route_prefix(),
+            protocol: String::new(),
+            ca_file: None,
             default_model: String::new(),
             default_max_tokens: default_max_tokens(),
             max_tokens_cap: default_max_tokens_cap(),
@@ -197,6 +207,8 @@ pub struct RawRace {
     pub stall_timeout_ms: u64,
     pub attempt_timeout_ms: u64,
     pub meta_drain_ms: u64,
+    /// Longest SSE line read from a host (bytes, `\n` included; default 16 MiB).
+    pub sse_max_line_bytes: usize,
 }
 
 impl Default for RawRace {
@@ -207,6 +219,7 @@ impl Default for RawRace {
             stall_timeout_ms: DEFAULT_RACE_STALL_TIMEOUT_MS,
             attempt_timeout_ms: DEFAULT_RACE_ATTEMPT_TIMEOUT_MS,
             meta_drain_ms: DEFAULT_RACE_META_DRAIN_MS,
+            sse_max_line_bytes: devshard_actors::protocol::sse::DEFAULT_MAX_EVENT_BYTES,
         }
     }
 }

@@ -4,7 +4,9 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use devshard_actors::{
-    directory::RestartBudget, host::client::HostTimeouts, protocol::crypto::SigningKey,
+    directory::RestartBudget,
+    host::client::HostTimeouts,
+    protocol::{crypto::SigningKey, version::ProtocolVersion},
     race::RaceLimits,
 };
 
@@ -27,19 +29,31 @@ fn positive_ms(key: &'static str, ms: u64) -> Result<Duration, ConfigError> {
     Ok(Duration::from_millis(ms))
 }
 
-/// `http://host[:port][/path]` without a trailing slash. awc is built without TLS here, so
-/// `https` is refused up front rather than failing at the first chain call.
-fn http_url(key: &'static str, url: &str) -> Result<String, ConfigError> {
-    let u = url.trim().trim_end_matches('/');
-    if u.starts_with("https://") {
+/// Smallest accepted `race.sse_max_line_bytes`: a receipt line must always fit.
+const MIN_SSE_LINE_BYTES: usize = 64 * 1024;
+
+fn sse_line_limit(bytes: usize) -> Result<usize, ConfigError> {
+    if bytes < MIN_SSE_LINE_BYTES {
         return Err(invalid(
-            key,
-            format!("{u:?}: https is not supported by this build; use a plain http endpoint (e.g. a node in the same cluster or a local TLS-terminating proxy)"),
+            "race.sse_max_line_bytes",
+            format!("{bytes} is below the minimum of {MIN_SSE_LINE_BYTES} bytes"),
         ));
     }
-    match u.strip_prefix("http://") {
+    Ok(bytes)
+}
+
+/// `http(s)://host[:port][/path]` without a trailing slash (TLS through rustls, `ca_file`).
+fn http_url(key: &'static str, url: &str) -> Result<String, ConfigError> {
+    let u = url.trim().trim_end_matches('/');
+    match u
+        .strip_prefix("http://")
+        .or_else(|| u.strip_prefix("https://"))
+    {
         Some(rest) if !rest.is_empty() => Ok(u.to_string()),
-        _ => Err(invalid(key, format!("{u:?} is not an http:// URL"))),
+        _ => Err(invalid(
+            key,
+            format!("{u:?} is not an http:// or https:// URL"),
+        )),
     }
 }
 
@@ -156,6 +170,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             format!("{prefix:?} must start with '/' and not end with '/' (e.g. /v1/devshard)"),
         ));
     }
+    let protocol = protocol_setting(&raw.protocol, prefix)?;
     if raw.max_nonce == 0 {
         return Err(invalid("max_nonce", "must be greater than 0"));
     }
@@ -196,6 +211,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             public_api_url,
             timeout: positive_ms("chain_timeout_ms", raw.chain_timeout_ms)?,
             route_prefix: prefix.to_string(),
+            protocol,
             default_model: default_model.clone(),
             max_nonce: raw.max_nonce,
         },
@@ -214,6 +230,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             stall_timeout: positive_ms("race.stall_timeout_ms", raw.race.stall_timeout_ms)?,
             attempt_timeout: positive_ms("race.attempt_timeout_ms", raw.race.attempt_timeout_ms)?,
             meta_drain: Duration::from_millis(raw.race.meta_drain_ms),
+            sse_max_line_bytes: sse_line_limit(raw.race.sse_max_line_bytes)?,
             ..RaceLimits::default()
         },
         escrow,
@@ -225,7 +242,20 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         chain_poll,
         access,
         accounting,
+        ca_file: raw.ca_file.clone().filter(|p| !p.as_os_str().is_empty()),
         shaping: raw.shaping.clone(),
         ledger: raw.ledger,
     })
+}
+
+/// `protocol`, or the version `route_prefix` names; an unsupported version is refused by name.
+fn protocol_setting(protocol: &str, prefix: &str) -> Result<Option<ProtocolVersion>, ConfigError> {
+    let named = ProtocolVersion::from_route_prefix(prefix)
+        .map_err(|e| invalid("route_prefix", e.to_string()))?;
+    match non_empty(protocol) {
+        Some(p) => ProtocolVersion::parse(&p)
+            .map(Some)
+            .map_err(|e| invalid("protocol", e.to_string())),
+        None => Ok(named),
+    }
 }

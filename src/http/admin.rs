@@ -2,8 +2,8 @@
 //! configured every admin path answers 404 (the surface is off); a missing or wrong key → 401.
 //! Keys are compared in constant time.
 //!
-//! - `POST /v1/admin/escrows` `{"escrow_id":"42","model"?:"…"}` → 201 with the registered
-//!   escrow (200 when it was registered already);
+//! - `POST /v1/admin/escrows` `{"escrow_id":"42","model"?:"…","protocol"?:"v4.1"}` → 201 with
+//!   the registered escrow (200 when it was registered already); an unsupported `protocol` → 400;
 //! - `GET /v1/admin/escrows` → every registered escrow with a live snapshot;
 //! - `GET /v1/admin/escrows/{id}`, `DELETE /v1/admin/escrows/{id}[?purge=true]`.
 
@@ -64,6 +64,9 @@ struct AddEscrowBody {
     escrow_id: String,
     #[serde(default)]
     model: Option<String>,
+    /// Protocol version of the escrow (`v2`, `v4.1`); absent = the configured default.
+    #[serde(default)]
+    protocol: Option<String>,
 }
 
 /// `POST /v1/admin/escrows`.
@@ -74,7 +77,7 @@ pub async fn add_escrow(
 ) -> Result<HttpResponse, ApiError> {
     let raw = read_body(&req, payload, ADMIN_BODY_LIMIT).await?;
     let body: AddEscrowBody = serde_json::from_slice(&raw).map_err(|e| ApiError::BadRequest {
-        message: format!("expected {{\"escrow_id\": \"<id>\", \"model\"?: \"<model>\"}}: {e}"),
+        message: format!("expected {{\"escrow_id\": \"<id>\", \"model\"?: \"<model>\", \"protocol\"?: \"v2|v4.1\"}}: {e}"),
         param: Some("escrow_id"),
         code: "invalid_value",
     })?;
@@ -86,6 +89,7 @@ pub async fn add_escrow(
         &state.polling,
         &body.escrow_id,
         body.model.as_deref(),
+        body.protocol.as_deref(),
     )
     .await?;
     info!(state.log, "escrow registered by an admin"; "stage" => "escrow_registration",

@@ -233,6 +233,7 @@ fn chain_parts(e: &ChainError) -> ErrorParts {
         ChainError::Transport { .. } | ChainError::Status { .. } | ChainError::Decode { .. } => {
             parts(502, UPSTREAM, "chain_unavailable")
         }
+        ChainError::Tls { .. } => parts(502, UPSTREAM, "chain_tls_untrusted"),
     }
 }
 

@@ -11,6 +11,7 @@
 //! chain_api: http://127.0.0.1:PORT
 //! control_api: http://127.0.0.1:PORT  (routes under /sim/…)
 //! route_prefix: /v1/devshard
+//! protocol: v2
 //! model: Qwen/…
 //! profile: mixed
 //! host_0: http://127.0.0.1:PORT
@@ -24,7 +25,7 @@ use clap::Args;
 
 use devshard_actors::{
     clock::TokioClock,
-    protocol::{crypto::SigningKey, state::SessionConfig},
+    protocol::{crypto::SigningKey, state::SessionConfig, version::ProtocolVersion},
 };
 
 use super::{Profile, SimConfig, SimNetwork, WarmMode};
@@ -53,9 +54,13 @@ pub struct SimArgs {
     /// Model the hosts serve.
     #[arg(long, default_value = super::DEFAULT_MODEL)]
     pub model: String,
-    /// Route prefix of the devshard host API.
-    #[arg(long, default_value = super::DEFAULT_ROUTE_PREFIX)]
-    pub route_prefix: String,
+    /// Route prefix of the devshard host API (default: the protocol version's route).
+    #[arg(long)]
+    pub route_prefix: Option<String>,
+    /// Protocol version the hosts run: v2 (route /v1/devshard, tag "v2") or v4.1 (route
+    /// /devshard/v4.1, tag "v4.1", settlement drain).
+    #[arg(long, default_value = "v2")]
+    pub protocol: ProtocolVersion,
     /// Escrow creator key (hex); default derived from the seed.
     #[arg(long, env = "DEVSHARD_SIM_GATEWAY_KEY", hide_env_values = true)]
     pub gateway_key: Option<String>,
@@ -100,7 +105,10 @@ impl SimArgs {
         cfg.escrow_ids = self.escrows.clone();
         cfg.amount = self.amount;
         cfg.model = self.model.clone();
-        cfg.route_prefix = self.route_prefix.clone();
+        cfg.set_protocol(self.protocol);
+        if let Some(prefix) = &self.route_prefix {
+            cfg.route_prefix = prefix.clone();
+        }
         cfg.validation_rate = self.validation_rate;
         cfg.output_tokens = self.output_tokens;
         cfg.bind_ip = self.bind;
@@ -151,6 +159,7 @@ pub fn describe(net: &SimNetwork) -> Vec<(String, String)> {
         ("chain_api".to_owned(), net.chain_url().to_owned()),
         ("control_api".to_owned(), net.control_url().to_owned()),
         ("route_prefix".to_owned(), cfg.route_prefix.clone()),
+        ("protocol".to_owned(), cfg.protocol.to_string()),
         ("model".to_owned(), cfg.model.clone()),
         ("profile".to_owned(), cfg.profile.to_string()),
     ];

@@ -2,7 +2,9 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use devshard_actors::protocol::{crypto::SigningKey, state::SessionConfig};
+use devshard_actors::protocol::{
+    crypto::SigningKey, state::SessionConfig, version::ProtocolVersion,
+};
 
 use super::{profile::Profile, warm::WarmMode};
 
@@ -38,6 +40,9 @@ pub struct SimConfig {
     pub model: String,
     /// Prefix of the devshard routes (`/v1/devshard` or `/devshard/<version>`).
     pub route_prefix: String,
+    /// Protocol version the hosts run: the tag of every root they compute and their settlement
+    /// rules. Set it with [`SimConfig::set_protocol`], which also moves the route.
+    pub protocol: ProtocolVersion,
     /// The escrow creator (the key the gateway must sign with).
     pub gateway_key: SigningKey,
     /// Probability (0..1) that a host validates an inference it did not execute when the finish
@@ -75,6 +80,7 @@ impl SimConfig {
             creator_balance: 1_000_000_000_000,
             model: DEFAULT_MODEL.to_owned(),
             route_prefix: DEFAULT_ROUTE_PREFIX.to_owned(),
+            protocol: ProtocolVersion::V2,
             gateway_key: SigningKey::derive(seed, GATEWAY_KEY_INDEX),
             validation_rate: 0.5,
             output_tokens: 24,
@@ -122,11 +128,22 @@ impl SimConfig {
         Ok(map)
     }
 
-    /// The session config every escrow uses.
+    /// The session config every escrow uses (always on [`SimConfig::protocol`]).
     pub fn effective_session_config(&self, slots: usize) -> SessionConfig {
-        self.session_config
-            .clone()
-            .unwrap_or_else(|| SessionConfig::default_for_group(slots))
+        SessionConfig {
+            protocol: self.protocol,
+            ..self
+                .session_config
+                .clone()
+                .unwrap_or_else(|| SessionConfig::default_for_group(slots))
+        }
+    }
+
+    /// Runs the hosts on `version`: its root tag, and its route (`/v1/devshard` for v2,
+    /// `/devshard/v4.1` for v4.1).
+    pub fn set_protocol(&mut self, version: ProtocolVersion) {
+        self.protocol = version;
+        self.route_prefix = version.route_prefix();
     }
 }
 

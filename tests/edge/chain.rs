@@ -22,6 +22,7 @@ fn settings(url: &str, default_model: Option<&str>) -> ChainSettings {
         public_api_url: None,
         timeout: Duration::from_secs(2),
         route_prefix: "/v1/devshard".into(),
+        protocol: None,
         default_model: default_model.map(str::to_string),
         max_nonce: 20_000,
     }

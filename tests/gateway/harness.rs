@@ -180,6 +180,21 @@ impl Harness {
         store: SharedStore,
         escrow_cfg: EscrowConfig,
     ) -> Harness {
+        Self::start_mapped(cfg, store, escrow_cfg, |_, info| async move { info }).await
+    }
+
+    /// [`Harness::start_with`], registering `map(sim, info)` instead of each escrow's `info`
+    /// (e.g. hosts behind TLS proxies).
+    pub async fn start_mapped<F, Fut>(
+        cfg: SimConfig,
+        store: SharedStore,
+        escrow_cfg: EscrowConfig,
+        map: F,
+    ) -> Harness
+    where
+        F: Fn(&SimNetwork, EscrowInfo) -> Fut,
+        Fut: std::future::Future<Output = EscrowInfo>,
+    {
         let mut cfg = cfg;
         // The test binary decides whether hosts sign with warm keys (`tests/gateway_warm.rs`
         // runs the seed incident tests with every host on warm keys).
@@ -214,7 +229,7 @@ impl Harness {
         };
         let directory = Directory::new(deps).start_tracked();
         for id in escrows {
-            let info = escrow_info(&sim, &id);
+            let info = map(&sim, escrow_info(&sim, &id)).await;
             directory
                 .send(AddEscrow { info })
                 .await

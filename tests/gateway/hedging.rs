@@ -1,7 +1,8 @@
 //! Seed 001 on the `mixed` topology (2 co-located hosts, 5 remote): a 10-minute simulated run at
 //! concurrency 2, once with hedging and once without. One failed sample among successes never
 //! makes a fast host Unresponsive, hedges stay within the budget, and p99 time to first token is
-//! no worse than without hedging. The figures are printed.
+//! no worse than without hedging, and no honest host's `missed` grows (checked after every
+//! deadline of the run has passed). The figures are printed.
 
 use std::{cell::RefCell, time::Duration};
 
@@ -22,6 +23,9 @@ struct Figures {
     ttft_ms: Vec<f64>,
     hedges: Vec<(String, u64)>,
     skipped: Vec<(String, u64)>,
+    drained: Vec<(String, u64)>,
+    /// `missed` of every slot once every deadline of the run has passed.
+    missed: Vec<u32>,
 }
 
 fn pct(sorted: &[f64], q: f64) -> f64 {
@@ -85,6 +89,10 @@ async fn run(hedging: bool) -> Figures {
         }
     };
     futures::join!(worker(0), worker(1));
+    // Past every execution deadline (20 min + 5 s): unfinished nonces are timed out by now.
+    tokio::time::sleep(Duration::from_secs(1_300)).await;
+    let _ = h.chat(Harness::body("settle", true)).await;
+    let missed = missed_per_slot(&h);
     // The fast hosts were never Unresponsive (one failure among many successes).
     for p in h.directory.send(ListParticipants).await.unwrap().iter() {
         if p.address == h.host(0) || p.address == h.host(1) {
@@ -112,7 +120,20 @@ async fn run(hedging: bool) -> Figures {
             &m.hedges_skipped,
             &["budget", "nofasterhost", "maxattempts"],
         ),
+        drained: counts(&m.losers_drained, &["receipt", "doubtful"]),
+        missed,
     }
+}
+
+/// `missed` per slot from the host that has applied the most diffs.
+fn missed_per_slot(h: &Harness) -> Vec<u32> {
+    let view = (0..h.sim.hosts().len())
+        .filter_map(|i| h.sim.host_view(i, "42"))
+        .max_by_key(|v| v.latest_nonce)
+        .expect("a host view");
+    (0..view.state.group_size() as u32)
+        .map(|slot| view.state.host_stats(slot).missed)
+        .collect()
 }
 
 /// One run on a fresh thread and runtime (each run gets its own simulator, actors, paused clock
@@ -133,16 +154,31 @@ fn seed001_hedging_is_budgeted_and_never_worse_at_p99() {
     let without = run_isolated(false);
     for (name, f) in [("hedging", &with), ("no hedging", &without)] {
         println!(
-            "seed001 {name}: requests={} failures={} ttft_p50={:.0}ms ttft_p99={:.0}ms hedges={:?} skipped={:?}",
+            "seed001 {name}: requests={} failures={} ttft_p50={:.0}ms ttft_p99={:.0}ms hedges={:?} skipped={:?} losers_drained={:?} missed={:?}",
             f.requests,
             f.failures,
             pct(&f.ttft_ms, 0.5),
             pct(&f.ttft_ms, 0.99),
             f.hedges,
-            f.skipped
+            f.skipped,
+            f.drained,
+            f.missed
         );
     }
     assert_eq!(with.failures, 0);
+    // Slot 1's host failed one request on purpose (the seed's bad sample); every other host is
+    // honest and must never be charged a miss (losers with a receipt drain to their finish).
+    for (name, f) in [("hedging", &with), ("no hedging", &without)] {
+        for (slot, missed) in f.missed.iter().enumerate() {
+            if slot != 1 {
+                assert_eq!(
+                    *missed, 0,
+                    "{name}: honest slot {slot} missed {:?}",
+                    f.missed
+                );
+            }
+        }
+    }
     let hedges: u64 = with.hedges.iter().map(|(_, n)| n).sum();
     let budget = HealthSettings::default();
     assert!(

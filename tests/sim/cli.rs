@@ -6,7 +6,7 @@ use std::{
 };
 
 use clap::Parser;
-use devshard_actors::protocol::crypto::SigningKey;
+use devshard_actors::protocol::{crypto::SigningKey, version::ProtocolVersion};
 use devshard_gateway::sim::{
     cli::{describe, SimArgs},
     Profile,
@@ -18,6 +18,14 @@ use crate::client::start;
 struct Wrapper {
     #[command(flatten)]
     sim: SimArgs,
+}
+
+/// Route prefix and protocol of `sim <args>`.
+fn cfg_protocol(args: &[&str]) -> (String, ProtocolVersion) {
+    let w = Wrapper::parse_from(std::iter::once("sim").chain(args.iter().copied()));
+    let cfg = w.sim.to_config().unwrap();
+    assert_eq!(cfg.effective_session_config(3).protocol, cfg.protocol);
+    (cfg.route_prefix, cfg.protocol)
 }
 
 #[test]
@@ -53,6 +61,17 @@ fn options_build_the_library_config() {
         ),
         (30, 60, 1)
     );
+    assert_eq!(
+        cfg_protocol(&[]),
+        ("/v1/devshard".into(), ProtocolVersion::V2)
+    );
+    assert_eq!(
+        cfg_protocol(&["--protocol", "v4.1"]),
+        ("/devshard/v4.1".into(), ProtocolVersion::V4_1)
+    );
+    let proxied = cfg_protocol(&["--protocol", "v4.1", "--route-prefix", "/p"]);
+    assert_eq!(proxied, ("/p".into(), ProtocolVersion::V4_1));
+    assert!(Wrapper::try_parse_from(["sim", "--protocol", "v5"]).is_err());
     assert!(Wrapper::try_parse_from(["sim", "--profile", "warp"]).is_err());
     let bad = Wrapper::parse_from(["sim", "--gateway-key", "xyz"]);
     assert!(bad.sim.to_config().is_err());
@@ -76,6 +95,7 @@ async fn describe_lists_every_fact_once() {
             "chain_api",
             "control_api",
             "route_prefix",
+            "protocol",
             "model",
             "profile",
             "host_0",

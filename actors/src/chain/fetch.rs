@@ -61,7 +61,10 @@ pub async fn get(url: String, timeout: Duration) -> Fetched {
         Err(SendRequestError::Timeout) => {
             return failed("timeout", format!("no answer within {timeout:?}"))
         }
-        Err(e) => return failed("transport", e),
+        Err(e) => match crate::tls::tls_failure(&e) {
+            Some(reason) => return failed("tls", reason),
+            None => return failed("transport", e),
+        },
     };
     let status = response.status().as_u16();
     if crate::host::error::is_throttling(status) {

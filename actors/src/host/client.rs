@@ -60,13 +60,25 @@ pub(crate) fn client() -> awc::Client {
         c.borrow_mut()
             .get_or_insert_with(|| {
                 awc::Client::builder()
-                    .connector(awc::Connector::new().limit(HOST_CONNECTIONS_PER_THREAD))
+                    .connector(
+                        awc::Connector::new()
+                            .limit(HOST_CONNECTIONS_PER_THREAD)
+                            .rustls_0_23(crate::tls::client_config()),
+                    )
                     .disable_redirects()
                     .timeout(Duration::from_secs(3600))
                     .finish()
             })
             .clone()
     })
+}
+
+/// A failed send: a TLS failure (a configuration problem, see `tls.rs`), else connect/transport.
+fn send_error(e: awc::error::SendRequestError) -> HostError {
+    match crate::tls::tls_failure(&e) {
+        Some(reason) => HostError::Tls(reason),
+        None => transport(e),
+    }
 }
 
 fn transport(e: impl std::fmt::Display) -> HostError {
@@ -103,6 +115,12 @@ impl InferenceStream {
             Some(Err(e)) => Err(HostError::Transport(e.to_string())),
             None => Ok(None),
         }
+    }
+
+    /// The same stream with another SSE line cap (before anything was read).
+    pub fn with_line_limit(mut self, max_line: usize) -> Self {
+        self.parser = SseParser::with_max_event_bytes(max_line);
+        self
     }
 
     /// Whether a terminator (`[DONE]` or a receipt) was seen (upstream's truncation rule).
@@ -147,7 +165,7 @@ pub async fn post_with_headers(
         .insert_header((HEADER_TIMESTAMP, timestamp))
         .timeout(timeout)
         .send_body(body);
-    let mut response = send.await.map_err(transport)?;
+    let mut response = send.await.map_err(send_error)?;
     check_status(&mut response).await?;
     Ok(response)
 }
@@ -259,7 +277,7 @@ async fn get_json<T: serde::de::DeserializeOwned>(
         .timeout(timeout)
         .send()
         .await
-        .map_err(transport)?;
+        .map_err(send_error)?;
     check_status(&mut response).await?;
     response
         .json()

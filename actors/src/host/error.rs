@@ -67,6 +67,10 @@ pub enum HostError {
     Truncated,
     #[error("undecodable host response: {0}")]
     Decode(String),
+    /// The TLS handshake failed, e.g. an untrusted certificate: the operator's configuration
+    /// (`ca_file`) or the host's certificate, never counted against the host's health.
+    #[error("TLS to the host failed: {0}")]
+    Tls(String),
 }
 
 impl HostError {

@@ -62,6 +62,7 @@ pub fn classify_host(e: &HostError) -> (OutcomeClass, OutcomeReason) {
         HostError::Timeout(_) => (OutcomeClass::HostFault, OutcomeReason::Timeout),
         HostError::Truncated => (OutcomeClass::HostFault, OutcomeReason::Truncated),
         HostError::Decode(_) => (OutcomeClass::HostFault, OutcomeReason::Undecodable),
+        HostError::Tls(_) => (OutcomeClass::GatewayFault, OutcomeReason::TlsUntrusted),
         HostError::Status { rejection, .. } => match rejection {
             Rejection::TimestampDrift => (OutcomeClass::HostFault, OutcomeReason::TimestampDrift),
             Rejection::BadAuth => (OutcomeClass::GatewayFault, OutcomeReason::BadAuth),

@@ -14,6 +14,7 @@ pub mod backoff;
 pub mod correlation;
 pub mod health;
 pub mod hedge;
+pub mod mempool;
 pub mod perf;
 pub mod reason;
 pub mod settings;

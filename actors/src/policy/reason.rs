@@ -94,6 +94,11 @@ reasons! {
         Timeout => "timeout",
         Truncated => "truncated",
         Undecodable => "undecodable",
+        /// The host's TLS certificate is not trusted (add its CA to `ca_file`): never the host's
+        /// fault.
+        TlsUntrusted => "tls_untrusted",
+        /// The host proposed a mempool tx only the escrow's creator may sequence (byzantine).
+        ForeignMempoolTx => "foreign_mempool_tx",
         TimestampDrift => "timestamp_drift",
         BadAuth => "bad_auth",
         NotEscrowOwner => "not_escrow_owner",
@@ -137,7 +142,9 @@ impl OutcomeReason {
     pub fn is_byzantine(self) -> bool {
         matches!(
             self,
-            OutcomeReason::InvalidStateSig | OutcomeReason::InvalidReceipt
+            OutcomeReason::InvalidStateSig
+                | OutcomeReason::InvalidReceipt
+                | OutcomeReason::ForeignMempoolTx
         )
     }
 

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     crypto::sha256,
-    state::{compose_root, StateMachine, STATE_ROOT_VERSION},
+    state::{compose_root, StateMachine},
 };
 
 /// Version tags upstream has used (docs/versions.md).
@@ -67,13 +67,11 @@ pub fn explain(sm: &StateMachine, nonce: u64, host_root: &[u8]) -> Option<Unrepr
     }
     let stats = sm.host_stats_hash();
     let rest = sm.rest_hash();
+    let version = sm.config().protocol;
+    let ours = version.root_tag();
     for tag in KNOWN_VERSION_TAGS {
-        if tag != STATE_ROOT_VERSION && tagged_root(&stats, sm.fees(), &rest, tag, sm) == host_root
-        {
-            return Some(Unreproducible::OtherVersion {
-                host: tag,
-                ours: STATE_ROOT_VERSION,
-            });
+        if tag != ours && tagged_root(&stats, sm.fees(), &rest, tag, sm) == host_root {
+            return Some(Unreproducible::OtherVersion { host: tag, ours });
         }
     }
     if !sm.warm_keys().is_empty() {
@@ -82,7 +80,7 @@ pub fn explain(sm: &StateMachine, nonce: u64, host_root: &[u8]) -> Option<Unrepr
         h.update(sm.inferences_hash());
         h.update(sha256(b""));
         let bare: [u8; 32] = h.finalize().into();
-        if compose_root(&stats, sm.fees(), &bare, sm.phase()) == host_root {
+        if compose_root(&stats, sm.fees(), &bare, version, sm.phase()) == host_root {
             return Some(Unreproducible::NoWarmKeys);
         }
     }
@@ -141,7 +139,7 @@ mod tests {
             explain(&sm, 1, &v41),
             Some(Unreproducible::OtherVersion {
                 host: "v4.1",
-                ours: STATE_ROOT_VERSION
+                ours: "v2"
             })
         );
         assert!(explain(&sm, 1, &v41)

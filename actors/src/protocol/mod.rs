@@ -13,5 +13,6 @@ pub mod recovered;
 pub mod session_error;
 pub mod sse;
 pub mod state;
+pub mod version;
 pub mod warm;
 pub mod wire;

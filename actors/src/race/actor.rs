@@ -24,7 +24,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::{
     api::{RaceError, RaceReply, RaceReport, RaceSpec, RaceStart},
-    attempt::AttemptTask,
+    attempt::{AttemptTask, CancelSignal},
     errors::{escrow_error, escrow_gone, no_answer},
     messages::{Crown, RaceShape},
 };
@@ -54,8 +54,8 @@ pub(super) struct AttemptSlot {
     pub receipt: bool,
     pub first_content_ms: Option<i64>,
     pub kind: &'static str,
-    /// Tells this attempt's task to stop (it then reports `Cancelled`).
-    pub cancel: watch::Sender<bool>,
+    /// Tells this attempt's task it lost the race or must stop (see [`CancelSignal`]).
+    pub cancel: watch::Sender<CancelSignal>,
     /// How the attempt ended and when (unix ms), once its task reported.
     pub end: Option<(AttemptEnd, i64)>,
 }
@@ -199,7 +199,7 @@ impl RaceActor {
             "host" => grant.host.short(), "attempt" => idx, "kind" => kind,
             "preference" => format!("{:?}", grant.preference));
         self.tried.push(grant.host.clone());
-        let (cancel, cancelled) = watch::channel(false);
+        let (cancel, cancelled) = watch::channel(CancelSignal::Running);
         self.attempts.push(AttemptSlot {
             nonce: grant.nonce,
             host: grant.host.clone(),
@@ -245,6 +245,8 @@ impl RaceActor {
             clock: self.spec.clock.clone(),
             limits: self.spec.limits,
             input_bytes: u64::try_from(self.spec.params.body.len()).unwrap_or(u64::MAX),
+            stream: self.spec.params.stream,
+            log: self.log.clone(),
             cancel: cancelled,
             stream_error: self.spec.stream_error,
         };
@@ -291,13 +293,23 @@ impl RaceActor {
         self.maybe_finish(ctx);
     }
 
-    /// Cancels every running attempt except `keep`. Once a winner is crowned, Suspect/Probation
-    /// attempts are left to drain (see `loser_crown`).
+    /// Stops every running attempt except `keep`. Without a winner (`keep = None`: client gone,
+    /// shared fault) they stop at once. Once a winner is crowned, losers with a receipt and
+    /// Suspect/Probation ones are left to drain (see `crown.rs`); the others are told they lost.
     pub(super) fn cancel_all(&self, keep: Option<usize>) {
         for (i, a) in self.attempts.iter().enumerate() {
-            let drains = keep.is_some() && a.preference != Preference::Healthy;
-            if Some(i) != keep && !a.ended && !drains {
-                let _ = a.cancel.send(true);
+            if Some(i) == keep || a.ended {
+                continue;
+            }
+            if keep.is_none() {
+                let _ = a.cancel.send(CancelSignal::Stop);
+            } else if super::crown::loser_drains(a) {
+                let why = if a.receipt { "receipt" } else { "doubtful" };
+                info!(self.log, "loser left to drain to its finish"; "stage" => "loser_draining",
+                    "nonce" => a.nonce, "host" => a.host.short(), "why" => why);
+            } else {
+                // The attempt drains anyway if its receipt arrived meanwhile (attempt.rs).
+                let _ = a.cancel.send(CancelSignal::LostRace);
             }
         }
     }

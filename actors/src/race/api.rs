@@ -37,6 +37,8 @@ pub struct RaceLimits {
     pub meta_drain: Duration,
     /// How long a Suspect/Probation attempt's content waits for a Healthy attempt's (ms).
     pub suspect_hold_ms: i64,
+    /// Longest SSE line read from a host, its `\n` included (default 16 MiB).
+    pub sse_max_line_bytes: usize,
 }
 
 impl Default for RaceLimits {
@@ -48,6 +50,7 @@ impl Default for RaceLimits {
             attempt_timeout: Duration::from_secs(20 * 60),
             meta_drain: Duration::from_secs(30),
             suspect_hold_ms: 500,
+            sse_max_line_bytes: crate::protocol::sse::DEFAULT_MAX_EVENT_BYTES,
         }
     }
 }

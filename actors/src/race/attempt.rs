@@ -5,6 +5,15 @@
 //! streaming attempt writes straight to the client channel (bounded: a slow client slows the host
 //! stream, never memory). After `[DONE]` the stream is still read for `devshard_meta` (the finish
 //! marker), up to `meta_drain`.
+//!
+//! Timers while reading: `receipt_timeout` until the receipt; then, for a streaming request,
+//! `stall_timeout` between chunks. A non-streaming host writes nothing between its receipt and
+//! the whole body, so `stream: false` runs no stall timer there: only the hard
+//! `attempt_timeout` (20 min, upstream's bound) ends a long answer.
+//!
+//! End of stream: before any terminator it is a truncation (a host fault). After the receipt
+//! without `[DONE]` it is classified as upstream does: no content → an empty stream (upstream's
+//! reading of a receipt as a terminator); content already read → a truncation mid-answer.
 
 use bytes::Bytes;
 use tokio::{
@@ -44,8 +53,22 @@ pub(super) struct AttemptTask {
     pub clock: SharedClock,
     pub limits: RaceLimits,
     pub input_bytes: u64,
-    pub cancel: watch::Receiver<bool>,
+    /// The client asked for `stream: true` (the stall timer runs only then).
+    pub stream: bool,
+    pub log: slog::Logger,
+    pub cancel: watch::Receiver<CancelSignal>,
     pub stream_error: StreamErrorFormat,
+}
+
+/// What the race tells a running attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CancelSignal {
+    Running,
+    /// Another attempt won. Without a receipt the attempt stops (`Cancelled`); with one it
+    /// drains to its finish (its receipt may have reached the race after the crown decision).
+    LostRace,
+    /// Stop now (the client left, a shared fault): `Cancelled`.
+    Stop,
 }
 
 /// Mutable progress of the attempt.
@@ -60,6 +83,9 @@ struct Progress {
     client_gone: bool,
     /// Lost the crown but runs to its end without forwarding (probation credit).
     draining: bool,
+    /// Told it lost before its receipt: it drains once the receipt comes (within the receipt
+    /// timeout), else it ends `Cancelled`.
+    lost: bool,
 }
 
 impl AttemptTask {
@@ -78,6 +104,7 @@ impl AttemptTask {
             mempool: None,
             client_gone: false,
             draining: false,
+            lost: false,
         };
         let end = self.drive(&mut p).await;
         let end = match (&end, p.client_gone) {
@@ -136,28 +163,35 @@ impl AttemptTask {
         )
         .await;
         let mut stream = match opened {
-            Ok(Ok(s)) => s,
+            Ok(Ok(s)) => s.with_line_limit(self.limits.sse_max_line_bytes),
             Ok(Err(e)) => return AttemptEnd::Host(e),
             Err(_) => return AttemptEnd::Host(HostError::Timeout(self.limits.receipt_timeout)),
         };
         let hard_deadline = tokio::time::Instant::now() + self.limits.attempt_timeout;
         loop {
-            let wait = if p.done {
-                self.limits.meta_drain
-            } else if p.timings.receipt_ms.is_none() {
-                self.limits.receipt_timeout
-            } else {
-                self.limits.stall_timeout
-            };
+            let wait = self.read_limit(p);
+            let read = stream.next_events();
             let next = tokio::select! {
-                r = timeout(wait, stream.next_events()) => r,
-                _ = self.cancel.changed() => return AttemptEnd::Cancelled,
+                r = async {
+                    match wait {
+                        Some(w) => timeout(w, read).await.map_err(|_| w),
+                        None => Ok(read.await),
+                    }
+                } => r,
+                changed = self.cancel.changed() => {
+                    let signal = changed.map_or(CancelSignal::Stop, |()| *self.cancel.borrow());
+                    if self.lost_but_drains(signal, p) {
+                        continue;
+                    }
+                    return AttemptEnd::Cancelled;
+                }
                 _ = tokio::time::sleep_until(hard_deadline) => return AttemptEnd::Stalled,
             };
             let events = match next {
                 Err(_) if p.done => break,
-                Err(_) if p.timings.receipt_ms.is_none() => {
-                    return AttemptEnd::Host(HostError::Timeout(wait))
+                Err(_) if p.timings.receipt_ms.is_none() && p.lost => return AttemptEnd::Cancelled,
+                Err(w) if p.timings.receipt_ms.is_none() => {
+                    return AttemptEnd::Host(HostError::Timeout(w))
                 }
                 Err(_) => return AttemptEnd::Stalled,
                 Ok(Err(e)) if p.done => {
@@ -174,13 +208,41 @@ impl AttemptTask {
                 }
             }
         }
-        if !p.done {
-            return AttemptEnd::Host(HostError::Truncated);
+        end_of_stream(p)
+    }
+
+    /// Whether a `LostRace` signal leaves this attempt draining (it has a receipt) instead of
+    /// cancelled; switches it to draining if so.
+    fn lost_but_drains(&self, signal: CancelSignal, p: &mut Progress) -> bool {
+        let drains = match signal {
+            CancelSignal::Running => true,
+            CancelSignal::LostRace => !p.crowned,
+            CancelSignal::Stop => false,
+        };
+        if drains && signal == CancelSignal::LostRace && p.timings.receipt_ms.is_none() {
+            // Its host may have the Start already: wait (receipt timeout) for the receipt, then
+            // drain, so our own cancellation never leaves an honest host a refused timeout.
+            p.lost = true;
+        } else if drains && signal == CancelSignal::LostRace && !p.draining {
+            p.draining = true;
+            p.buffer.clear();
+            slog::info!(self.log, "loser left to drain to its finish"; "stage" => "loser_draining",
+                "nonce" => self.grant.nonce, "why" => "receipt");
         }
-        if p.timings.content_chunks == 0 {
-            return AttemptEnd::EmptyStream;
+        drains
+    }
+
+    /// How long the next read may take: `None` = no timer but the attempt's hard deadline.
+    fn read_limit(&self, p: &Progress) -> Option<std::time::Duration> {
+        if p.done {
+            Some(self.limits.meta_drain)
+        } else if p.timings.receipt_ms.is_none() {
+            Some(self.limits.receipt_timeout)
+        } else if self.stream {
+            Some(self.limits.stall_timeout)
+        } else {
+            None
         }
-        AttemptEnd::Completed
     }
 
     /// Sends one catch-up chunk (no payload) and reports its receipt to the escrow.
@@ -193,7 +255,8 @@ impl AttemptTask {
             self.limits.receipt_timeout,
         )
         .await
-        .map_err(AttemptEnd::Host)?;
+        .map_err(AttemptEnd::Host)?
+        .with_line_limit(self.limits.sse_max_line_bytes);
         while let Some(events) = s.next_events().await.map_err(AttemptEnd::Host)? {
             for e in events {
                 if let HostEvent::Receipt(receipt) = e {
@@ -220,6 +283,10 @@ impl AttemptTask {
                     self.race.do_send(ReceiptSeen { idx: self.idx });
                 }
                 p.timings.receipt_ms.get_or_insert(now);
+                if p.lost && !p.draining {
+                    p.draining = true;
+                    p.buffer.clear();
+                }
                 super::prewarm::receipt(&self.grant.verify, self.grant.nonce, &receipt);
                 let msg = AttemptReceipt {
                     nonce: self.grant.nonce,
@@ -266,6 +333,14 @@ impl AttemptTask {
             HostEvent::Meta(txs) => {
                 super::prewarm::mempool(&txs);
                 p.mempool = Some(txs);
+            }
+            HostEvent::Malformed(m) if m.kind == MalformedKind::TooLarge && p.done => {
+                // A meta event over the line cap after `[DONE]`: the answer is delivered, only
+                // the mempool is unknown (the finish is looked for as for a missing meta).
+                slog::warn!(self.log, "meta event over the SSE line limit after [DONE]; ignored";
+                    "stage" => "meta_too_large", "nonce" => self.grant.nonce,
+                    "limit" => self.limits.sse_max_line_bytes, "reason" => m.reason);
+                return Some(end_of_stream(p));
             }
             HostEvent::Malformed(m) if m.kind == MalformedKind::TooLarge => {
                 return Some(AttemptEnd::Host(HostError::Decode(m.reason)));
@@ -334,18 +409,64 @@ fn mid_stream_message(end: &AttemptEnd) -> String {
     }
 }
 
-/// Status and message of an OpenAI-style error event (`{"error": {"message", "code"}}`).
-fn error_details(json: &[u8]) -> (Option<u16>, String) {
+/// The end of a host stream that closed cleanly (see the module docs).
+fn end_of_stream(p: &Progress) -> AttemptEnd {
+    match (
+        p.done,
+        p.timings.receipt_ms.is_some(),
+        p.timings.content_chunks,
+    ) {
+        (false, false, _) | (false, true, 1..) => AttemptEnd::Host(HostError::Truncated),
+        (_, _, 0) => AttemptEnd::EmptyStream,
+        (true, _, _) => AttemptEnd::Completed,
+    }
+}
+
+/// Status and message of a host error event, as upstream reads it (UPSTREAM-SURFACE §7.4):
+/// `{"error": {…}}` or `{"object": "error", …}`; the status is its `code` when in 400–599,
+/// else 400 when its `type` names a bad request (a client-caused failure such as a context-length
+/// overflow), else unknown (a host fault).
+pub(super) fn error_details(json: &[u8]) -> (Option<u16>, String) {
     let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
-    let err = v.get("error").unwrap_or(&v);
+    let err = v.get("error").filter(|e| e.is_object()).unwrap_or(&v);
     let message = err
         .get("message")
         .and_then(|m| m.as_str())
         .unwrap_or("the host reported an error")
         .to_string();
-    let code = err.get("code").and_then(|c| {
-        c.as_u64()
-            .or_else(|| c.as_str().and_then(|s| s.parse().ok()))
+    let code = err
+        .get("code")
+        .and_then(|c| {
+            c.as_u64()
+                .or_else(|| c.as_str().and_then(|s| s.parse().ok()))
+        })
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| (400..600).contains(c));
+    let bad_request = err.get("type").and_then(|t| t.as_str()).is_some_and(|t| {
+        t.to_ascii_lowercase()
+            .replace('_', "")
+            .contains("badrequest")
     });
-    (code.and_then(|c| u16::try_from(c).ok()), message)
+    (code.or(bad_request.then_some(400)), message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_details;
+
+    #[test]
+    fn host_error_events_read_as_upstream() {
+        let ctx = br#"{"error":{"message":"context length exceeded","type":"BadRequestError"}}"#;
+        assert_eq!(
+            error_details(ctx),
+            (Some(400), "context length exceeded".into())
+        );
+        let vllm = br#"{"object":"error","message":"too long","type":"bad_request_error"}"#;
+        assert_eq!(error_details(vllm), (Some(400), "too long".into()));
+        let coded = br#"{"error":{"message":"busy","code":"503"}}"#;
+        assert_eq!(error_details(coded), (Some(503), "busy".into()));
+        let host = br#"{"error":{"message":"CUDA out of memory","type":"InternalError"}}"#;
+        assert_eq!(error_details(host).0, None);
+        assert_eq!(error_details(br#"{"error":{"code":200}}"#).0, None);
+    }
 }

@@ -2,6 +2,15 @@
 //! content from a Suspect/Probation host is crowned as soon as no Healthy attempt is still running
 //! without content, or `suspect_hold_ms` after it arrived. If any attempt produced content, the
 //! client gets content.
+//!
+//! Losers: once a winner is crowned, every loser that has a receipt **drains** to its finish
+//! marker (it reads its stream to the end and forwards nothing), as upstream lets losers finish:
+//! its host already confirmed the start, so cancelling it would leave a nonce no finish ever
+//! comes for, and about 20 minutes later the timeout vote would charge an honest host `missed`.
+//! A drain is bounded by the stall timer and the attempt timeout. Suspect/Probation losers also
+//! drain (their finish is the probation credit of docs/health.md §2). An attempt still without a
+//! receipt is told it lost: it drains if its receipt comes within the receipt timeout (its host
+//! may already hold the Start), else it ends cancelled (`attempt.rs`).
 
 use std::time::Duration;
 
@@ -10,7 +19,7 @@ use slog::info;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    actor::RaceActor,
+    actor::{AttemptSlot, RaceActor},
     api::{RaceStart, CLIENT_CHANNEL_CAPACITY},
     messages::{Crown, FirstContent},
 };
@@ -43,17 +52,12 @@ impl Handler<FirstContent> for RaceActor {
 }
 
 impl RaceActor {
-    /// What a losing attempt does: a Suspect/Probation host's attempt drains to its end (its
-    /// finish is the probation credit docs/health.md §2 asks for); a Healthy one is cancelled.
+    /// What a losing attempt does once there is a winner: one that has a receipt, or whose host
+    /// is Suspect/Probation, drains to its end; any other one is cancelled.
     pub(super) fn loser_crown(&self, idx: usize) -> Crown {
-        let doubtful = self
-            .attempts
-            .get(idx)
-            .is_some_and(|a| a.preference != Preference::Healthy);
-        if doubtful && self.winner.is_some() {
-            Crown::Drain
-        } else {
-            Crown::Lose
+        match self.attempts.get(idx) {
+            Some(a) if self.winner.is_some() && loser_drains(a) => Crown::Drain,
+            _ => Crown::Lose,
         }
     }
 
@@ -118,7 +122,7 @@ impl RaceActor {
         for (i, other) in std::mem::take(&mut self.pending_crowns) {
             let _ = other.send(self.loser_crown(i));
         }
-        // Losers stop at once; they report `Cancelled`.
+        // Losers without a receipt stop at once (they report `Cancelled`); the others drain.
         self.cancel_all(Some(idx));
         if self.spec.params.stream {
             let (stream_tx, stream_rx) = mpsc::channel(CLIENT_CHANNEL_CAPACITY);
@@ -133,4 +137,9 @@ impl RaceActor {
             let _ = tx.send(Crown::Collect);
         }
     }
+}
+
+/// Whether a loser runs to its finish marker instead of being cancelled (see the module docs).
+pub(super) fn loser_drains(a: &AttemptSlot) -> bool {
+    a.receipt || a.preference != Preference::Healthy
 }

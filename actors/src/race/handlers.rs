@@ -51,9 +51,18 @@ impl Handler<AttemptFinished> for RaceActor {
 
     fn handle(&mut self, msg: AttemptFinished, ctx: &mut Self::Context) {
         let now = self.now();
+        let lost = self.winner.is_some_and(|w| w != msg.idx);
         if let Some(a) = self.attempts.get_mut(msg.idx) {
             a.ended = true;
             a.end = Some((msg.end.clone(), now));
+            if lost && msg.end == AttemptEnd::Completed {
+                let why = if a.receipt { "receipt" } else { "doubtful" };
+                self.spec
+                    .metrics
+                    .losers_drained
+                    .with_label_values(&[why])
+                    .inc();
+            }
         }
         if let Some(tx) = self.pending_crowns.remove(&msg.idx) {
             let _ = tx.send(Crown::Lose);
@@ -112,6 +121,7 @@ fn failure_kind(end: &AttemptEnd) -> Option<String> {
     Some(match end {
         AttemptEnd::Completed | AttemptEnd::Cancelled | AttemptEnd::ClientGone => return None,
         AttemptEnd::Host(HostError::Connect(_)) => "connect".into(),
+        AttemptEnd::Host(HostError::Tls(_)) => "tls".into(),
         AttemptEnd::Host(HostError::Transport(_)) => "transport".into(),
         AttemptEnd::Host(HostError::Timeout(_)) => "timeout".into(),
         AttemptEnd::Host(HostError::Status { status, .. }) => format!("status_{status}"),
@@ -143,7 +153,7 @@ impl RaceActor {
             None => ("running", None, None),
             Some((end, _)) => match (end, failure_kind(end)) {
                 (AttemptEnd::Completed, _) if won => ("won", None, None),
-                // A loser that ran to its end (a Suspect/Probation host's drained attempt).
+                // A loser that ran to its end (it had a receipt, or its host was doubtful).
                 (AttemptEnd::Completed, _) => ("drained", None, None),
                 (AttemptEnd::Cancelled, _) => ("cancelled", None, None),
                 (AttemptEnd::ClientGone, _) => ("client_gone", None, None),

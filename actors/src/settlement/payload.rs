@@ -13,7 +13,8 @@ use crate::protocol::{
     cosmos::{MsgSettleDevshardEscrow, SlotSignature},
     crypto::Address,
     proto::{self, HostStatsMapProto, HostStatsProto},
-    state::{compose_root, Phase, StateMachine, STATE_ROOT_VERSION},
+    state::{compose_root, Phase, StateMachine},
+    version::{ProtocolVersion, UnsupportedVersion},
     wire::b64,
 };
 
@@ -26,6 +27,8 @@ pub enum PayloadError {
     BadEscrowId(String),
     #[error("state_root / rest_hash must be 32 bytes")]
     BadHash,
+    #[error(transparent)]
+    Version(#[from] UnsupportedVersion),
 }
 
 /// One slot's counters, as upstream's JSON names them.
@@ -102,7 +105,7 @@ impl SettlementPayload {
         }
         Ok(SettlementPayload {
             escrow_id: sm.escrow_id().to_owned(),
-            version: STATE_ROOT_VERSION.to_owned(),
+            version: sm.config().protocol.root_tag().to_owned(),
             state_root: sm.root_with_phase(Phase::Settlement).to_vec(),
             nonce: sm.latest_nonce(),
             fees: sm.fees(),
@@ -134,10 +137,12 @@ impl SettlementPayload {
             entries: self.host_stats.iter().map(|h| h.to_proto()).collect(),
         };
         let stats_hash = crate::protocol::crypto::sha256(&proto::encode(&stats));
+        let version = ProtocolVersion::parse(&self.version)?;
         Ok(compose_root(
             &stats_hash,
             self.fees,
             &rest,
+            version,
             Phase::Settlement,
         ))
     }

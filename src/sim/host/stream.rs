@@ -19,7 +19,7 @@ use hyper::body::Frame;
 
 use devshard_actors::protocol::{
     crypto::sha256,
-    proto::{DevshardTx, MsgFinishInference, Tx},
+    proto::{DevshardTx, MsgFinalizeRound, MsgFinishInference, MsgStartInference, Tx},
     sse::{data_event, meta_event, receipt_event},
     state::sign_finish,
     wire::ReceiptBody,
@@ -275,13 +275,35 @@ async fn send_meta(
     if faults.omit_meta {
         return Ok(());
     }
-    let mempool = host
+    let mut mempool = host
         .with_session(&plan.escrow_id, |s| s.mempool.clone())
         .unwrap_or_default();
+    if faults.inject_foreign_txs {
+        mempool.push(DevshardTx::new(Tx::FinalizeRound(MsgFinalizeRound {})));
+        mempool.push(DevshardTx::new(Tx::StartInference(MsgStartInference {
+            inference_id: u64::MAX,
+            ..Default::default()
+        })));
+    }
     if faults.garble_meta {
         return send(tx, GARBLED_META).await;
     }
-    send_bytes(tx, meta_event(&mempool)).await
+    match faults.oversize_meta_bytes {
+        Some(n) => send_bytes(tx, padded_meta_event(&mempool, n)).await,
+        None => send_bytes(tx, meta_event(&mempool)).await,
+    }
+}
+
+/// `oversize_meta_bytes`: the meta event with a `padding` field of `n` bytes.
+fn padded_meta_event(mempool: &[DevshardTx], n: usize) -> Bytes {
+    let event = meta_event(mempool);
+    let json = event
+        .strip_prefix(b"data: ".as_slice())
+        .and_then(|j| j.strip_suffix(b"\n\n".as_slice()))
+        .unwrap_or_default();
+    let mut v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
+    v["padding"] = serde_json::Value::String("x".repeat(n));
+    data_event(serde_json::to_string(&v).unwrap_or_default().as_bytes())
 }
 
 /// Abandons the plan's run when dropped before [`AbandonOnDrop::disarm`].

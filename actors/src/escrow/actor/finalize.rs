@@ -49,7 +49,7 @@ impl EscrowActor {
                         let _ = act.session.process_receipt(&addr, None, &r);
                         act.durable.syncs_changed();
                     }
-                    act.absorb_mempool(sent.mempool, ctx);
+                    act.absorb_mempool(&addr, sent.mempool, ctx);
                 }
             }
             res.map(|_| act.round_done())

@@ -147,7 +147,7 @@ impl Handler<AttemptEnded> for EscrowActor {
     fn handle(&mut self, msg: AttemptEnded, ctx: &mut Self::Context) -> Self::Result {
         let nonce = msg.nonce;
         if let Some(txs) = msg.report.mempool.clone() {
-            self.absorb_mempool(txs, ctx);
+            self.absorb_mempool(&msg.host, txs, ctx);
         }
         let finished = self.session.is_finished(nonce);
         let judged = settle::judge(&msg.report.end, finished, msg.report.crowned);
@@ -321,7 +321,7 @@ impl Handler<SyncHosts> for EscrowActor {
                         let _ = act.session.process_receipt(&addr, None, &r);
                         act.durable.syncs_changed();
                     }
-                    act.absorb_mempool(sent.mempool, ctx);
+                    act.absorb_mempool(&addr, sent.mempool, ctx);
                 }
             }
             info!(act.deps.log, "hosts synced"; "stage" => "sync_hosts", "nonce" => act.session.nonce());

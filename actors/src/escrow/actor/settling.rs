@@ -9,7 +9,7 @@ use actix::prelude::*;
 use slog::{info, warn};
 
 use super::super::{
-    book::NextTimeout,
+    book::{NextTimeout, Settled},
     durable::{OnDurable, Pending},
     guard::Outbound,
     nonces::NonceState,
@@ -17,9 +17,10 @@ use super::super::{
 };
 use super::EscrowActor;
 use crate::{
-    outcome::OutcomeClass,
+    outcome::{AttemptOutcome, OutcomeClass},
     policy::{
         correlation::SharedFault,
+        mempool::{self, ForeignTx},
         reason::{EmptyDiffReason, OutcomeReason},
     },
     protocol::{crypto::Address, proto::DevshardTx, warm::Acceptance},
@@ -27,6 +28,35 @@ use crate::{
 };
 
 impl EscrowActor {
+    /// A host proposed txs only the escrow's creator may sequence (e.g. `MsgFinalizeRound`):
+    /// they were dropped; the host is charged a byzantine fault (ejected at once).
+    fn charge_foreign_txs(&mut self, from: &Address, refused: &[ForeignTx]) {
+        for kind in refused {
+            warn!(self.deps.log, "foreign tx in a host mempool dropped"; "stage" => "mempool_foreign_tx",
+                "host" => from.short(), "kind" => kind.label());
+            self.deps
+                .metrics
+                .mempool_foreign_txs
+                .with_label_values(&[kind.label()])
+                .inc();
+        }
+        let s = Settled {
+            participant: from.clone(),
+            winner: false,
+            request_id: String::new(),
+            outcome: AttemptOutcome {
+                escrow_id: self.session.info().escrow_id.clone(),
+                nonce: self.session.nonce(),
+                class: OutcomeClass::HostFault,
+                reason: OutcomeReason::ForeignMempoolTx,
+                timings: Default::default(),
+                finish_late_ms: None,
+            },
+        };
+        let sent = self.guard.emit(s, self.routing.counts(), self.now_ms());
+        self.send_outcomes(sent);
+    }
+
     /// Emits the final outcome of an attempt (exactly once per attempt).
     pub(super) fn emit(
         &mut self,
@@ -107,8 +137,19 @@ impl EscrowActor {
         }
     }
 
-    /// Queues a host's mempool and settles every pending finish it completes.
-    pub(super) fn absorb_mempool(&mut self, txs: Vec<DevshardTx>, ctx: &mut Context<Self>) {
+    /// Queues what `from`'s mempool may carry (ConfirmStart, Finish, Validation,
+    /// ValidationVote: `policy/mempool.rs`) and settles every pending finish it completes. Any
+    /// other tx is dropped, logged and counted, and `from` is charged as byzantine.
+    pub(super) fn absorb_mempool(
+        &mut self,
+        from: &Address,
+        txs: Vec<DevshardTx>,
+        ctx: &mut Context<Self>,
+    ) {
+        let (txs, refused) = mempool::sift(txs);
+        if !refused.is_empty() {
+            self.charge_foreign_txs(from, &refused);
+        }
         let signers = self.session.mempool_signers_to_check(&txs);
         if signers
             .iter()
@@ -205,10 +246,11 @@ impl EscrowActor {
             self.deps.cfg.host_timeouts.query,
             self.deps.cfg.finish_poll_max_ms,
         );
+        let from = host.address.clone();
         let fut = async move { crate::host::client::get_mempool(&url, timeout).await };
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             if let Ok(txs) = res {
-                act.absorb_mempool(txs, ctx);
+                act.absorb_mempool(&from, txs, ctx);
             }
             if act.book.back_off_poll(nonce, max) {
                 act.arm_nonce_timer(nonce, ctx);
@@ -322,7 +364,7 @@ impl EscrowActor {
                     }
                     act.durable.syncs_changed();
                 }
-                act.absorb_mempool(sent.mempool, ctx);
+                act.absorb_mempool(&addr, sent.mempool, ctx);
             }
             Err(e) => warn!(act.deps.log, "pending diff not delivered"; "stage" => "pending_diff_failed",
                 "host" => addr.short(), "error" => e),

@@ -17,8 +17,8 @@
 //!
 //! A garbled receipt or meta body (bad JSON shape, base64 or protobuf) yields
 //! [`HostEvent::Malformed`] instead of a panic or a silent drop; upstream logs and ignores it, so
-//! callers should treat it like an absent event. A line longer than the limit (default 1 MiB,
-//! counting its `\n`, as upstream's `MaxSSEEventBytes`) yields one `Malformed` event of kind
+//! callers should treat it like an absent event. A line longer than the limit (default 16 MiB,
+//! counting its `\n`, as upstream's `MaxSSEEventBytes`; default 16 MiB here) yields one `Malformed` event of kind
 //! [`MalformedKind::TooLarge`]; the parser then ignores all further input and [`SseParser::finish`]
 //! fails with [`SseError::EventTooLarge`]: abort the request, like upstream.
 
@@ -36,8 +36,11 @@ use super::{
 
 /// The final inference event.
 pub const DONE_EVENT: &[u8] = b"data: [DONE]\n\n";
-/// Default cap on one SSE line including its `\n` (upstream `DefaultMaxSSEEventBytes`).
-pub const DEFAULT_MAX_EVENT_BYTES: usize = 1 << 20;
+/// Default cap on one SSE line including its `\n`: 16 MiB. Upstream's 1 MiB
+/// (`DefaultMaxSSEEventBytes`) is passed by a whole non-streamed body with the logprobs that
+/// validation needs at roughly 3 000 tokens; the gateway's cap is configurable
+/// (`race.sse_max_line_bytes`).
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 16 << 20;
 
 const DATA_PREFIX: &[u8] = b"data: ";
 const RECEIPT_KEY: &str = "devshard_receipt";

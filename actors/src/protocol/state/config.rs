@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::proto::SessionConfigProto;
+use crate::protocol::{proto::SessionConfigProto, version::ProtocolVersion};
 
 /// Refusal deadline: a Start without a receipt may be timed out after this many seconds.
 pub const DEFAULT_REFUSAL_TIMEOUT_SECS: i64 = 60;
@@ -49,6 +49,11 @@ pub struct SessionConfig {
     pub inference_seal_grace_seconds: u32,
     /// Auto-seal runs at every nonce divisible by this (`0` = the default 150).
     pub auto_seal_every_n_nonces: u32,
+    /// The escrow's protocol version: the root's tag and the settlement rules. Not part of
+    /// `SessionConfigProto` (the version is the route and the bind); absent in records written
+    /// before versions existed, which were all v2.
+    #[serde(default)]
+    pub protocol: ProtocolVersion,
 }
 
 impl SessionConfig {
@@ -67,6 +72,7 @@ impl SessionConfig {
             inference_seal_grace_nonces: n.max(MIN_INFERENCE_SEAL_GRACE_NONCES),
             inference_seal_grace_seconds: DEFAULT_INFERENCE_SEAL_GRACE_SECONDS,
             auto_seal_every_n_nonces: DEFAULT_AUTO_SEAL_EVERY_N_NONCES,
+            protocol: ProtocolVersion::V2,
         }
     }
 
@@ -86,8 +92,9 @@ impl SessionConfig {
         }
     }
 
-    /// Inverse of [`SessionConfig::to_proto`].
-    pub fn from_proto(p: &SessionConfigProto) -> Self {
+    /// Inverse of [`SessionConfig::to_proto`], for an escrow on `protocol` (the proto does not
+    /// carry the version).
+    pub fn from_proto(p: &SessionConfigProto, protocol: ProtocolVersion) -> Self {
         SessionConfig {
             refusal_timeout: p.refusal_timeout,
             execution_timeout: p.execution_timeout,
@@ -99,6 +106,7 @@ impl SessionConfig {
             inference_seal_grace_nonces: p.inference_seal_grace_nonces,
             inference_seal_grace_seconds: p.inference_seal_grace_seconds,
             auto_seal_every_n_nonces: p.auto_seal_every_n_nonces,
+            protocol,
         }
     }
 
@@ -132,7 +140,10 @@ mod tests {
     #[test]
     fn proto_round_trip() {
         let c = SessionConfig::default_for_group(3);
-        assert_eq!(SessionConfig::from_proto(&c.to_proto()), c);
+        assert_eq!(
+            SessionConfig::from_proto(&c.to_proto(), ProtocolVersion::V2),
+            c
+        );
         let zero = SessionConfig {
             auto_seal_every_n_nonces: 0,
             ..c

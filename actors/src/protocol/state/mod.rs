@@ -7,7 +7,7 @@
 //! - `error.rs`   — [`StateError`] with the upstream error texts.
 //! - `apply.rs`, `timeout.rs`, `validate.rs` — the effect of each transaction kind.
 //! - `seal.rs`    — per-nonce fee, phase transitions, auto-seal and the settlement drain.
-//! - `root.rs`    — the "v2" state root.
+//! - `root.rs`    — the state root, tagged with the escrow's protocol version.
 //! - `records.rs` — the live record map with cached encodings and incremental live hash.
 //! - `content.rs` — the signed byte strings (receipts, proposer sigs, votes, state sigs).
 //! - `snapshot.rs` — [`StateSnapshot`], a serializable copy for persistence.
@@ -54,7 +54,7 @@ pub use content::{
 pub use error::StateError;
 pub use record::{HostStats, InferenceRecord, InferenceStatus, Phase, Slot};
 use records::Records;
-pub use root::{compose_root, fold_sealed, STATE_ROOT_VERSION};
+pub use root::{compose_root, fold_sealed};
 pub use seal::STATE_CLOCK_WINDOW_FACTOR;
 pub use snapshot::StateSnapshot;
 

@@ -166,7 +166,7 @@ pub struct HostStats {
     pub cost: u64,
     /// Validations this slot was required to do (not derived by the state machine; stays 0).
     pub required_validations: u32,
-    /// MsgValidation txs applied with this slot as `validator_slot`.
+    /// Never changed by any tx (docs/versions.md: a validation changes only the record); stays 0.
     pub completed_validations: u32,
 }
 

@@ -1,4 +1,5 @@
-//! The "v2" state root (docs/protocol.md §5.4, upstream `state/hash.go`):
+//! The state root (docs/protocol.md §5.4, upstream `state/hash.go`), with the escrow's version tag
+//! (`"v2"` or `"v4.1"`, [`ProtocolVersion::root_tag`]):
 //!
 //! ```text
 //! host_stats_hash = sha256(proto(HostStatsMapProto{entries sorted by slot}))
@@ -6,7 +7,7 @@
 //! inferences_hash = sha256(sealed_acc(32) ‖ live_hash)
 //! warm_keys_hash  = sha256(for slot asc: slot_be4 ‖ len_be4 ‖ addr)   (`protocol/warm/hash.rs`)
 //! rest_hash       = sha256(balance_be8 ‖ inferences_hash ‖ warm_keys_hash)
-//! state_root      = sha256(host_stats_hash ‖ fees_be8 ‖ rest_hash ‖ sha256("v2") ‖ phase_u8)
+//! state_root      = sha256(host_stats_hash ‖ fees_be8 ‖ rest_hash ‖ sha256(tag) ‖ phase_u8)
 //! ```
 //!
 //! Host stats: like upstream, every group slot has an entry from creation on (zero counters
@@ -18,12 +19,10 @@ use sha2::{Digest, Sha256};
 use crate::protocol::{
     crypto::sha256,
     proto::{self, HostStatsMapProto},
+    version::ProtocolVersion,
 };
 
 use super::{record::Phase, StateMachine};
-
-/// `StateRootAndProtocolVersion` bound into every root.
-pub const STATE_ROOT_VERSION: &str = "v2";
 
 impl StateMachine {
     /// The current state root (after the latest applied nonce).
@@ -38,6 +37,7 @@ impl StateMachine {
             &self.host_stats_hash(),
             self.st.fees,
             &self.rest_hash(),
+            self.session.config.protocol,
             phase,
         )
     }
@@ -83,18 +83,19 @@ impl StateMachine {
     }
 }
 
-/// `sha256(host_stats_hash ‖ fees_be8 ‖ rest_hash ‖ sha256(version) ‖ phase_u8)`.
+/// `sha256(host_stats_hash ‖ fees_be8 ‖ rest_hash ‖ sha256(version tag) ‖ phase_u8)`.
 pub fn compose_root(
     host_stats_hash: &[u8; 32],
     fees: u64,
     rest_hash: &[u8; 32],
+    version: ProtocolVersion,
     phase: Phase,
 ) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(host_stats_hash);
     h.update(fees.to_be_bytes());
     h.update(rest_hash);
-    h.update(sha256(STATE_ROOT_VERSION.as_bytes()));
+    h.update(sha256(version.root_tag().as_bytes()));
     h.update([phase.as_u8()]);
     h.finalize().into()
 }

@@ -5,8 +5,10 @@
 //! 1. while Active: `balance -= fee_per_nonce; fees += fee_per_nonce` (`ErrInsufficientBalance`);
 //!    the diff that carries MsgFinalizeRound is already Finalizing and pays no fee;
 //! 2. `latest_nonce = nonce`;
-//! 3. Finalizing and `latest >= finalize_nonce + N` → Settlement, and every live record is folded
-//!    into `sealed_acc` (ascending id, seal nonce = `latest`);
+//! 3. Finalizing and `latest >= finalize_nonce + N` → Settlement; from v4.1 on the live records
+//!    are first drained (ascending id: Started → `actual_cost = reserved`, Finished, executor
+//!    `cost += reserved`; Pending → reservation refunded, TimedOut, no `missed`; docs/versions.md),
+//!    then every live record is folded into `sealed_acc` (ascending id, seal nonce = `latest`);
 //! 4. still Active and `nonce % auto_seal_interval == 0` → auto-seal.
 //!
 //! Auto-seal: `state_clock` = max `confirmed_at > 0` over the newest `3N` live records (by id).
@@ -44,6 +46,9 @@ impl StateMachine {
             let n = self.group_size() as u64;
             if self.st.latest_nonce >= self.st.finalize_nonce.saturating_add(n) {
                 self.st.phase = Phase::Settlement;
+                if self.session.config.protocol.drains_at_settlement() {
+                    self.drain_for_settlement()?;
+                }
                 let all: Vec<u64> = self.st.records.iter().map(|r| r.inference_id).collect();
                 self.seal(nonce, &all);
             }
@@ -99,6 +104,45 @@ impl StateMachine {
             })
             .map(|r| r.inference_id)
             .collect()
+    }
+
+    /// The v4.1 settlement drain: every record still Started is paid its reservation, every
+    /// record still Pending is refunded; nothing else changes.
+    fn drain_for_settlement(&mut self) -> Result<(), StateError> {
+        let live: Vec<_> = self
+            .st
+            .records
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.status,
+                    InferenceStatus::Started | InferenceStatus::Pending
+                )
+            })
+            .cloned()
+            .collect();
+        for mut rec in live {
+            if rec.status == InferenceStatus::Started {
+                let idx = self.stats_index(rec.executor_slot)?;
+                let mut stats = self.host_stats(rec.executor_slot);
+                stats.cost = stats
+                    .cost
+                    .checked_add(rec.reserved_cost)
+                    .ok_or(StateError::Overflow("host cost"))?;
+                rec.actual_cost = rec.reserved_cost;
+                rec.status = InferenceStatus::Finished;
+                self.st.host_stats[idx] = stats;
+            } else {
+                self.st.balance = self
+                    .st
+                    .balance
+                    .checked_add(rec.reserved_cost)
+                    .ok_or(StateError::Overflow("balance"))?;
+                rec.status = InferenceStatus::TimedOut;
+            }
+            self.st.records.put(rec);
+        }
+        Ok(())
     }
 
     /// Folds the given live records (ascending ids) into `sealed_acc` at `seal_nonce` and

@@ -7,10 +7,12 @@
 //!   must recover to the validator slot's owner and `escrow_id` must match. It is idempotent per
 //!   address: when any slot of that address is already in `validated_by` the tx is a no-op that
 //!   succeeds (checked before the status gate, as upstream, so re-sent validations never stall a
-//!   mempool). Otherwise every slot of the address is marked in `validated_by` and
-//!   `host_stats[validator_slot].completed_validations` is incremented. On a Finished record the
-//!   validator's slot weight is added to `votes_valid`/`votes_invalid`, and `valid = false`
-//!   moves it to Challenged. On later statuses only the bitmap and the counter change.
+//!   mempool). Otherwise only the emitting slot's bit is set in `validated_by`. On a Finished
+//!   record the validator address's slot weight is added to `votes_valid`/`votes_invalid`, and
+//!   `valid = false` moves it to Challenged. On later statuses only the bit changes. A
+//!   validation changes **only the inference record**: `host_stats` (`required_validations`,
+//!   `completed_validations`) is never touched, in every upstream version (docs/versions.md;
+//!   upstream's v4.1 known-answer roots diverge from nonce 7 otherwise).
 //! - **ValidationVote** is a no-op on Validated/Invalidated records (safe batching, as upstream)
 //!   and otherwise requires Challenged. One participation per address: an address already in
 //!   `validated_by` (as validator or voter) gets `ErrDuplicateVote`. The executor's address may
@@ -58,14 +60,11 @@ impl StateMachine {
         )?;
         self.check_escrow(&m.escrow_id)?;
         let weight = self.weight_of(validator);
-        let idx = self.stats_index(m.validator_slot)?;
-        let mut stats = self.host_stats(m.validator_slot);
-        stats.completed_validations = stats
-            .completed_validations
-            .checked_add(1)
-            .ok_or(StateError::Overflow("completed validations"))?;
+        let emitting_bit = 1u128
+            .checked_shl(m.validator_slot)
+            .ok_or(StateError::SlotNotInGroup(m.validator_slot))?;
         let mut rec = rec.clone();
-        rec.validated_by |= mask;
+        rec.validated_by |= emitting_bit;
         if rec.status == InferenceStatus::Finished {
             if m.valid {
                 rec.votes_valid = rec
@@ -80,7 +79,6 @@ impl StateMachine {
                 rec.status = InferenceStatus::Challenged;
             }
         }
-        self.st.host_stats[idx] = stats;
         self.st.records.put(rec);
         self.bind_warm(bind);
         Ok(())

@@ -2,6 +2,7 @@
 //! gateway (creator key, best-effort composition + `Diff::sign`) and the hosts (slot keys).
 
 mod compose;
+mod drain;
 mod finalize;
 mod lifecycle;
 mod live_set;

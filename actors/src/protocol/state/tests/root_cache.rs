@@ -19,7 +19,13 @@ fn reference_root(sm: &StateMachine, phase: Phase) -> [u8; 32] {
     let live = reference_live_hash(sm.records());
     let inferences = sha256(&[&sm.st.sealed_acc[..], &live].concat());
     let rest = sha256(&[&sm.st.balance.to_be_bytes()[..], &inferences, &sha256(b"")].concat());
-    compose_root(&host_stats_hash, sm.st.fees, &rest, phase)
+    compose_root(
+        &host_stats_hash,
+        sm.st.fees,
+        &rest,
+        sm.config().protocol,
+        phase,
+    )
 }
 
 fn assert_roots(sm: &StateMachine) {

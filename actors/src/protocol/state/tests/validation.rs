@@ -7,13 +7,14 @@ use crate::protocol::state::InferenceStatus;
 fn valid_validation_counts_weight_and_keeps_finished() {
     let mut fx = Fx::new(&[0, 1, 0, 2]); // host 0 holds slots 0 and 2
     let id = fx.finished(10, 10); // executor slot 1
+    let stats_before: Vec<_> = (0..4).map(|s| fx.sm.host_stats(s)).collect();
     fx.ok(vec![fx.validation(id, 2, true)]);
     let r = fx.sm.record(id).unwrap();
     assert_eq!(
         (r.status, r.votes_valid, r.validated_by),
-        (InferenceStatus::Finished, 2, 0b101)
+        (InferenceStatus::Finished, 2, 0b100),
+        "the address's weight counts, only the emitting slot's bit is set"
     );
-    assert_eq!(fx.sm.host_stats(2).completed_validations, 1);
     // Idempotent per address (via the other slot too): a no-op that still applies.
     let before = fx.sm.record(id).cloned();
     fx.ok(vec![
@@ -21,7 +22,39 @@ fn valid_validation_counts_weight_and_keeps_finished() {
         fx.validation(id, 2, true),
     ]);
     assert_eq!(fx.sm.record(id).cloned(), before);
-    assert_eq!(fx.sm.host_stats(0).completed_validations, 0);
+    let stats_after: Vec<_> = (0..4).map(|s| fx.sm.host_stats(s)).collect();
+    assert_eq!(
+        stats_after, stats_before,
+        "validations never touch host_stats"
+    );
+}
+
+/// The multi-slot rule on its own (docs/versions.md "Validation accounting"): a validator holding
+/// several slots sets only the bit of the slot it emitted from, yet any of its slots makes a
+/// later validation from the same address a no-op, and its weight is its slot count.
+#[test]
+fn multi_slot_validator_sets_only_the_emitting_slot_bit() {
+    // Host 0 holds slots 0, 2 and 4; host 1 executes (slot 1); host 2 holds slot 3.
+    let mut fx = Fx::new(&[0, 1, 0, 2, 0]);
+    let id = fx.finished(10, 10);
+    fx.ok(vec![fx.validation(id, 4, false)]);
+    let r = fx.sm.record(id).unwrap();
+    assert_eq!(r.validated_by, 1 << 4);
+    assert_eq!(r.votes_invalid, 3, "weight of the address: three slots");
+    assert_eq!(r.status, InferenceStatus::Challenged);
+    // The same address from another slot: no-op (neither bit 0 nor more weight).
+    fx.ok(vec![fx.validation(id, 0, true)]);
+    assert_eq!(fx.sm.record(id).unwrap().validated_by, 1 << 4);
+    assert_eq!(fx.sm.record(id).unwrap().votes_valid, 0);
+    // Another address on a Challenged record: only its bit.
+    fx.ok(vec![fx.validation(id, 3, true)]);
+    let r = fx.sm.record(id).unwrap();
+    assert_eq!(r.validated_by, (1 << 4) | (1 << 3));
+    assert_eq!((r.votes_valid, r.votes_invalid), (0, 3));
+    for slot in 0..5 {
+        let s = fx.sm.host_stats(slot);
+        assert_eq!((s.completed_validations, s.required_validations), (0, 0));
+    }
 }
 
 #[test]
@@ -41,7 +74,7 @@ fn invalid_validation_challenges() {
         (r.status, r.votes_valid, r.validated_by),
         (InferenceStatus::Challenged, 0, 0b101)
     );
-    assert_eq!(fx.sm.host_stats(2).completed_validations, 1);
+    assert_eq!(fx.sm.host_stats(2).completed_validations, 0);
 }
 
 #[test]

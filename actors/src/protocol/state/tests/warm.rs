@@ -106,7 +106,13 @@ fn known_answer_warm_keys_hash() {
     assert_eq!(fx.sm.rest_hash(), rest);
     assert_eq!(
         fx.sm.state_root(),
-        compose_root(&fx.sm.host_stats_hash(), fx.sm.fees(), &rest, fx.sm.phase())
+        compose_root(
+            &fx.sm.host_stats_hash(),
+            fx.sm.fees(),
+            &rest,
+            fx.sm.config().protocol,
+            fx.sm.phase()
+        )
     );
 }
 
