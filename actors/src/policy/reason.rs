@@ -225,12 +225,15 @@ mod tests {
     }
 
     #[test]
-    fn only_verified_bad_signatures_are_byzantine() {
+    fn only_verified_bad_signatures_and_foreign_mempool_txs_are_byzantine() {
         let byzantine: Vec<_> = OutcomeReason::ALL
             .iter()
             .filter(|r| r.is_byzantine())
             .map(|r| r.as_str())
             .collect();
-        assert_eq!(byzantine, ["invalid_state_sig", "invalid_receipt"]);
+        assert_eq!(
+            byzantine,
+            ["invalid_state_sig", "invalid_receipt", "foreign_mempool_tx"]
+        );
     }
 }
