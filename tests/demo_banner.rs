@@ -17,6 +17,7 @@ const NAMES: &[&str] = &[
     "chain_api",
     "escrows",
     "model",
+    "protocol",
     "data_dir",
     "metrics",
     "debug",
