@@ -27,40 +27,19 @@ for tool in curl; do
 done
 "$CHROMIUM" --version
 
-echo "== build"
-cargo build --locked --quiet
-BIN="${CARGO_TARGET_DIR:-target}/debug/devshard-gateway"
-[ -x "$BIN" ] || fail "no binary at $BIN"
-
+. tests/lib/demo.sh
+demo_build
 OUT="${UI_OUT:-${CARGO_TARGET_DIR:-target}/ui}"
 mkdir -p "$OUT"
-WORK="$(mktemp -d)"
-PID=""
 LOAD=""
 cleanup() {
     if [ -n "$LOAD" ]; then kill "$LOAD" 2>/dev/null || true; fi
-    if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-    rm -rf "$WORK"
+    demo_stop
 }
 trap cleanup EXIT
 
-# A free port (the kernel picks; the race with another process grabbing it is negligible here).
-PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
-    || echo $((20000 + RANDOM % 20000)))"
 KEY="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-URL="http://127.0.0.1:$PORT"
-
-echo "== demo on $URL"
-env -u DEVSHARD_API_KEYS -u DEVSHARD_CONFIG \
-    DEVSHARD_LISTEN="127.0.0.1:$PORT" DEVSHARD_ADMIN_API_KEY="$KEY" DEVSHARD_DATA_DIR="$WORK/data" \
-    "$BIN" demo --profile fast >"$WORK/demo.log" 2>&1 &
-PID=$!
-for _ in $(seq 1 150); do
-    curl -fsS "$URL/readyz" >/dev/null 2>&1 && break
-    kill -0 "$PID" 2>/dev/null || { cat "$WORK/demo.log" >&2; fail "demo exited"; }
-    sleep 0.2
-done
-curl -fsS "$URL/readyz" >/dev/null || { tail -50 "$WORK/demo.log" >&2; fail "demo not ready"; }
+demo_start fast DEVSHARD_ADMIN_API_KEY="$KEY"
 
 MODEL="$(curl -fsS "$URL/v1/models" | sed -n 's/.*"id" *: *"\([^"]*\)".*/\1/p' | head -1)"
 [ -n "$MODEL" ] || fail "no model in /v1/models"
