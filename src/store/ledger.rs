@@ -2,7 +2,7 @@
 //! request that reached an escrow, and `ledger_attempts`, one row per nonce its race used (loser
 //! attempts and unused grants included).
 //!
-//! Writes go through one thread, `ledger-writer`, with its own connection (`synchronous=NORMAL`:
+//! Writes go through one thread, `ledger-writer` (`super::ledger_writer`), with its own connection (`synchronous=NORMAL`:
 //! the ledger is an account of what happened, not protocol state, so it does not take the diff
 //! log's fsync per commit; WAL keeps it consistent and a clean shutdown flushes it). The writer
 //! drains whatever is queued (up to [`MAX_BATCH`] ops) into one transaction. Reads open their own
@@ -15,14 +15,14 @@
 use std::{
     path::{Path, PathBuf},
     sync::{
-        mpsc::{channel, Receiver, Sender},
+        mpsc::{channel, Sender},
         Mutex,
     },
     thread::JoinHandle,
 };
 
 use devshard_actors::store::StoreError;
-use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::{codec::sql_err, schema};
@@ -93,7 +93,7 @@ pub struct Settlement {
     pub settled_ms: i64,
 }
 
-enum Op {
+pub(super) enum Op {
     Insert(Box<RequestRow>),
     Settle(Vec<Settlement>),
     Prune(i64),
@@ -108,7 +108,7 @@ pub struct LedgerStore {
     writer: Mutex<Option<JoinHandle<()>>>,
 }
 
-fn int(v: u64) -> i64 {
+pub(super) fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -132,7 +132,7 @@ impl LedgerStore {
         let (tx, rx) = channel();
         let handle = std::thread::Builder::new()
             .name("ledger-writer".into())
-            .spawn(move || run(conn, rx))
+            .spawn(move || super::ledger_writer::run(conn, rx))
             .map_err(|e| StoreError::Io(format!("spawning the ledger writer: {e}")))?;
         Ok(LedgerStore {
             path: path.to_path_buf(),
@@ -311,140 +311,4 @@ fn with_attempts(conn: &Connection, mut row: RequestRow) -> Result<RequestRow, S
         .collect::<Result<Vec<_>, _>>()
         .map_err(sql_err)?;
     Ok(row)
-}
-
-fn run(mut conn: Connection, rx: Receiver<Op>) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(op) => batch.push(op),
-                Err(_) => break,
-            }
-        }
-        let mut flushed = Vec::new();
-        // A failed batch is dropped: the ledger never blocks serving (logged by the caller's
-        // metrics through the row counts it reads back).
-        if let Ok(tx) = conn.transaction() {
-            for op in batch {
-                let _ = match op {
-                    Op::Insert(row) => insert(&tx, &row),
-                    Op::Settle(s) => s.iter().try_for_each(|s| settle(&tx, s)),
-                    Op::Prune(before) => prune(&tx, before),
-                    Op::Flush(done) => {
-                        flushed.push(done);
-                        Ok(())
-                    }
-                };
-            }
-            let _ = tx.commit();
-        }
-        for done in flushed {
-            let _ = done.send(());
-        }
-    }
-}
-
-fn insert(tx: &Transaction<'_>, r: &RequestRow) -> rusqlite::Result<()> {
-    let settled = r.attempts.is_empty().then_some(r.ended_ms);
-    let zero = r.attempts.is_empty().then_some(0i64);
-    let added = tx.execute(
-        "INSERT OR IGNORE INTO ledger_requests (request_id, started_ms, ended_ms, model,
-             escrow_id, api_key_id, stream, outcome, status, winner_nonce, total_cost, settled_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        params![
-            r.request_id,
-            r.started_ms,
-            r.ended_ms,
-            r.model,
-            r.escrow_id,
-            r.api_key_id,
-            i64::from(r.stream),
-            r.outcome,
-            i64::from(r.status),
-            r.winner_nonce.map(int),
-            zero,
-            settled
-        ],
-    )?;
-    if added == 0 {
-        return Ok(());
-    }
-    let mut st = tx.prepare_cached(
-        "INSERT OR IGNORE INTO ledger_attempts (request_id, nonce, escrow_id, host, role, result)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
-    for a in &r.attempts {
-        st.execute(params![
-            r.request_id,
-            int(a.nonce),
-            r.escrow_id,
-            a.host,
-            a.role,
-            a.result
-        ])?;
-    }
-    Ok(())
-}
-
-fn settle(tx: &Transaction<'_>, s: &Settlement) -> rusqlite::Result<()> {
-    let changed = tx.execute(
-        "UPDATE ledger_attempts SET inference = ?3, input_tokens = ?4, output_tokens = ?5,
-             reserved_cost = ?6, actual_cost = ?7, fee = ?8, cost = ?9, settled_ms = ?10
-         WHERE escrow_id = ?1 AND nonce = ?2 AND settled_ms IS NULL",
-        params![
-            s.escrow_id,
-            int(s.nonce),
-            s.inference,
-            int(s.input_tokens),
-            int(s.output_tokens),
-            int(s.reserved_cost),
-            int(s.actual_cost),
-            int(s.fee),
-            int(s.actual_cost.saturating_add(s.fee)),
-            s.settled_ms
-        ],
-    )?;
-    if changed == 0 {
-        return Ok(());
-    }
-    tx.execute(
-        "UPDATE ledger_requests SET
-             input_tokens = (SELECT a.input_tokens FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id
-                   AND a.nonce = ledger_requests.winner_nonce),
-             output_tokens = (SELECT a.output_tokens FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id
-                   AND a.nonce = ledger_requests.winner_nonce),
-             reserved_cost = (SELECT a.reserved_cost FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id
-                   AND a.nonce = ledger_requests.winner_nonce),
-             actual_cost = (SELECT a.actual_cost FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id
-                   AND a.nonce = ledger_requests.winner_nonce),
-             total_cost = (SELECT SUM(a.cost) FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id),
-             settled_ms = ?3
-         WHERE settled_ms IS NULL
-           AND request_id IN (SELECT request_id FROM ledger_attempts
-                              WHERE escrow_id = ?1 AND nonce = ?2)
-           AND NOT EXISTS (SELECT 1 FROM ledger_attempts a
-                           WHERE a.request_id = ledger_requests.request_id
-                             AND a.settled_ms IS NULL)",
-        params![s.escrow_id, int(s.nonce), s.settled_ms],
-    )?;
-    Ok(())
-}
-
-fn prune(tx: &Transaction<'_>, before_ms: i64) -> rusqlite::Result<()> {
-    tx.execute(
-        "DELETE FROM ledger_attempts WHERE request_id IN
-             (SELECT request_id FROM ledger_requests WHERE ended_ms < ?1)",
-        params![before_ms],
-    )?;
-    tx.execute(
-        "DELETE FROM ledger_requests WHERE ended_ms < ?1",
-        params![before_ms],
-    )?;
-    Ok(())
 }

@@ -30,6 +30,7 @@
 mod checkpoint;
 mod codec;
 pub mod ledger;
+mod ledger_writer;
 mod schema;
 mod writer;
 

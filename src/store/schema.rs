@@ -76,6 +76,10 @@ const MIGRATIONS: &[&str] = &[
          WHERE settled_ms IS NULL;",
     // 2 -> 3: the warm keys a diff bound (JSON `[{slot, address}]`, NULL when none).
     "ALTER TABLE diffs ADD COLUMN warm_delta TEXT;",
+    // 3 -> 4: settling a nonce finds its attempts by (escrow, nonce) after their `settled_ms` is
+    // set, which the partial index above no longer covers: without this index every settlement
+    // scanned the whole attempts table (quadratic in the ledger's size; `ledger.rs` tests the plan).
+    "CREATE INDEX ledger_attempts_nonce ON ledger_attempts (escrow_id, nonce);",
 ];
 
 /// Opens (creating if needed) the read-write connection used by the writer thread: WAL journal,
