@@ -4,8 +4,8 @@
 //! after the store acknowledged it (the store group-commits appends; see `store/`). A grant is
 //! answered from [`Durable::acked`] once its ack resolved; a store failure stops the actor (the
 //! directory respawns it from the last durable state, so an undurable nonce is never used).
-//! Also here: the highest acknowledged nonce, request bodies (encoded once, signed for this
-//! escrow), and the persistence of host sync nonces.
+//! Also here: the highest acknowledged nonce, request bodies (encoded once; signed as each
+//! leaves, by the grant's signer), and the persistence of host sync nonces.
 
 use std::{collections::BTreeMap, sync::Arc, time::Instant};
 
@@ -16,12 +16,12 @@ use super::{
     error::EscrowError,
     hedging,
     info::HostEndpoint,
-    messages::{AttemptKind, NonceGrant, SignedBody, VerifyContext},
+    messages::{AttemptKind, NonceGrant, VerifyContext},
     nonces::{NonceEntry, NonceState},
     picker::Waiter,
     routing::Routing,
     session::{Session, StartParams},
-    wire_cache::{Signer, WireDiffs},
+    wire_cache::{self, WireDiffs},
     EscrowDeps,
 };
 use crate::{
@@ -256,8 +256,9 @@ impl Durable {
         Some((entry, Pending { nonce, ack, then }))
     }
 
-    /// Signed request bodies for one attempt: catch-up chunks the host needs first (when it is
+    /// Encoded request bodies for one attempt: catch-up chunks the host needs first (when it is
     /// more than one chunk behind), then the inference request ending with this nonce's diff.
+    /// They are signed when each leaves (the grant carries the signer, not signatures).
     fn build_grant(
         &self,
         session: &Session,
@@ -271,14 +272,12 @@ impl Durable {
             payload,
             primary,
         } = attempt;
-        let now_unix = payload.started_at;
         let info = session.info();
         let chunk = deps.cfg.catch_up_chunk.max(1);
         let pending: Vec<Arc<Diff>> = session.catch_up(&host.address, usize::MAX);
         let split = pending.len().saturating_sub(chunk);
         let (before, last) = pending.split_at(split);
-        let signer = Signer::new(session, deps, now_unix);
-        let prelude = self.wire.catch_up_chunks(&signer, before, chunk)?;
+        let prelude = self.wire.catch_up_chunks(before, chunk)?;
         let body = self
             .wire
             .body(last.iter().map(|d| &**d), nonce, Some(payload));
@@ -288,7 +287,8 @@ impl Durable {
             host: host.address.clone(),
             url: info.session_url(host, "chat/completions"),
             prelude,
-            request: signer.sign(body)?,
+            request: wire_cache::encoded(body)?,
+            signer: wire_cache::signer(session, deps),
             preference: routing.preference(&host.address),
             hedge_due_ms: primary
                 .then(|| {
@@ -362,17 +362,13 @@ impl Durable {
         ))
     }
 
-    /// Signed payload-less catch-up sends of `diffs` (see [`WireDiffs::catch_up_chunks`]).
+    /// Payload-less catch-up bodies of `diffs` (see [`WireDiffs::catch_up_chunks`]).
     pub(super) fn catch_up_chunks(
         &self,
-        session: &Session,
         deps: &EscrowDeps,
         diffs: &[Arc<Diff>],
-        now_unix: i64,
-    ) -> Result<Vec<SignedBody>, EscrowError> {
-        let signer = Signer::new(session, deps, now_unix);
-        self.wire
-            .catch_up_chunks(&signer, diffs, deps.cfg.catch_up_chunk)
+    ) -> Result<Vec<bytes::Bytes>, EscrowError> {
+        self.wire.catch_up_chunks(diffs, deps.cfg.catch_up_chunk)
     }
 
     /// A host's sync nonce changed (persisted by the next `sync_persist` tick).

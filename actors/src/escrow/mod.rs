@@ -7,7 +7,7 @@
 //! | part | file | owns |
 //! |---|---|---|
 //! | nonce picker | `picker.rs` | waiting races, the `picker_hold` timer |
-//! | nonce book | `book.rs` | unsettled nonces, `nonce <n>` timers, the timeout-vote queue |
+//! | nonce book | `book.rs`, `vote_queue.rs` | unsettled nonces, `nonce <n>` timers, the timeout-vote queue (parallel, bounded, retried) |
 //! | durability path | `durable.rs` | append → store ack → grant; the durable nonce; signed bodies; sync-nonce persistence |
 //! | fault guard | `guard.rs` | outcome building, held faults, the correlation detector, `fault_release`, last successes |
 //! | host routing | `routing.rs` | health view, withheld hosts, panic mode, hedge budget, repair actors |
@@ -53,6 +53,7 @@ pub mod session;
 mod settle;
 mod sync;
 mod timeouts;
+mod vote_queue;
 mod wire_cache;
 
 pub use actor::{EscrowActor, EscrowDeps};

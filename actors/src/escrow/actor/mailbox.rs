@@ -151,8 +151,8 @@ impl Handler<AttemptEnded> for EscrowActor {
         }
         let finished = self.session.is_finished(nonce);
         let judged = settle::judge(&msg.report.end, finished, msg.report.crowned);
-        if judged.host_lost_diffs {
-            self.session.reset_host_sync(&msg.host);
+        if let Some(holds) = judged.host_holds {
+            sync::rewind(&mut self.session, &self.deps, &msg.host, holds);
             self.durable.syncs_changed();
         }
         let (class, reason) = (judged.class, judged.reason);
@@ -245,7 +245,7 @@ impl Handler<RepairStep> for EscrowActor {
                 .fetched_signer_to_check(participant, *nonce, signature)
                 .into_iter()
                 .collect(),
-            RepairStep::SessionLost { .. } => Vec::new(),
+            RepairStep::HostBehind { .. } => Vec::new(),
         };
         let check = self.check_warm_signers(signers);
         Box::pin(check.into_actor(self).map(move |(), act, _| {
