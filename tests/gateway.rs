@@ -35,6 +35,8 @@ mod requests;
 mod settle;
 #[path = "gateway/supervision.rs"]
 mod supervision;
+#[path = "gateway/timeout_votes.rs"]
+mod timeout_votes;
 #[path = "gateway/tls.rs"]
 mod tls;
 #[path = "gateway/tls_proxy.rs"]
