@@ -64,7 +64,7 @@ fn executor(sim: &SimNetwork, info: &EscrowInfo, nonce: u64) -> (usize, Address)
 }
 
 fn fault_free(record: &devshard_actors::participant::record::ParticipantRecord) -> bool {
-    record.outcomes.get(&OutcomeClass::HostFault).is_none()
+    !record.outcomes.contains_key(&OutcomeClass::HostFault)
 }
 
 #[actix_rt::test]
