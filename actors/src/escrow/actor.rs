@@ -55,6 +55,7 @@ use crate::{
 
 mod finalize;
 mod mailbox;
+mod repairs;
 mod settling;
 mod voting;
 mod warm;

@@ -26,13 +26,13 @@
 //! | `HealthChanged` | routing, then the picker runs |
 //! | `ApplyHealthSettings` | guard (correlation window), live settings |
 //! | `SyncHosts` | durable (pending txs made durable), `sync.rs` |
-//! | `PlanRepair`, `RepairStep` | `repair.rs` over durable, session, routing |
-//! | `RepairGaveUp`, `TriggerRepair`, `GetRepairStates`, `ForgetDivergence` | routing |
+//! | `PlanRepair`, `RepairStep` | `repair.rs` over durable, session, routing (handlers in `actor/repairs.rs`) |
+//! | `RepairGaveUp`, `TriggerRepair`, `GetRepairStates`, `ForgetDivergence` | routing (handlers in `actor/repairs.rs`) |
 //! | `GetSnapshot`, `Retire`, `InjectPanic`, `InjectStall` | the actor (`actor/mailbox.rs`) |
 //! | `BeginDrain`, `FinalizeRound`, `GetFinalState`, `CatchUpAll` | settlement steps (`actor/finalize.rs`) over durable, `sync.rs` |
 //!
-//! Every other handler is in `actor/mailbox.rs`; timers fire into `actor.rs` and
-//! `actor/settling.rs`.
+//! Every other handler is in `actor/mailbox.rs`; timers fire into `actor.rs`,
+//! `actor/settling.rs` and `actor/voting.rs` (timeout votes).
 
 mod actor;
 pub mod attempt;
