@@ -5,6 +5,8 @@
 /// Hosts sign with their cold keys unless a test asks otherwise.
 pub const WARM_KEYS: devshard_gateway::sim::WarmMode = devshard_gateway::sim::WarmMode::None;
 
+#[path = "gateway/catch_up.rs"]
+mod catch_up;
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
 #[path = "gateway/fidelity.rs"]
@@ -33,6 +35,8 @@ mod requests;
 mod settle;
 #[path = "gateway/supervision.rs"]
 mod supervision;
+#[path = "gateway/timeout_votes.rs"]
+mod timeout_votes;
 #[path = "gateway/tls.rs"]
 mod tls;
 #[path = "gateway/tls_proxy.rs"]

@@ -54,6 +54,17 @@ pub struct ActorMetrics {
     pub repair_attempts: IntCounterVec,
     /// Divergence to unblock.
     pub repair_unblock_seconds: Histogram,
+    /// Catch-up chunks sent to hosts, each signed as it left, by path (`attempt`, `sync`,
+    /// `repair`) and result (`ok`, `auth_rejected`: the host answered 401, `failed`).
+    pub catch_up_chunks: IntCounterVec,
+    /// Host sync points moved back, by cause (`nonce_gap`: to what the host says it holds;
+    /// `session_lost`: to 0).
+    pub host_sync_rewinds: IntCounterVec,
+    /// Timeout votes collecting now (parallel across nonces, bounded by
+    /// `timeout_votes_parallel`).
+    pub timeout_votes_running: IntGauge,
+    /// Timeout votes short of quorum asked again after a back-off, by reason.
+    pub timeout_vote_retries: IntCounterVec,
 }
 
 impl ActorMetrics {
@@ -162,6 +173,31 @@ impl ActorMetrics {
                     vec![2.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0],
                 ),
             )?,
+            catch_up_chunks: IntCounterVec::new(
+                Opts::new(
+                    "catch_up_chunks_total",
+                    "Catch-up chunks sent to hosts (signed at send time), by path and result",
+                ),
+                &["path", "result"],
+            )?,
+            host_sync_rewinds: IntCounterVec::new(
+                Opts::new(
+                    "host_sync_rewinds_total",
+                    "Host sync points moved back, by cause",
+                ),
+                &["cause"],
+            )?,
+            timeout_votes_running: IntGauge::new(
+                "timeout_votes_running",
+                "Timeout votes collecting now (all verifiers asked in parallel)",
+            )?,
+            timeout_vote_retries: IntCounterVec::new(
+                Opts::new(
+                    "timeout_vote_retries_total",
+                    "Timeout votes short of quorum asked again after a back-off, by reason",
+                ),
+                &["reason"],
+            )?,
         };
         registry.register(Box::new(m.attempts.clone()))?;
         registry.register(Box::new(m.nonces.clone()))?;
@@ -185,6 +221,10 @@ impl ActorMetrics {
         registry.register(Box::new(m.repairs_active.clone()))?;
         registry.register(Box::new(m.repair_attempts.clone()))?;
         registry.register(Box::new(m.repair_unblock_seconds.clone()))?;
+        registry.register(Box::new(m.catch_up_chunks.clone()))?;
+        registry.register(Box::new(m.host_sync_rewinds.clone()))?;
+        registry.register(Box::new(m.timeout_votes_running.clone()))?;
+        registry.register(Box::new(m.timeout_vote_retries.clone()))?;
         Ok(m)
     }
 

@@ -29,7 +29,7 @@ fn sim(seed: &str) -> SimConfig {
     cfg
 }
 
-async fn no_hedging(h: &Harness) {
+pub async fn no_hedging(h: &Harness) {
     let off = HealthSettings {
         hedge_budget: 0.0,
         hedge_burst: 0.0,

@@ -34,6 +34,7 @@ use super::{
     picker::{Picker, Step, Waiter},
     routing::Routing,
     session::Session,
+    vote_queue::VoteLimits,
 };
 use crate::{
     clock::SharedClock,
@@ -54,7 +55,9 @@ use crate::{
 
 mod finalize;
 mod mailbox;
+mod repairs;
 mod settling;
+mod voting;
 mod warm;
 
 /// How often dirty host sync nonces are persisted.
@@ -117,7 +120,7 @@ impl EscrowActor {
         let (log, metrics) = (deps.log.clone(), deps.metrics.clone());
         EscrowActor {
             picker: Picker::new(deps.cfg.max_waiting),
-            book: NonceBook::new(deadlines, log.clone()),
+            book: NonceBook::new(deadlines, VoteLimits::of(&deps.cfg), log.clone()),
             durable: Durable::new(session.nonce()),
             guard: FaultGuard::new(&deps.settings, log.clone(), metrics.clone()),
             routing: Routing::new(hosts, &deps.settings, log, metrics),

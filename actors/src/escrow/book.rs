@@ -1,20 +1,21 @@
 //! The nonce book, one part of the escrow actor (docs/protocol.md §6.5, docs/health.md §5): every nonce
 //! the escrow handed out until it is settled ([`NonceEntry`]: sent, receipt, ended, pending finish,
 //! awaiting a timeout), the per-nonce timers (finish reconciliation poll or timeout deadline) and
-//! the queue of timeout votes, which run one nonce at a time (one RPC per verifier at a time).
+//! the queue of timeout votes (`vote_queue.rs`: several nonces at once, bounded, retried when
+//! short of quorum). A nonce's timeout reason and deadline follow its record in our state.
 
-use std::{
-    collections::{BTreeMap, VecDeque},
-    time::Duration,
-};
+use std::{collections::BTreeMap, time::Duration};
 
 use slog::{info, Logger};
 
-use super::nonces::{NonceEntry, NonceState};
+use super::{
+    nonces::{NonceEntry, NonceState},
+    vote_queue::{VoteLimits, VoteQueue},
+};
 use crate::{
     outcome::{AttemptOutcome, AttemptTimings, OutcomeClass},
     policy::reason::OutcomeReason,
-    protocol::{crypto::Address, proto::TimeoutReason},
+    protocol::{crypto::Address, proto::TimeoutReason, state::InferenceStatus},
     stats::timers::Timer,
 };
 
@@ -39,7 +40,8 @@ pub(super) struct Settled {
 pub(super) enum NextTimeout {
     /// The nonce finished meanwhile: settle it as a late success.
     FinishedLate(u64),
-    /// Collect timeout votes for this nonce (the queue is busy until [`NonceBook::vote_done`]).
+    /// Collect timeout votes for this nonce (it counts against the parallel bound until
+    /// [`NonceBook::vote_done`]).
     Vote(u64),
     /// Nothing to do now.
     Idle,
@@ -51,20 +53,18 @@ pub(super) struct NonceBook {
     attempts: BTreeMap<u64, NonceEntry>,
     /// Timers per nonce (finish reconciliation or timeout deadline).
     timers: BTreeMap<u64, Timer>,
-    /// Nonces waiting for their timeout vote.
-    timeout_queue: VecDeque<u64>,
-    timeout_running: bool,
+    /// Nonces waiting for, or collecting, their timeout vote.
+    votes: VoteQueue,
     deadlines: Deadlines,
     log: Logger,
 }
 
 impl NonceBook {
-    pub(super) fn new(deadlines: Deadlines, log: Logger) -> NonceBook {
+    pub(super) fn new(deadlines: Deadlines, limits: VoteLimits, log: Logger) -> NonceBook {
         NonceBook {
             attempts: BTreeMap::new(),
             timers: BTreeMap::new(),
-            timeout_queue: VecDeque::new(),
-            timeout_running: false,
+            votes: VoteQueue::new(limits),
             deadlines,
             log,
         }
@@ -192,11 +192,13 @@ impl NonceBook {
     /// Drops a settled nonce (its timer, if any, fires into nothing).
     pub(super) fn forget(&mut self, nonce: u64) {
         self.attempts.remove(&nonce);
+        self.votes.forget(nonce);
     }
 
     /// Drops a settled nonce and returns its armed timer, to cancel.
     pub(super) fn settle(&mut self, nonce: u64) -> Option<Timer> {
         self.attempts.remove(&nonce);
+        self.votes.forget(nonce);
         self.timers.remove(&nonce)
     }
 
@@ -246,33 +248,86 @@ impl NonceBook {
         }
     }
 
-    /// Queues a timeout vote for `nonce` (once).
+    /// Queues a timeout vote for `nonce` (once; not while its vote runs).
     pub(super) fn enqueue_timeout(&mut self, nonce: u64) {
-        if !self.timeout_queue.contains(&nonce) {
-            self.timeout_queue.push_back(nonce);
-        }
+        self.votes.enqueue(nonce);
     }
 
-    /// The next timeout vote to run, unless one is running.
+    /// The next timeout vote to run, while fewer than `timeout_votes_parallel` run.
     pub(super) fn next_timeout(&mut self, is_finished: impl Fn(u64) -> bool) -> NextTimeout {
-        if self.timeout_running {
-            return NextTimeout::Idle;
-        }
-        while let Some(nonce) = self.timeout_queue.pop_front() {
+        while let Some(nonce) = self.votes.pop() {
             if is_finished(nonce) {
                 return NextTimeout::FinishedLate(nonce);
             }
             if self.attempts.contains_key(&nonce) {
-                self.timeout_running = true;
+                self.votes.start(nonce);
                 return NextTimeout::Vote(nonce);
             }
         }
         NextTimeout::Idle
     }
 
-    /// The running timeout vote is over.
-    pub(super) fn vote_done(&mut self) {
-        self.timeout_running = false;
+    /// The vote of `nonce` is over.
+    pub(super) fn vote_done(&mut self, nonce: u64) {
+        self.votes.done(nonce);
+    }
+
+    /// Whether a vote of `nonce` already fell short (its deadline is the back-off's).
+    pub(super) fn retried(&self, nonce: u64) -> bool {
+        self.votes.was_short(nonce)
+    }
+
+    /// Moves the timeout deadline of an awaiting nonce (its record's own deadline).
+    pub(super) fn set_deadline(&mut self, nonce: u64, at_ms: i64) {
+        if let Some(NonceState::AwaitingTimeout { deadline_ms, .. }) =
+            self.attempts.get_mut(&nonce).map(|e| &mut e.state)
+        {
+            *deadline_ms = at_ms;
+        }
+    }
+
+    /// Timeout votes collecting now.
+    pub(super) fn votes_running(&self) -> usize {
+        self.votes.running()
+    }
+
+    /// A vote of `nonce` fell short of quorum: `Some(wait)` when it is asked again after
+    /// `wait` (its deadline moves there), `None` when its rounds are used up.
+    pub(super) fn vote_short(&mut self, nonce: u64, now_ms: i64) -> Option<Duration> {
+        let wait = self.votes.short(nonce)?;
+        if let Some(NonceState::AwaitingTimeout { deadline_ms, .. }) =
+            self.attempts.get_mut(&nonce).map(|e| &mut e.state)
+        {
+            let ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+            *deadline_ms = now_ms.saturating_add(ms);
+        }
+        Some(wait)
+    }
+
+    /// The record of `nonce` in our state decides its timeout (not whether we saw a receipt): a
+    /// Started record (its ConfirmStart may have come through a mempool) gets an execution
+    /// timeout from its `confirmed_at`, a Pending one a refused timeout. `false` when the record
+    /// is neither (nothing to time out).
+    pub(super) fn follow_record(
+        &mut self,
+        nonce: u64,
+        record: Option<(InferenceStatus, i64)>,
+    ) -> bool {
+        let Some(entry) = self.attempts.get_mut(&nonce) else {
+            return false;
+        };
+        match record {
+            Some((InferenceStatus::Started, confirmed_at)) => {
+                entry.confirmed_at = Some(confirmed_at);
+                true
+            }
+            Some((InferenceStatus::Pending, _)) => {
+                entry.confirmed_at = None;
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
     }
 
     /// Debug counts: in flight, pending finishes, awaiting a timeout.

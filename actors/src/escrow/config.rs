@@ -19,6 +19,14 @@ pub struct EscrowConfig {
     /// First and largest interval of finish reconciliation polls (docs/health.md §5).
     pub finish_poll_initial_ms: u64,
     pub finish_poll_max_ms: u64,
+    /// Timeout votes that collect at once (each asks all its verifiers in parallel).
+    pub timeout_votes_parallel: usize,
+    /// First back-off before a timeout vote short of quorum is asked again (doubles per round,
+    /// capped at [`EscrowConfig::timeout_vote_retry_max_ms`]).
+    pub timeout_vote_retry_ms: u64,
+    pub timeout_vote_retry_max_ms: u64,
+    /// Vote rounds of one nonce before it is given up (`timeout_unconfirmed`).
+    pub timeout_vote_rounds: u32,
     #[serde(skip)]
     pub host_timeouts: HostTimeouts,
 }
@@ -32,6 +40,10 @@ impl Default for EscrowConfig {
             timeout_buffer_ms: 5_000,
             finish_poll_initial_ms: 1_000,
             finish_poll_max_ms: 60_000,
+            timeout_votes_parallel: 8,
+            timeout_vote_retry_ms: 10_000,
+            timeout_vote_retry_max_ms: 300_000,
+            timeout_vote_rounds: 8,
             host_timeouts: HostTimeouts::default(),
         }
     }

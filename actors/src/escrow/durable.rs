@@ -4,8 +4,8 @@
 //! after the store acknowledged it (the store group-commits appends; see `store/`). A grant is
 //! answered from [`Durable::acked`] once its ack resolved; a store failure stops the actor (the
 //! directory respawns it from the last durable state, so an undurable nonce is never used).
-//! Also here: the highest acknowledged nonce, request bodies (encoded once, signed for this
-//! escrow), and the persistence of host sync nonces.
+//! Also here: the highest acknowledged nonce, request bodies (encoded once; signed as each
+//! leaves, by the grant's signer), and the persistence of host sync nonces.
 
 use std::{collections::BTreeMap, sync::Arc, time::Instant};
 
@@ -16,23 +16,20 @@ use super::{
     error::EscrowError,
     hedging,
     info::HostEndpoint,
-    messages::{AttemptKind, NonceGrant, SignedBody, VerifyContext},
+    messages::{AttemptKind, NonceGrant, VerifyContext},
     nonces::{NonceEntry, NonceState},
     picker::Waiter,
     routing::Routing,
     session::{Session, StartParams},
-    wire_cache::{Signer, WireDiffs},
+    wire_cache::{self, WireDiffs},
     EscrowDeps,
 };
 use crate::{
     outcome::AttemptTimings,
-    policy::reason::{EmptyDiffReason, OutcomeReason},
-    protocol::{canonical, crypto::Address, diff::Diff, wire::PayloadJson},
+    policy::reason::EmptyDiffReason,
+    protocol::{diff::Diff, wire::PayloadJson},
     store::{ns, Ack, StoreError},
 };
-
-/// The prompt of a ghost inference (upstream's ghost probe).
-const GHOST_PROMPT: &[u8] = br#"{"messages":[{"role":"user","content":"."}],"max_tokens":1}"#;
 
 /// What waits for a diff's ack.
 pub(super) enum OnDurable {
@@ -256,8 +253,9 @@ impl Durable {
         Some((entry, Pending { nonce, ack, then }))
     }
 
-    /// Signed request bodies for one attempt: catch-up chunks the host needs first (when it is
+    /// Encoded request bodies for one attempt: catch-up chunks the host needs first (when it is
     /// more than one chunk behind), then the inference request ending with this nonce's diff.
+    /// They are signed when each leaves (the grant carries the signer, not signatures).
     fn build_grant(
         &self,
         session: &Session,
@@ -271,14 +269,12 @@ impl Durable {
             payload,
             primary,
         } = attempt;
-        let now_unix = payload.started_at;
         let info = session.info();
         let chunk = deps.cfg.catch_up_chunk.max(1);
         let pending: Vec<Arc<Diff>> = session.catch_up(&host.address, usize::MAX);
         let split = pending.len().saturating_sub(chunk);
         let (before, last) = pending.split_at(split);
-        let signer = Signer::new(session, deps, now_unix);
-        let prelude = self.wire.catch_up_chunks(&signer, before, chunk)?;
+        let prelude = self.wire.catch_up_chunks(before, chunk)?;
         let body = self
             .wire
             .body(last.iter().map(|d| &**d), nonce, Some(payload));
@@ -288,7 +284,8 @@ impl Durable {
             host: host.address.clone(),
             url: info.session_url(host, "chat/completions"),
             prelude,
-            request: signer.sign(body)?,
+            request: wire_cache::encoded(body)?,
+            signer: wire_cache::signer(session, deps),
             preference: routing.preference(&host.address),
             hedge_due_ms: primary
                 .then(|| {
@@ -304,75 +301,13 @@ impl Durable {
         })
     }
 
-    /// After its repair gave up, a still-diverged participant is charged normally again: its
-    /// nonces carry an accountable inference that is never sent (it cannot serve it), and the
-    /// refused-timeout vote at `deadline_ms(started_at)` settles it — so a permanently forked
-    /// host does not end the epoch cleaner than one that served. `None` when nothing could be
-    /// composed.
-    pub(super) fn compose_ghost(
-        &mut self,
-        session: &mut Session,
-        deps: &EscrowDeps,
-        host: &Address,
-        deadline_ms: impl Fn(i64) -> i64,
-    ) -> Option<(NonceEntry, Pending)> {
-        let prompt_hash = canonical::prompt_hash(GHOST_PROMPT).ok()?;
-        let started_at = deps.clock.now_unix();
-        let params = StartParams {
-            prompt_hash,
-            model: session.info().model.clone(),
-            input_length: GHOST_PROMPT.len() as u64,
-            max_tokens: 1,
-            started_at,
-        };
-        let diff = session.compose_start(&params, &deps.key).ok()?;
-        let ack = append(session, deps, &diff);
-        deps.metrics.nonces.with_label_values(&["ghost"]).inc();
-        let payload = PayloadJson {
-            prompt: GHOST_PROMPT.to_vec(),
-            model: params.model,
-            input_length: params.input_length,
-            max_tokens: 1,
-            started_at,
-        };
-        let entry = NonceEntry {
-            nonce: diff.nonce,
-            host: host.clone(),
-            race_id: None,
-            request_id: "ghost".into(),
-            started_at,
-            confirmed_at: None,
-            payload: Some(payload),
-            timings: AttemptTimings::default(),
-            state: NonceState::AwaitingTimeout {
-                deadline_ms: deadline_ms(started_at),
-                reason: OutcomeReason::Ghost,
-            },
-            crowned: false,
-            emitted: true,
-        };
-        let then = OnDurable::Nothing;
-        Some((
-            entry,
-            Pending {
-                nonce: diff.nonce,
-                ack,
-                then,
-            },
-        ))
-    }
-
-    /// Signed payload-less catch-up sends of `diffs` (see [`WireDiffs::catch_up_chunks`]).
+    /// Payload-less catch-up bodies of `diffs` (see [`WireDiffs::catch_up_chunks`]).
     pub(super) fn catch_up_chunks(
         &self,
-        session: &Session,
         deps: &EscrowDeps,
         diffs: &[Arc<Diff>],
-        now_unix: i64,
-    ) -> Result<Vec<SignedBody>, EscrowError> {
-        let signer = Signer::new(session, deps, now_unix);
-        self.wire
-            .catch_up_chunks(&signer, diffs, deps.cfg.catch_up_chunk)
+    ) -> Result<Vec<bytes::Bytes>, EscrowError> {
+        self.wire.catch_up_chunks(diffs, deps.cfg.catch_up_chunk)
     }
 
     /// A host's sync nonce changed (persisted by the next `sync_persist` tick).
@@ -406,7 +341,7 @@ impl Durable {
 
 /// Appends a freshly composed diff with the warm keys it bound (`warm_key_bound`), so a replay
 /// restores them without the chain.
-fn append(session: &Session, deps: &EscrowDeps, diff: &Diff) -> Ack {
+pub(super) fn append(session: &Session, deps: &EscrowDeps, diff: &Diff) -> Ack {
     let delta = session.last_warm_delta();
     for b in delta {
         info!(deps.log, "warm key bound to its slot"; "stage" => "warm_key_bound",

@@ -10,6 +10,7 @@ use super::attempt::{AttemptReport, AttemptVerdict};
 use super::error::EscrowError;
 use super::session::SessionError;
 use crate::{
+    host::RequestSigner,
     policy::health::Preference,
     protocol::{crypto::Address, wire::ReceiptBody},
 };
@@ -63,14 +64,6 @@ pub struct HedgeRequest {
     pub attempts: u32,
 }
 
-/// A request body signed for this escrow (`X-Devshard-Signature` / `X-Devshard-Timestamp`).
-#[derive(Debug, Clone)]
-pub struct SignedBody {
-    pub body: Bytes,
-    pub signature_hex: String,
-    pub timestamp: String,
-}
-
 /// Everything a race needs to send one attempt.
 #[derive(Debug, Clone)]
 pub struct NonceGrant {
@@ -78,10 +71,14 @@ pub struct NonceGrant {
     pub host: Address,
     /// Full `…/chat/completions` URL of the host.
     pub url: String,
-    /// Catch-up chunks (no payload) to POST first, in order, when the host is far behind.
-    pub prelude: Vec<SignedBody>,
-    /// `InferenceRequest`: the last catch-up diffs ending with this nonce's diff, plus payload.
-    pub request: SignedBody,
+    /// Catch-up chunks (encoded `InferenceRequest`s without payload) to POST first, in order,
+    /// when the host is far behind.
+    pub prelude: Vec<Bytes>,
+    /// Encoded `InferenceRequest`: the last catch-up diffs ending with this nonce's diff, plus
+    /// payload.
+    pub request: Bytes,
+    /// Signs each of these bodies as it leaves (never at grant time: `host/signer.rs`).
+    pub signer: RequestSigner,
     /// Routing preference of the host (the race's liveness rule reads it).
     pub preference: Preference,
     /// When a hedge becomes due for this attempt, if it is the primary (unix ms).

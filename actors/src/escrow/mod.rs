@@ -7,8 +7,8 @@
 //! | part | file | owns |
 //! |---|---|---|
 //! | nonce picker | `picker.rs` | waiting races, the `picker_hold` timer |
-//! | nonce book | `book.rs` | unsettled nonces, `nonce <n>` timers, the timeout-vote queue |
-//! | durability path | `durable.rs` | append → store ack → grant; the durable nonce; signed bodies; sync-nonce persistence |
+//! | nonce book | `book.rs`, `vote_queue.rs` | unsettled nonces, `nonce <n>` timers, the timeout-vote queue (parallel, bounded, retried) |
+//! | durability path | `durable.rs`, `ghost.rs` | append → store ack → grant; the durable nonce; encoded bodies (signed as each leaves); ghost inferences; sync-nonce persistence |
 //! | fault guard | `guard.rs` | outcome building, held faults, the correlation detector, `fault_release`, last successes |
 //! | host routing | `routing.rs` | health view, withheld hosts, panic mode, hedge budget, repair actors |
 //!
@@ -26,13 +26,13 @@
 //! | `HealthChanged` | routing, then the picker runs |
 //! | `ApplyHealthSettings` | guard (correlation window), live settings |
 //! | `SyncHosts` | durable (pending txs made durable), `sync.rs` |
-//! | `PlanRepair`, `RepairStep` | `repair.rs` over durable, session, routing |
-//! | `RepairGaveUp`, `TriggerRepair`, `GetRepairStates`, `ForgetDivergence` | routing |
+//! | `PlanRepair`, `RepairStep` | `repair.rs` over durable, session, routing (handlers in `actor/repairs.rs`) |
+//! | `RepairGaveUp`, `TriggerRepair`, `GetRepairStates`, `ForgetDivergence` | routing (handlers in `actor/repairs.rs`) |
 //! | `GetSnapshot`, `Retire`, `InjectPanic`, `InjectStall` | the actor (`actor/mailbox.rs`) |
 //! | `BeginDrain`, `FinalizeRound`, `GetFinalState`, `CatchUpAll` | settlement steps (`actor/finalize.rs`) over durable, `sync.rs` |
 //!
-//! Every other handler is in `actor/mailbox.rs`; timers fire into `actor.rs` and
-//! `actor/settling.rs`.
+//! Every other handler is in `actor/mailbox.rs`; timers fire into `actor.rs`,
+//! `actor/settling.rs` and `actor/voting.rs` (timeout votes).
 
 mod actor;
 pub mod attempt;
@@ -40,6 +40,7 @@ mod book;
 pub mod config;
 mod durable;
 pub mod error;
+mod ghost;
 mod guard;
 mod hedging;
 pub mod info;
@@ -53,6 +54,7 @@ pub mod session;
 mod settle;
 mod sync;
 mod timeouts;
+mod vote_queue;
 mod wire_cache;
 
 pub use actor::{EscrowActor, EscrowDeps};

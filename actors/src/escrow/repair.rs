@@ -77,14 +77,14 @@ pub(super) fn plan(
         .map_or(session.host_sync(participant).min(durable_nonce), |d| {
             d.nonce
         });
-    let now = deps.clock.now_unix();
     let chunks = durable
-        .catch_up_chunks(session, deps, &diffs, now)
+        .catch_up_chunks(deps, &diffs)
         .map_err(|e| e.to_string())?;
     Ok(RepairPlan {
         chat_url: info.session_url(host, "chat/completions"),
         signatures_url: info.session_url(host, "signatures"),
         chunks,
+        signer: super::wire_cache::signer(session, deps),
         target_nonce,
     })
 }
@@ -106,8 +106,8 @@ pub(super) fn step(
             durable.syncs_changed();
             Ok(RepairVerdict::Continue)
         }
-        RepairStep::SessionLost { participant } => {
-            session.reset_host_sync(&participant);
+        RepairStep::HostBehind { participant, holds } => {
+            super::sync::rewind(session, deps, &participant, holds);
             durable.syncs_changed();
             Ok(RepairVerdict::Continue)
         }

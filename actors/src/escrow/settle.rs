@@ -16,25 +16,23 @@ pub(super) struct Judgement {
     pub reason: OutcomeReason,
     /// Another attempt on another host may help.
     pub retry: bool,
-    /// The host lost diffs (restarted empty): replay from nonce 1 on the next send.
-    pub host_lost_diffs: bool,
+    /// The host holds fewer diffs than we thought (a nonce gap, a lost session): the nonce it
+    /// holds, from which the next send replays.
+    pub host_holds: Option<u64>,
 }
 
 /// Judges an attempt's end (`finished`: its finish marker is sequenced already).
 pub(super) fn judge(end: &AttemptEnd, finished: bool, crowned: bool) -> Judgement {
     let (class, reason) = attribution::classify(end, finished);
-    let host_lost_diffs = matches!(
-        end,
-        AttemptEnd::Host(e) if matches!(
-            e.rejection(),
-            Some(Rejection::NonceGap { .. } | Rejection::SessionNotFound)
-        )
-    );
+    let host_holds = match end {
+        AttemptEnd::Host(e) => e.rejection().and_then(Rejection::host_holds),
+        _ => None,
+    };
     Judgement {
         class,
         reason,
         retry: !crowned && attribution::worth_retrying(class),
-        host_lost_diffs,
+        host_holds,
     }
 }
 

@@ -1,5 +1,6 @@
 //! `SyncHosts` (docs/protocol.md §5.6): once pending txs are sequenced in one more diff and durable,
-//! catch every routable host up to our nonce with chunked, payload-less sends. Dead hosts are
+//! catch every routable host up to our nonce with chunked, payload-less sends, each signed as it
+//! leaves (`devshard_catch_up_chunks_total{path="sync"}`). Dead hosts are
 //! skipped (a host's sends stop at its first failure). The actor processes each answer (sync
 //! nonce, state signature, mempool) and answers who is in sync.
 
@@ -17,6 +18,27 @@ use crate::{
     },
     store::Ack,
 };
+
+/// A host holds fewer diffs than its sync point says (a `NonceGap` names what it holds, a lost
+/// session holds nothing): moves the sync point back only that far, so the next send replays
+/// from there instead of from nonce 1. Log stage `host_sync_rewound`, metric
+/// `devshard_host_sync_rewinds_total{cause}`. The caller marks the sync points dirty.
+pub(super) fn rewind(session: &mut Session, deps: &EscrowDeps, host: &Address, holds: u64) {
+    let from = session.rewind_host_sync(host, holds);
+    let to = session.host_sync(host);
+    let cause = if holds == 0 {
+        "session_lost"
+    } else {
+        "nonce_gap"
+    };
+    deps.metrics
+        .host_sync_rewinds
+        .with_label_values(&[cause])
+        .inc();
+    slog::info!(deps.log, "host sync point moved back to what the host holds";
+        "stage" => "host_sync_rewound", "host" => host.short(), "from" => from, "to" => to,
+        "cause" => cause);
+}
 
 /// Every send's answer, per host, in order.
 pub(super) type SyncAnswers = Vec<(Address, Result<SendResult, HostError>)>;
@@ -58,12 +80,9 @@ pub(super) fn catch_up_hosts(
             requests,
         ));
     }
-    let (key, clock, timeout) = (
-        deps.key.clone(),
-        deps.clock.clone(),
-        deps.cfg.host_timeouts.query,
-    );
-    let escrow_id = info.escrow_id.clone();
+    let signer = super::wire_cache::signer(session, deps);
+    let timeout = deps.cfg.host_timeouts.query;
+    let chunks = deps.metrics.catch_up_chunks.clone();
     Box::pin(async move {
         if let Some(ack) = ready {
             ack.await.map_err(|e| e.to_string())?;
@@ -71,9 +90,9 @@ pub(super) fn catch_up_hosts(
         let mut results = Vec::new();
         for (addr, url, requests) in plans {
             for request in requests {
-                let res =
-                    client::send_diffs(&url, &escrow_id, &request, &key, clock.now_unix(), timeout)
-                        .await;
+                let res = client::send_diffs(&url, &request, &signer, timeout).await;
+                let result = crate::race::sends::chunk_result(res.as_ref().err());
+                chunks.with_label_values(&["sync", result]).inc();
                 let ok = res.is_ok();
                 results.push((addr.clone(), res));
                 if !ok {

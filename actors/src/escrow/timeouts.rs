@@ -2,15 +2,17 @@
 //! the `SendPendingDiff` that carries a confirmed `MsgTimeoutInference` to its host.
 //!
 //! At the protocol deadline (`started_at + refusal_timeout` or `confirmed_at + execution_timeout`,
-//! plus the buffer) the escrow asks every other host for a signed timeout vote, one nonce at a
-//! time (the nonce book queues them), verifies each vote, and when the accepted weight is strictly
-//! above `vote_threshold` sequences `MsgTimeoutInference` in the next diff and sends it. Only a
-//! confirmed timeout turns a pending finish into a `HostFault`. These functions build the I/O and
-//! judge its answers; the actor runs them.
+//! plus the buffer) the escrow asks every other host at once for a signed timeout vote (several
+//! nonces at once, bounded: `vote_queue.rs`), each verifier with the whole catch-up it lacks,
+//! verifies each vote, and when the accepted weight is strictly above `vote_threshold` sequences
+//! `MsgTimeoutInference` in the next diff and sends it. The reason asked is the record's state in
+//! ours (Started → execution, Pending → refused), what every verifier checks. Only a confirmed
+//! timeout turns a pending finish into a `HostFault`. These functions build the I/O and judge its
+//! answers; the actor runs them.
 
 use std::collections::BTreeSet;
 
-use futures::future::LocalBoxFuture;
+use futures::{future::LocalBoxFuture, stream::FuturesUnordered, StreamExt};
 use slog::{info, warn};
 
 use super::{info::HostEndpoint, nonces::NonceEntry, session::Session, EscrowDeps};
@@ -29,7 +31,9 @@ use crate::{
 pub(super) type Answers = Vec<(Address, VerifyTimeoutResponse)>;
 
 /// Asks every other host for a vote on `entry`'s timeout once `ready` (the diffs the voters
-/// need are durable) resolved; stops asking once the accepted weight passes the threshold.
+/// need are durable) resolved. All verifiers are asked at once, each with the whole catch-up it
+/// lacks (a verifier behind judges from our state, not from a prefix of it); the round ends when
+/// every one answered or the accepted weight passed the threshold.
 pub(super) fn collect_votes(
     session: &Session,
     deps: &EscrowDeps,
@@ -38,47 +42,40 @@ pub(super) fn collect_votes(
     ready: Ack,
 ) -> LocalBoxFuture<'static, Answers> {
     let info = session.info().clone();
+    let signer = super::wire_cache::signer(session, deps);
+    let timeout = deps.cfg.host_timeouts.verify_timeout;
     let mut calls = Vec::new();
     for host in info.hosts.iter().filter(|h| h.address != entry.host) {
-        let diffs = session.catch_up(&host.address, deps.cfg.catch_up_chunk);
+        let diffs = session.catch_up(&host.address, usize::MAX);
         let request = VerifyTimeoutRequest {
             inference_id: entry.nonce,
             reason: reason.as_wire().to_string(),
             payload: entry.payload.clone(),
             diffs: Some(diffs.iter().map(|d| DiffJson::from_diff(d)).collect()),
         };
-        calls.push((
+        let weight = u64::try_from(host.slots.len()).unwrap_or(0);
+        let (addr, url, signer) = (
             host.address.clone(),
             info.session_url(host, "verify-timeout"),
-            request,
-        ));
+            signer.clone(),
+        );
+        calls.push(async move {
+            let res = client::verify_timeout(&url, &request, &signer, timeout).await;
+            (addr, weight, res)
+        });
     }
-    let key = deps.key.clone();
-    let clock = deps.clock.clone();
-    let timeout = deps.cfg.host_timeouts.verify_timeout;
-    let escrow_id = info.escrow_id.clone();
     let threshold = u64::from(info.config.vote_threshold);
-    let weights: Vec<(Address, u64)> = info
-        .hosts
-        .iter()
-        .map(|h| (h.address.clone(), u64::try_from(h.slots.len()).unwrap_or(0)))
-        .collect();
     Box::pin(async move {
         let mut answers = Vec::new();
         if ready.await.is_err() {
             return answers;
         }
+        let mut pending: FuturesUnordered<_> = calls.into_iter().collect();
         let mut weight = 0u64;
-        for (addr, url, request) in calls {
-            let res =
-                client::verify_timeout(&url, &escrow_id, &request, &key, clock.now_unix(), timeout)
-                    .await;
+        while let Some((addr, w, res)) = pending.next().await {
             if let Ok(answer) = res {
                 if answer.accept {
-                    weight += weights
-                        .iter()
-                        .find(|(a, _)| *a == addr)
-                        .map_or(0, |(_, w)| *w);
+                    weight += w;
                 }
                 answers.push((addr, answer));
             }
@@ -172,15 +169,11 @@ pub(super) fn send_pending_diff(
         stream: None,
     };
     let url = info.session_url(host, "chat/completions");
-    let (key, clock, timeout) = (
-        deps.key.clone(),
-        deps.clock.clone(),
-        deps.cfg.host_timeouts.query,
-    );
-    let escrow_id = info.escrow_id.clone();
+    let signer = super::wire_cache::signer(session, deps);
+    let timeout = deps.cfg.host_timeouts.query;
     Box::pin(async move {
         ack.await.map_err(|e| e.to_string())?;
-        client::send_diffs(&url, &escrow_id, &request, &key, clock.now_unix(), timeout)
+        client::send_diffs(&url, &request, &signer, timeout)
             .await
             .map_err(|e| e.to_string())
     })

@@ -1,15 +1,19 @@
 //! The escrow's encoded diffs: each diff's wire JSON, encoded once and spliced into every request
 //! body that carries it (a lagging host is re-sent every diff it has not acknowledged, so under
 //! load one diff travels in many requests). Bounded to the [`CAPACITY`] newest nonces; an older
-//! diff (a host catching up from far behind) is encoded again when needed. Bodies are signed for
-//! the escrow by a [`Signer`].
+//! diff (a host catching up from far behind) is encoded again when needed. Bodies leave here
+//! unsigned: the host client signs each one as it is sent ([`signer`]), so a body that waits (a
+//! long catch-up before it) never carries an old timestamp.
 
 use std::{cell::RefCell, collections::BTreeMap};
 
 use bytes::Bytes;
 
-use super::{error::EscrowError, messages::SignedBody, session::Session, EscrowDeps};
-use crate::protocol::{auth, crypto::SigningKey, diff::Diff, wire};
+use super::{error::EscrowError, session::Session, EscrowDeps};
+use crate::{
+    host::RequestSigner,
+    protocol::{diff::Diff, wire},
+};
 
 /// Encoded diffs kept (the newest nonces).
 pub const CAPACITY: usize = 4_096;
@@ -57,58 +61,36 @@ impl WireDiffs {
         wire::encode_inference_request(&encoded, nonce, payload)
     }
 
-    /// Signed payload-less catch-up sends of `diffs`, `chunk` diffs each, each targeting the
-    /// last nonce it carries.
+    /// Payload-less catch-up bodies of `diffs`, `chunk` diffs each, each targeting the last nonce
+    /// it carries (unsigned: the host client signs each as it leaves).
     pub(super) fn catch_up_chunks(
         &self,
-        signer: &Signer<'_>,
         diffs: &[std::sync::Arc<Diff>],
         chunk: usize,
-    ) -> Result<Vec<SignedBody>, EscrowError> {
+    ) -> Result<Vec<Bytes>, EscrowError> {
         diffs
             .chunks(chunk.max(1))
             .map(|part| {
                 let last_nonce = part.last().map_or(0, |d| d.nonce);
-                signer.sign(self.body(part.iter().map(|d| &**d), last_nonce, None))
+                encoded(self.body(part.iter().map(|d| &**d), last_nonce, None))
             })
             .collect()
     }
 }
 
-/// Signs serialised request bodies for one escrow at one time.
-pub(super) struct Signer<'a> {
-    key: &'a SigningKey,
-    escrow_id: &'a str,
-    now_unix: i64,
+/// An encoded request body, or the protocol error of its encoding.
+pub(super) fn encoded(body: Result<Vec<u8>, serde_json::Error>) -> Result<Bytes, EscrowError> {
+    body.map(Bytes::from)
+        .map_err(|e| EscrowError::Protocol(e.to_string()))
 }
 
-impl<'a> Signer<'a> {
-    pub(super) fn new(session: &'a Session, deps: &'a EscrowDeps, now_unix: i64) -> Self {
-        Signer {
-            key: &deps.key,
-            escrow_id: &session.info().escrow_id,
-            now_unix,
-        }
-    }
-
-    /// Signs an already serialised request body.
-    pub(super) fn sign(
-        &self,
-        body: Result<Vec<u8>, serde_json::Error>,
-    ) -> Result<SignedBody, EscrowError> {
-        let body = body.map_err(|e| EscrowError::Protocol(e.to_string()))?;
-        let headers = auth::sign_request(
-            self.key,
-            self.escrow_id,
-            &body,
-            u64::try_from(self.now_unix).unwrap_or(0),
-        );
-        Ok(SignedBody {
-            body: Bytes::from(body),
-            signature_hex: headers.signature_hex,
-            timestamp: headers.timestamp,
-        })
-    }
+/// The escrow's request signer (signs each POST as it leaves: `host/signer.rs`).
+pub(super) fn signer(session: &Session, deps: &EscrowDeps) -> RequestSigner {
+    RequestSigner::new(
+        deps.key.clone(),
+        &session.info().escrow_id,
+        deps.clock.clone(),
+    )
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Calls from the gateway to devshard hosts over awc (docs/protocol.md §3).
 //!
 //! awc is `!Send`: a `HostClient` lives on one arbiter thread (one per thread, created lazily) and
-//! its futures run there. Every POST is signed (`X-Devshard-Signature` / `X-Devshard-Timestamp`);
+//! its futures run there. Every POST is signed as it leaves (`X-Devshard-Signature` /
+//! `X-Devshard-Timestamp`, by a [`RequestSigner`]);
 //! GETs are unauthenticated. Non-200 answers become typed [`HostError`]s in one place.
 
 use std::{cell::RefCell, time::Duration};
@@ -9,10 +10,9 @@ use std::{cell::RefCell, time::Duration};
 use bytes::Bytes;
 use futures::StreamExt;
 
-use super::error::HostError;
+use super::{error::HostError, signer::RequestSigner};
 use crate::protocol::{
-    auth::{self, HEADER_ERROR, HEADER_SIGNATURE, HEADER_TIMESTAMP},
-    crypto::SigningKey,
+    auth::{HEADER_ERROR, HEADER_SIGNATURE, HEADER_TIMESTAMP},
     proto::DevshardTx,
     sse::{self, HostEvent, SseParser},
     wire::{
@@ -129,40 +129,20 @@ impl InferenceStream {
     }
 }
 
-/// Signs and POSTs a JSON body to a session route; returns the response on HTTP 200.
+/// Signs `body` now (see `signer.rs`) and POSTs it to a session route; returns the response on
+/// HTTP 200.
 async fn post_signed(
     url: &str,
-    escrow_id: &str,
     body: Bytes,
-    key: &SigningKey,
-    now_unix: i64,
+    signer: &RequestSigner,
     timeout: Duration,
 ) -> Result<awc::ClientResponse, HostError> {
-    let ts = u64::try_from(now_unix).unwrap_or(0);
-    let headers = auth::sign_request(key, escrow_id, &body, ts);
-    post_with_headers(
-        url,
-        body,
-        &headers.signature_hex,
-        &headers.timestamp,
-        timeout,
-    )
-    .await
-}
-
-/// POSTs a body that was already signed (the escrow signs grants; the race sends them).
-pub async fn post_with_headers(
-    url: &str,
-    body: Bytes,
-    signature_hex: &str,
-    timestamp: &str,
-    timeout: Duration,
-) -> Result<awc::ClientResponse, HostError> {
+    let headers = signer.headers(&body);
     let send = client()
         .post(url)
         .insert_header((awc::http::header::CONTENT_TYPE, "application/json"))
-        .insert_header((HEADER_SIGNATURE, signature_hex))
-        .insert_header((HEADER_TIMESTAMP, timestamp))
+        .insert_header((HEADER_SIGNATURE, headers.signature_hex))
+        .insert_header((HEADER_TIMESTAMP, headers.timestamp))
         .timeout(timeout)
         .send_body(body);
     let mut response = send.await.map_err(send_error)?;
@@ -190,15 +170,14 @@ async fn check_status(response: &mut awc::ClientResponse) -> Result<(), HostErro
     ))
 }
 
-/// Opens an inference stream with a pre-signed body.
+/// Opens an inference stream: `body` is encoded already and signed as it leaves.
 pub async fn open_inference(
     url: &str,
     body: Bytes,
-    signature_hex: &str,
-    timestamp: &str,
+    signer: &RequestSigner,
     timeout: Duration,
 ) -> Result<InferenceStream, HostError> {
-    let response = post_with_headers(url, body, signature_hex, timestamp, timeout).await?;
+    let response = post_signed(url, body, signer, timeout).await?;
     Ok(InferenceStream {
         response,
         parser: SseParser::new(),
@@ -215,15 +194,12 @@ pub struct SendResult {
 /// Sends diffs without a payload and reads the whole answer (receipt + meta).
 pub async fn send_diffs(
     url: &str,
-    escrow_id: &str,
     request: &InferenceRequest,
-    key: &SigningKey,
-    now_unix: i64,
+    signer: &RequestSigner,
     timeout: Duration,
 ) -> Result<SendResult, HostError> {
     let body = serde_json::to_vec(request).map_err(|e| HostError::Decode(e.to_string()))?;
-    let mut response =
-        post_signed(url, escrow_id, Bytes::from(body), key, now_unix, timeout).await?;
+    let mut response = post_signed(url, Bytes::from(body), signer, timeout).await?;
     let bytes = response
         .body()
         .limit(MAX_QUERY_BODY)
@@ -252,15 +228,12 @@ pub async fn send_diffs(
 /// `POST …/verify-timeout`.
 pub async fn verify_timeout(
     url: &str,
-    escrow_id: &str,
     request: &VerifyTimeoutRequest,
-    key: &SigningKey,
-    now_unix: i64,
+    signer: &RequestSigner,
     timeout: Duration,
 ) -> Result<VerifyTimeoutResponse, HostError> {
     let body = serde_json::to_vec(request).map_err(|e| HostError::Decode(e.to_string()))?;
-    let mut response =
-        post_signed(url, escrow_id, Bytes::from(body), key, now_unix, timeout).await?;
+    let mut response = post_signed(url, Bytes::from(body), signer, timeout).await?;
     response
         .json()
         .limit(MAX_QUERY_BODY)

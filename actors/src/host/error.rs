@@ -73,6 +73,20 @@ pub enum HostError {
     Tls(String),
 }
 
+impl Rejection {
+    /// What the host says it holds, when its rejection says so: a nonce gap names the next nonce
+    /// it expects (so it holds the one before); a lost session holds nothing.
+    pub fn host_holds(&self) -> Option<u64> {
+        match self {
+            Rejection::NonceGap {
+                expected: Some(e), ..
+            } => Some(e.saturating_sub(1)),
+            Rejection::NonceGap { expected: None, .. } | Rejection::SessionNotFound => Some(0),
+            _ => None,
+        }
+    }
+}
+
 impl HostError {
     /// Builds the typed error of a non-success HTTP answer.
     pub fn from_status(
@@ -221,6 +235,18 @@ mod tests {
             rej(404, "session not found", None),
             Rejection::SessionNotFound
         );
+        let gap = rej(
+            500,
+            "invalid nonce: must be sequential: expected 4001, got 5001",
+            None,
+        );
+        assert_eq!(
+            gap.host_holds(),
+            Some(4000),
+            "only as far back as the host holds"
+        );
+        assert_eq!(Rejection::SessionNotFound.host_holds(), Some(0));
+        assert_eq!(Rejection::TimestampDrift.host_holds(), None);
         assert_eq!(error_message(b"404 page not found"), "404 page not found");
     }
 }

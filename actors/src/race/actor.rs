@@ -249,6 +249,7 @@ impl RaceActor {
             log: self.log.clone(),
             cancel: cancelled,
             stream_error: self.spec.stream_error,
+            metrics: self.spec.metrics.clone(),
         };
         actix::spawn(task.run());
     }

@@ -1,5 +1,6 @@
-//! One attempt as an async task on the race's arbiter: catch-up prelude, the signed inference
-//! POST, SSE parsing, crowning, forwarding, and the final report to the escrow and the race.
+//! One attempt as an async task on the race's arbiter: its sends (catch-up prelude and the
+//! inference POST, each signed as it leaves: `sends.rs`), SSE parsing, crowning, forwarding, and
+//! the final report to the escrow and the race.
 //!
 //! Pre-crown bytes are buffered; the first content asks the race for the crown. A crowned
 //! streaming attempt writes straight to the client channel (bounded: a slow client slows the host
@@ -24,6 +25,7 @@ use tokio::{
 use super::{
     actor::RaceActor,
     assemble::Assembler,
+    host_answers,
     messages::{AttemptFinished, Crown, Delivered, FirstContent, ReceiptSeen},
 };
 use crate::{
@@ -33,7 +35,7 @@ use crate::{
         messages::{AttemptEnded, AttemptReceipt, NonceGrant},
         EscrowActor,
     },
-    host::{client, HostError},
+    host::HostError,
     outcome::{AttemptEnd, AttemptTimings},
     protocol::{
         proto::DevshardTx,
@@ -58,6 +60,7 @@ pub(super) struct AttemptTask {
     pub log: slog::Logger,
     pub cancel: watch::Receiver<CancelSignal>,
     pub stream_error: StreamErrorFormat,
+    pub metrics: crate::metrics::ActorMetrics,
 }
 
 /// What the race tells a running attempt.
@@ -114,7 +117,7 @@ impl AttemptTask {
         };
         if let (Some(sink), false) = (&p.sink, matches!(end, AttemptEnd::Completed)) {
             let _ = sink
-                .send((self.stream_error)(&mid_stream_message(&end)))
+                .send((self.stream_error)(&host_answers::mid_stream_message(&end)))
                 .await;
         }
         drop(p.sink.take());
@@ -145,27 +148,9 @@ impl AttemptTask {
     }
 
     async fn drive(&mut self, p: &mut Progress) -> AttemptEnd {
-        for chunk in self.grant.prelude.clone() {
-            if let Err(e) = self.catch_up(&chunk).await {
-                return e;
-            }
-        }
-        let req = &self.grant.request;
-        let opened = timeout(
-            self.limits.receipt_timeout,
-            client::open_inference(
-                &self.grant.url,
-                req.body.clone(),
-                &req.signature_hex,
-                &req.timestamp,
-                self.limits.receipt_timeout,
-            ),
-        )
-        .await;
-        let mut stream = match opened {
-            Ok(Ok(s)) => s.with_line_limit(self.limits.sse_max_line_bytes),
-            Ok(Err(e)) => return AttemptEnd::Host(e),
-            Err(_) => return AttemptEnd::Host(HostError::Timeout(self.limits.receipt_timeout)),
+        let mut stream = match self.send_request().await {
+            Ok(s) => s,
+            Err(end) => return end,
         };
         let hard_deadline = tokio::time::Instant::now() + self.limits.attempt_timeout;
         loop {
@@ -245,36 +230,6 @@ impl AttemptTask {
         }
     }
 
-    /// Sends one catch-up chunk (no payload) and reports its receipt to the escrow.
-    async fn catch_up(&self, body: &crate::escrow::messages::SignedBody) -> Result<(), AttemptEnd> {
-        let mut s = client::open_inference(
-            &self.grant.url,
-            body.body.clone(),
-            &body.signature_hex,
-            &body.timestamp,
-            self.limits.receipt_timeout,
-        )
-        .await
-        .map_err(AttemptEnd::Host)?
-        .with_line_limit(self.limits.sse_max_line_bytes);
-        while let Some(events) = s.next_events().await.map_err(AttemptEnd::Host)? {
-            for e in events {
-                if let HostEvent::Receipt(receipt) = e {
-                    let msg = AttemptReceipt {
-                        nonce: self.grant.nonce,
-                        catch_up: true,
-                        host: self.grant.host.clone(),
-                        receipt,
-                    };
-                    if let Ok(Err(err)) = self.escrow.send(msg).await {
-                        return Err(AttemptEnd::ReceiptRejected(err));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
     async fn on_event(&mut self, event: HostEvent, p: &mut Progress) -> Option<AttemptEnd> {
         let now = self.clock.now_ms();
         match event {
@@ -321,7 +276,7 @@ impl AttemptTask {
                 }
             }
             HostEvent::Error(json) => {
-                let (status, message) = error_details(&json);
+                let (status, message) = host_answers::error_details(&json);
                 return Some(AttemptEnd::ErrorEvent { status, message });
             }
             HostEvent::Done => {
@@ -399,16 +354,6 @@ impl AttemptTask {
     }
 }
 
-/// What a streaming client is told when the winner broke mid-stream.
-fn mid_stream_message(end: &AttemptEnd) -> String {
-    match end {
-        AttemptEnd::Host(e) => format!("the serving host failed mid-stream: {e}"),
-        AttemptEnd::Stalled => "the serving host stalled mid-stream".to_string(),
-        AttemptEnd::ErrorEvent { message, .. } => message.clone(),
-        other => format!("the answer was interrupted: {other:?}"),
-    }
-}
-
 /// The end of a host stream that closed cleanly (see the module docs).
 fn end_of_stream(p: &Progress) -> AttemptEnd {
     match (
@@ -419,54 +364,5 @@ fn end_of_stream(p: &Progress) -> AttemptEnd {
         (false, false, _) | (false, true, 1..) => AttemptEnd::Host(HostError::Truncated),
         (_, _, 0) => AttemptEnd::EmptyStream,
         (true, _, _) => AttemptEnd::Completed,
-    }
-}
-
-/// Status and message of a host error event, as upstream reads it (UPSTREAM-SURFACE §7.4):
-/// `{"error": {…}}` or `{"object": "error", …}`; the status is its `code` when in 400–599,
-/// else 400 when its `type` names a bad request (a client-caused failure such as a context-length
-/// overflow), else unknown (a host fault).
-pub(super) fn error_details(json: &[u8]) -> (Option<u16>, String) {
-    let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
-    let err = v.get("error").filter(|e| e.is_object()).unwrap_or(&v);
-    let message = err
-        .get("message")
-        .and_then(|m| m.as_str())
-        .unwrap_or("the host reported an error")
-        .to_string();
-    let code = err
-        .get("code")
-        .and_then(|c| {
-            c.as_u64()
-                .or_else(|| c.as_str().and_then(|s| s.parse().ok()))
-        })
-        .and_then(|c| u16::try_from(c).ok())
-        .filter(|c| (400..600).contains(c));
-    let bad_request = err.get("type").and_then(|t| t.as_str()).is_some_and(|t| {
-        t.to_ascii_lowercase()
-            .replace('_', "")
-            .contains("badrequest")
-    });
-    (code.or(bad_request.then_some(400)), message)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::error_details;
-
-    #[test]
-    fn host_error_events_read_as_upstream() {
-        let ctx = br#"{"error":{"message":"context length exceeded","type":"BadRequestError"}}"#;
-        assert_eq!(
-            error_details(ctx),
-            (Some(400), "context length exceeded".into())
-        );
-        let vllm = br#"{"object":"error","message":"too long","type":"bad_request_error"}"#;
-        assert_eq!(error_details(vllm), (Some(400), "too long".into()));
-        let coded = br#"{"error":{"message":"busy","code":"503"}}"#;
-        assert_eq!(error_details(coded), (Some(503), "busy".into()));
-        let host = br#"{"error":{"message":"CUDA out of memory","type":"InternalError"}}"#;
-        assert_eq!(error_details(host).0, None);
-        assert_eq!(error_details(br#"{"error":{"code":200}}"#).0, None);
     }
 }

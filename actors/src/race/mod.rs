@@ -7,8 +7,10 @@ mod attempt;
 mod crown;
 mod errors;
 mod handlers;
+mod host_answers;
 pub mod messages;
 mod prewarm;
+pub mod sends;
 
 pub use actor::RaceActor;
 pub use api::{

@@ -30,10 +30,7 @@ use crate::{
     host::{client, HostError, Rejection},
     metrics::ActorMetrics,
     policy::{backoff, settings::HealthSettings},
-    protocol::{
-        crypto::Address,
-        sse::{HostEvent, SseParser},
-    },
+    protocol::{crypto::Address, sse::HostEvent},
     stats::{
         timers::{self, Timer},
         tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedAddr,
@@ -152,7 +149,8 @@ impl RepairActor {
             self.participant.clone(),
             self.slots.clone(),
         );
-        let fut = async move { run_tick(escrow, participant, slots).await };
+        let chunks = self.metrics.catch_up_chunks.clone();
+        let fut = async move { run_tick(escrow, participant, slots, chunks).await };
         ctx.spawn(fut.into_actor(self).map(|(result, unblocked), act, ctx| {
             act.running = false;
             act.metrics
@@ -182,6 +180,7 @@ async fn run_tick(
     escrow: TrackedAddr<EscrowActor>,
     participant: Address,
     slots: Vec<u32>,
+    chunks: prometheus::IntCounterVec,
 ) -> (String, bool) {
     let plan: RepairPlan = match escrow
         .send(PlanRepair {
@@ -194,7 +193,10 @@ async fn run_tick(
         Err(_) => return ("escrow gone".into(), false),
     };
     for chunk in &plan.chunks {
-        match catch_up(&plan.chat_url, chunk).await {
+        let sent = catch_up(&plan.chat_url, chunk, &plan.signer).await;
+        let result = crate::race::sends::chunk_result(sent.as_ref().err());
+        chunks.with_label_values(&["repair", result]).inc();
+        match sent {
             Ok(Some(receipt)) => {
                 let step = RepairStep::CatchUp {
                     participant: participant.clone(),
@@ -205,19 +207,16 @@ async fn run_tick(
                 }
             }
             Ok(None) => {}
-            Err(e)
-                if matches!(
-                    e.rejection(),
-                    Some(Rejection::SessionNotFound | Rejection::NonceGap { .. })
-                ) =>
-            {
+            Err(e) if e.rejection().and_then(Rejection::host_holds).is_some() => {
+                let holds = e.rejection().and_then(Rejection::host_holds).unwrap_or(0);
                 let _ = escrow
-                    .send(RepairStep::SessionLost {
+                    .send(RepairStep::HostBehind {
                         participant: participant.clone(),
+                        holds,
                     })
                     .await;
                 return (
-                    "host lost its session; replaying from nonce 1 next tick".into(),
+                    format!("host holds nonce {holds}; replaying from there next tick"),
                     false,
                 );
             }
@@ -229,8 +228,9 @@ async fn run_tick(
         Ok(s) => s.signatures.unwrap_or_default(),
         Err(e) if matches!(e.rejection(), Some(Rejection::SessionNotFound)) => {
             let _ = escrow
-                .send(RepairStep::SessionLost {
+                .send(RepairStep::HostBehind {
                     participant: participant.clone(),
+                    holds: 0,
                 })
                 .await;
             return (
@@ -268,16 +268,10 @@ async fn run_tick(
 /// Sends one catch-up chunk and returns its receipt.
 async fn catch_up(
     url: &str,
-    chunk: &crate::escrow::messages::SignedBody,
+    chunk: &bytes::Bytes,
+    signer: &crate::host::RequestSigner,
 ) -> Result<Option<crate::protocol::wire::ReceiptBody>, HostError> {
-    let mut s = client::open_inference(
-        url,
-        chunk.body.clone(),
-        &chunk.signature_hex,
-        &chunk.timestamp,
-        REPAIR_CALL_TIMEOUT,
-    )
-    .await?;
+    let mut s = client::open_inference(url, chunk.clone(), signer, REPAIR_CALL_TIMEOUT).await?;
     let mut parser_receipt = None;
     while let Some(events) = s.next_events().await? {
         for e in events {
@@ -286,7 +280,6 @@ async fn catch_up(
             }
         }
     }
-    let _ = SseParser::new();
     Ok(parser_receipt)
 }
 

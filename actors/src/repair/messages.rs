@@ -4,7 +4,8 @@ use actix::Message;
 use serde::Serialize;
 
 use crate::{
-    escrow::{messages::SignedBody, session::SessionError},
+    escrow::session::SessionError,
+    host::RequestSigner,
     protocol::{crypto::Address, wire::ReceiptBody},
 };
 
@@ -15,13 +16,14 @@ pub struct PlanRepair {
     pub participant: Address,
 }
 
-/// Catch-up chunks (durable canonical diffs the host has not acknowledged, signed, no payload)
-/// and the nonce whose signature must then verify.
+/// Catch-up chunks (durable canonical diffs the host has not acknowledged, encoded, no payload;
+/// signed as each leaves) and the nonce whose signature must then verify.
 #[derive(Debug, Clone)]
 pub struct RepairPlan {
     pub chat_url: String,
     pub signatures_url: String,
-    pub chunks: Vec<SignedBody>,
+    pub chunks: Vec<bytes::Bytes>,
+    pub signer: RequestSigner,
     /// Our nonce the catch-up reaches; the host must sign our root at it.
     pub target_nonce: u64,
 }
@@ -35,8 +37,9 @@ pub enum RepairStep {
         participant: Address,
         receipt: ReceiptBody,
     },
-    /// The host lost its session: replay from nonce 1 next tick.
-    SessionLost { participant: Address },
+    /// The host holds fewer diffs than we thought (a nonce gap: what it says it holds; a lost
+    /// session: 0): replay from there next tick.
+    HostBehind { participant: Address, holds: u64 },
     /// A signature the host returned for `nonce`.
     Signature {
         participant: Address,

@@ -12,9 +12,8 @@ use super::super::{
     error::EscrowError,
     hedging,
     messages::{
-        AttemptEnded, AttemptKind, AttemptReceipt, EscrowSnapshot, ForgetDivergence,
-        GetRepairStates, GetSnapshot, GrantUnused, InjectPanic, InjectStall, NonceGrant, RaceGone,
-        RequestNonce, Retire, SyncHosts, TriggerRepair,
+        AttemptEnded, AttemptKind, AttemptReceipt, EscrowSnapshot, GetSnapshot, GrantUnused,
+        InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Retire, SyncHosts,
     },
     picker::{self, Waiter},
     repair,
@@ -28,10 +27,6 @@ use crate::{
     participant::messages::{ApplyHealthSettings, HealthChanged},
     policy::{correlation, reason::EmptyDiffReason},
     protocol::crypto::Address,
-    repair::messages::{
-        GetRepairState, PlanRepair, RepairGaveUp, RepairNow, RepairPlan, RepairState, RepairStep,
-        RepairVerdict,
-    },
     stats::TrackedActor,
 };
 
@@ -151,8 +146,8 @@ impl Handler<AttemptEnded> for EscrowActor {
         }
         let finished = self.session.is_finished(nonce);
         let judged = settle::judge(&msg.report.end, finished, msg.report.crowned);
-        if judged.host_lost_diffs {
-            self.session.reset_host_sync(&msg.host);
+        if let Some(holds) = judged.host_holds {
+            sync::rewind(&mut self.session, &self.deps, &msg.host, holds);
             self.durable.syncs_changed();
         }
         let (class, reason) = (judged.class, judged.reason);
@@ -217,89 +212,6 @@ impl Handler<ApplyHealthSettings> for EscrowActor {
     fn handle(&mut self, msg: ApplyHealthSettings, _: &mut Self::Context) {
         self.guard.set_settings(&msg.0);
         self.deps.settings = Arc::clone(&msg.0);
-    }
-}
-
-impl Handler<PlanRepair> for EscrowActor {
-    type Result = Result<RepairPlan, String>;
-
-    fn handle(&mut self, msg: PlanRepair, _: &mut Self::Context) -> Self::Result {
-        repair::plan(&self.session, &self.durable, &self.deps, &msg.participant)
-    }
-}
-
-impl Handler<RepairStep> for EscrowActor {
-    type Result = ResponseActFuture<Self, Result<RepairVerdict, SessionError>>;
-
-    fn handle(&mut self, msg: RepairStep, _: &mut Self::Context) -> Self::Result {
-        let signers = match &msg {
-            RepairStep::CatchUp {
-                participant,
-                receipt,
-            } => self.session.signers_to_check(participant, None, receipt),
-            RepairStep::Signature {
-                participant,
-                nonce,
-                signature,
-            } => (self.session)
-                .fetched_signer_to_check(participant, *nonce, signature)
-                .into_iter()
-                .collect(),
-            RepairStep::SessionLost { .. } => Vec::new(),
-        };
-        let check = self.check_warm_signers(signers);
-        Box::pin(check.into_actor(self).map(move |(), act, _| {
-            let (session, durable, routing) =
-                (&mut act.session, &mut act.durable, &mut act.routing);
-            repair::step(session, durable, routing, &act.deps, msg)
-        }))
-    }
-}
-
-impl Handler<RepairGaveUp> for EscrowActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: RepairGaveUp, _: &mut Self::Context) {
-        self.routing.repair_gave_up(msg.participant);
-    }
-}
-
-impl Handler<TriggerRepair> for EscrowActor {
-    type Result = bool;
-
-    fn handle(&mut self, msg: TriggerRepair, _: &mut Self::Context) -> bool {
-        match self.routing.repair(&msg.participant) {
-            Some(addr) => {
-                addr.do_send(RepairNow);
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-impl Handler<GetRepairStates> for EscrowActor {
-    type Result = ResponseFuture<Vec<RepairState>>;
-
-    fn handle(&mut self, _: GetRepairStates, _: &mut Self::Context) -> Self::Result {
-        let addrs = self.routing.repairs();
-        Box::pin(async move {
-            let calls = addrs.iter().map(|a| a.send(GetRepairState));
-            futures::future::join_all(calls)
-                .await
-                .into_iter()
-                .filter_map(Result::ok)
-                .collect()
-        })
-    }
-}
-
-impl Handler<ForgetDivergence> for EscrowActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: ForgetDivergence, ctx: &mut Self::Context) {
-        self.routing.forget_divergence(&msg.participant);
-        self.pump(ctx);
     }
 }
 

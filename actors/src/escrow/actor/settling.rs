@@ -1,6 +1,6 @@
 //! The escrow actor's settling: the one outcome of each attempt (through the fault guard), finish
-//! reconciliation polls, timeout votes and `SendPendingDiff` — the effects of what the nonce
-//! book, the fault guard and `timeouts.rs` decide, run on the actor (timers `nonce <n>` and
+//! reconciliation polls and the hand-over to timeout votes (`actor/voting.rs`) — the effects of
+//! what the nonce book and the fault guard decide, run on the actor (timers `nonce <n>` and
 //! `fault_release`).
 
 use std::time::Duration;
@@ -8,20 +8,14 @@ use std::time::Duration;
 use actix::prelude::*;
 use slog::{info, warn};
 
-use super::super::{
-    book::{NextTimeout, Settled},
-    durable::{OnDurable, Pending},
-    guard::Outbound,
-    nonces::NonceState,
-    timeouts,
-};
+use super::super::{book::Settled, guard::Outbound, nonces::NonceState};
 use super::EscrowActor;
 use crate::{
     outcome::{AttemptOutcome, OutcomeClass},
     policy::{
         correlation::SharedFault,
         mempool::{self, ForeignTx},
-        reason::{EmptyDiffReason, OutcomeReason},
+        reason::OutcomeReason,
     },
     protocol::{crypto::Address, proto::DevshardTx, warm::Acceptance},
     stats::timers,
@@ -203,6 +197,7 @@ impl EscrowActor {
         reason: OutcomeReason,
         ctx: &mut Context<Self>,
     ) {
+        self.follow_record(nonce);
         if self.book.await_timeout(nonce, reason, self.now_ms()) {
             self.arm_nonce_timer(nonce, ctx);
         }
@@ -255,119 +250,6 @@ impl EscrowActor {
             if act.book.back_off_poll(nonce, max) {
                 act.arm_nonce_timer(nonce, ctx);
             }
-        }));
-    }
-
-    /// Runs the next queued timeout vote (one at a time).
-    fn next_timeout(&mut self, ctx: &mut Context<Self>) {
-        loop {
-            let session = &self.session;
-            match self.book.next_timeout(|n| session.is_finished(n)) {
-                NextTimeout::FinishedLate(nonce) => {
-                    self.emit(
-                        nonce,
-                        OutcomeClass::Success,
-                        OutcomeReason::FinishedLate,
-                        None,
-                    );
-                    self.book.forget(nonce);
-                }
-                NextTimeout::Vote(nonce) => return self.collect_votes(nonce, ctx),
-                NextTimeout::Idle => return,
-            }
-        }
-    }
-
-    fn collect_votes(&mut self, nonce: u64, ctx: &mut Context<Self>) {
-        // Voters judge from their own state: sequence pending txs first (e.g. this nonce's
-        // ConfirmStart, without which an execution timeout cannot be verified), and send only
-        // diffs that are durable — the vote requests go out once this flush/ack resolved.
-        let ready = self
-            .durable
-            .settle_pending(
-                &mut self.session,
-                &self.deps,
-                EmptyDiffReason::TimeoutContext,
-            )
-            .map_or_else(|| self.deps.store.flush(), |(_, ack)| ack);
-        let Some(entry) = self.book.entry(nonce) else {
-            return;
-        };
-        let (_, reason) = self.book.deadline(entry, 0);
-        let votes = timeouts::collect_votes(&self.session, &self.deps, entry, reason, ready);
-        let checked = votes.into_actor(self).then(move |answers, act, _| {
-            let check = act.check_warm_signers(act.vote_signers(nonce, reason, &answers));
-            check.into_actor(act).map(move |(), _, _| answers)
-        });
-        ctx.spawn(checked.map(move |answers, act, ctx| {
-            act.book.vote_done();
-            match timeouts::tally(&act.session, &act.deps, nonce, reason, answers) {
-                None => {
-                    act.emit(
-                        nonce,
-                        OutcomeClass::Cancelled,
-                        OutcomeReason::TimeoutUnconfirmed,
-                        None,
-                    );
-                    act.book.forget(nonce);
-                }
-                Some(tx) => {
-                    act.emit(
-                        nonce,
-                        OutcomeClass::HostFault,
-                        OutcomeReason::TimeoutConfirmed,
-                        None,
-                    );
-                    act.book.forget(nonce);
-                    act.session.queue(tx);
-                    act.send_pending_diff(ctx);
-                }
-            }
-            act.next_timeout(ctx);
-        }));
-    }
-
-    /// Composes the next nonce without a payload and sends it to its host once durable (only
-    /// made durable when that host is withheld: catch-up carries it later).
-    fn send_pending_diff(&mut self, ctx: &mut Context<Self>) {
-        let composed = self.durable.compose_withheld(
-            &mut self.session,
-            &self.deps,
-            EmptyDiffReason::PendingDiff,
-        );
-        let Some((diff, ack)) = composed else {
-            return;
-        };
-        let info = self.session.info().clone();
-        let Some(host) = info.host_for_nonce(diff.nonce) else {
-            return;
-        };
-        if self.routing.is_withheld(&host.address) {
-            let then = OnDurable::Nothing;
-            return self.await_durable(
-                Pending {
-                    nonce: diff.nonce,
-                    ack,
-                    then,
-                },
-                ctx,
-            );
-        }
-        let send = timeouts::send_pending_diff(&self.session, &self.deps, host, diff.nonce, ack);
-        let addr = host.address.clone();
-        ctx.spawn(send.into_actor(self).map(move |res, act, ctx| match res {
-            Ok(sent) => {
-                if let Some(r) = sent.receipt {
-                    if let Err(e) = act.session.process_receipt(&addr, None, &r) {
-                        warn!(act.deps.log, "pending diff response rejected"; "stage" => "process_response_failed",
-                            "host" => addr.short(), "error" => %e);
-                    }
-                    act.durable.syncs_changed();
-                }
-                act.absorb_mempool(&addr, sent.mempool, ctx);
-            }
-            Err(e) => warn!(act.deps.log, "pending diff not delivered"; "stage" => "pending_diff_failed",
-                "host" => addr.short(), "error" => e),
         }));
     }
 }

@@ -183,7 +183,14 @@ impl Session {
 
     /// Forgets what a host acknowledged (it lost its session): the next send replays from 1.
     pub fn reset_host_sync(&mut self, host: &Address) {
-        self.host_sync.insert(host.clone(), 0);
+        self.rewind_host_sync(host, 0);
+    }
+
+    /// Moves a host's sync point back to what it says it holds (a nonce gap), never beyond our
+    /// nonce. Returns the sync point it had.
+    pub fn rewind_host_sync(&mut self, host: &Address, holds: u64) -> u64 {
+        let to = holds.min(self.nonce());
+        self.host_sync.insert(host.clone(), to).unwrap_or(0)
     }
 
     /// `diffsForHost`: diffs the host has not acknowledged, oldest first, at most `limit`.

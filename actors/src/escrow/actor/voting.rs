@@ -1,0 +1,198 @@
+//! The escrow actor's timeout votes (docs/protocol.md §6.5): several nonces at once (bounded by
+//! `timeout_votes_parallel`), each asking all its verifiers in parallel with the whole catch-up
+//! they lack; the reason asked follows the record's state (Started → execution, Pending →
+//! refused); a vote short of quorum is asked again with back-off. A confirmed timeout goes out
+//! in a `SendPendingDiff`. Timers: the `nonce <n>` timer of each awaiting nonce (its deadline, or
+//! its back-off). Log stages `timeout_vote_started`, `timeout_vote_retry`,
+//! `timeout_vote_given_up`, `timeout_rescheduled`; metrics `devshard_timeout_votes_running`,
+//! `devshard_timeout_vote_retries_total{reason}`.
+
+use actix::prelude::*;
+use slog::{info, warn};
+
+use super::super::{
+    book::NextTimeout,
+    durable::{OnDurable, Pending},
+    timeouts,
+};
+use super::EscrowActor;
+use crate::{
+    outcome::OutcomeClass,
+    policy::reason::{EmptyDiffReason, OutcomeReason},
+    protocol::proto::TimeoutReason,
+};
+
+impl EscrowActor {
+    /// Starts queued timeout votes while fewer than `timeout_votes_parallel` collect.
+    pub(super) fn next_timeout(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            let session = &self.session;
+            match self.book.next_timeout(|n| session.is_finished(n)) {
+                NextTimeout::FinishedLate(nonce) => {
+                    self.emit(
+                        nonce,
+                        OutcomeClass::Success,
+                        OutcomeReason::FinishedLate,
+                        None,
+                    );
+                    self.book.forget(nonce);
+                }
+                NextTimeout::Vote(nonce) => self.collect_votes(nonce, ctx),
+                NextTimeout::Idle => return,
+            }
+        }
+    }
+
+    /// The nonce's record in our state, for its timeout (`book.follow_record`).
+    pub(super) fn follow_record(&mut self, nonce: u64) -> bool {
+        let record = self
+            .session
+            .state()
+            .record(nonce)
+            .map(|r| (r.status, r.confirmed_at));
+        self.book.follow_record(nonce, record)
+    }
+
+    fn collect_votes(&mut self, nonce: u64, ctx: &mut Context<Self>) {
+        // Voters judge from their own state: sequence pending txs first (e.g. this nonce's
+        // ConfirmStart, without which an execution timeout cannot be verified), and send only
+        // diffs that are durable — the vote requests go out once this flush/ack resolved.
+        let ready = self
+            .durable
+            .settle_pending(
+                &mut self.session,
+                &self.deps,
+                EmptyDiffReason::TimeoutContext,
+            )
+            .map_or_else(|| self.deps.store.flush(), |(_, ack)| ack);
+        if !self.follow_record(nonce) {
+            // Neither Pending nor Started in our state: nothing a verifier could time out.
+            self.book.vote_done(nonce);
+            self.emit(
+                nonce,
+                OutcomeClass::Cancelled,
+                OutcomeReason::TimeoutUnconfirmed,
+                None,
+            );
+            self.book.forget(nonce);
+            return;
+        }
+        let Some(entry) = self.book.entry(nonce) else {
+            self.book.vote_done(nonce);
+            return;
+        };
+        let (deadline, reason) = self.book.deadline(entry, self.deps.cfg.timeout_buffer_ms);
+        let now = self.now_ms();
+        if deadline > now && !self.book.retried(nonce) {
+            // The record moved on (a ConfirmStart through a mempool): its own deadline.
+            self.book.vote_done(nonce);
+            info!(self.deps.log, "timeout reason follows the record"; "stage" => "timeout_rescheduled",
+                "nonce" => nonce, "reason" => reason.as_wire(), "remaining_ms" => deadline - now);
+            self.book.set_deadline(nonce, deadline);
+            return self.arm_nonce_timer(nonce, ctx);
+        }
+        self.deps.metrics.timeout_votes_running.inc();
+        info!(self.deps.log, "timeout vote collecting"; "stage" => "timeout_vote_started",
+            "nonce" => nonce, "reason" => reason.as_wire(), "parallel" => self.book.votes_running());
+        let votes = timeouts::collect_votes(&self.session, &self.deps, entry, reason, ready);
+        let checked = votes.into_actor(self).then(move |answers, act, _| {
+            let check = act.check_warm_signers(act.vote_signers(nonce, reason, &answers));
+            check.into_actor(act).map(move |(), _, _| answers)
+        });
+        ctx.spawn(checked.map(move |answers, act, ctx| {
+            act.book.vote_done(nonce);
+            act.deps.metrics.timeout_votes_running.dec();
+            match timeouts::tally(&act.session, &act.deps, nonce, reason, answers) {
+                None => act.vote_short(nonce, reason, ctx),
+                Some(tx) => {
+                    act.emit(
+                        nonce,
+                        OutcomeClass::HostFault,
+                        OutcomeReason::TimeoutConfirmed,
+                        None,
+                    );
+                    act.book.forget(nonce);
+                    act.session.queue(tx);
+                    act.send_pending_diff(ctx);
+                }
+            }
+            act.next_timeout(ctx);
+        }));
+    }
+
+    /// A vote fell short of quorum (voters down, behind, or not yet past the deadline on their
+    /// clock): asked again after a back-off, until its rounds are used up.
+    fn vote_short(&mut self, nonce: u64, reason: TimeoutReason, ctx: &mut Context<Self>) {
+        if self.session.is_finished(nonce) {
+            return self.settle_or_time_out(nonce, true, OutcomeReason::FinishedLate, ctx);
+        }
+        match self.book.vote_short(nonce, self.now_ms()) {
+            Some(wait) => {
+                self.deps
+                    .metrics
+                    .timeout_vote_retries
+                    .with_label_values(&[reason.as_wire()])
+                    .inc();
+                info!(self.deps.log, "timeout vote short of quorum; asked again later";
+                    "stage" => "timeout_vote_retry", "nonce" => nonce, "reason" => reason.as_wire(),
+                    "wait_ms" => u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+                self.arm_nonce_timer(nonce, ctx);
+            }
+            None => {
+                warn!(self.deps.log, "timeout vote given up"; "stage" => "timeout_vote_given_up",
+                    "nonce" => nonce, "reason" => reason.as_wire());
+                self.emit(
+                    nonce,
+                    OutcomeClass::Cancelled,
+                    OutcomeReason::TimeoutUnconfirmed,
+                    None,
+                );
+                self.book.forget(nonce);
+            }
+        }
+    }
+
+    /// Composes the next nonce without a payload and sends it to its host once durable (only
+    /// made durable when that host is withheld: catch-up carries it later).
+    fn send_pending_diff(&mut self, ctx: &mut Context<Self>) {
+        let composed = self.durable.compose_withheld(
+            &mut self.session,
+            &self.deps,
+            EmptyDiffReason::PendingDiff,
+        );
+        let Some((diff, ack)) = composed else {
+            return;
+        };
+        let info = self.session.info().clone();
+        let Some(host) = info.host_for_nonce(diff.nonce) else {
+            return;
+        };
+        if self.routing.is_withheld(&host.address) {
+            let then = OnDurable::Nothing;
+            return self.await_durable(
+                Pending {
+                    nonce: diff.nonce,
+                    ack,
+                    then,
+                },
+                ctx,
+            );
+        }
+        let send = timeouts::send_pending_diff(&self.session, &self.deps, host, diff.nonce, ack);
+        let addr = host.address.clone();
+        ctx.spawn(send.into_actor(self).map(move |res, act, ctx| match res {
+            Ok(sent) => {
+                if let Some(r) = sent.receipt {
+                    if let Err(e) = act.session.process_receipt(&addr, None, &r) {
+                        warn!(act.deps.log, "pending diff response rejected"; "stage" => "process_response_failed",
+                            "host" => addr.short(), "error" => %e);
+                    }
+                    act.durable.syncs_changed();
+                }
+                act.absorb_mempool(&addr, sent.mempool, ctx);
+            }
+            Err(e) => warn!(act.deps.log, "pending diff not delivered"; "stage" => "pending_diff_failed",
+                "host" => addr.short(), "error" => e),
+        }));
+    }
+}

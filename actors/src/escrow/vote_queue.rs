@@ -1,0 +1,163 @@
+//! The timeout-vote queue, a part of the nonce book (docs/protocol.md §6.5): nonces whose
+//! protocol deadline passed wait here for their vote; up to `timeout_votes_parallel` votes
+//! collect at once (each asks all its verifiers in parallel, `timeouts.rs`), so the unfinished
+//! nonces of a dead executor are all voted on about when their deadline passes, not one after
+//! another. A vote short of quorum is asked again after a back-off (`timeout_vote_retry_ms`,
+//! doubling up to `timeout_vote_retry_max_ms`) for up to `timeout_vote_rounds` rounds.
+//! Pure bookkeeping: the actor runs the votes and arms the timers.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, VecDeque},
+    time::Duration,
+};
+
+use super::config::EscrowConfig;
+
+/// The bounds of timeout voting.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct VoteLimits {
+    pub parallel: usize,
+    pub retry_ms: u64,
+    pub retry_max_ms: u64,
+    pub rounds: u32,
+}
+
+impl VoteLimits {
+    pub(super) fn of(cfg: &EscrowConfig) -> VoteLimits {
+        VoteLimits {
+            parallel: cfg.timeout_votes_parallel.max(1),
+            retry_ms: cfg.timeout_vote_retry_ms,
+            retry_max_ms: cfg.timeout_vote_retry_max_ms.max(cfg.timeout_vote_retry_ms),
+            rounds: cfg.timeout_vote_rounds.max(1),
+        }
+    }
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub(super) struct VoteQueue {
+    waiting: VecDeque<u64>,
+    running: BTreeSet<u64>,
+    /// Rounds that fell short, per nonce.
+    short: BTreeMap<u64, u32>,
+    limits: VoteLimits,
+}
+
+impl VoteQueue {
+    pub(super) fn new(limits: VoteLimits) -> VoteQueue {
+        VoteQueue {
+            waiting: VecDeque::new(),
+            running: BTreeSet::new(),
+            short: BTreeMap::new(),
+            limits,
+        }
+    }
+
+    /// Queues `nonce` (once; not while its vote runs).
+    pub(super) fn enqueue(&mut self, nonce: u64) {
+        if !self.running.contains(&nonce) && !self.waiting.contains(&nonce) {
+            self.waiting.push_back(nonce);
+        }
+    }
+
+    /// The next queued nonce that may start now (under the parallel bound), or `None`.
+    pub(super) fn pop(&mut self) -> Option<u64> {
+        if self.running.len() >= self.limits.parallel {
+            return None;
+        }
+        self.waiting.pop_front()
+    }
+
+    /// The vote of `nonce` starts.
+    pub(super) fn start(&mut self, nonce: u64) {
+        self.running.insert(nonce);
+    }
+
+    /// The vote of `nonce` is over.
+    pub(super) fn done(&mut self, nonce: u64) {
+        self.running.remove(&nonce);
+    }
+
+    pub(super) fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// A round of `nonce` fell short of quorum: how long to wait before the next one, or `None`
+    /// when its rounds are used up.
+    pub(super) fn short(&mut self, nonce: u64) -> Option<Duration> {
+        let rounds = self.short.entry(nonce).or_insert(0);
+        *rounds = rounds.saturating_add(1);
+        if *rounds >= self.limits.rounds {
+            self.short.remove(&nonce);
+            return None;
+        }
+        let doubled = self
+            .limits
+            .retry_ms
+            .saturating_mul(1u64 << (*rounds - 1).min(20));
+        Some(Duration::from_millis(doubled.min(self.limits.retry_max_ms)))
+    }
+
+    /// Whether a round of `nonce` fell short already.
+    pub(super) fn was_short(&self, nonce: u64) -> bool {
+        self.short.contains_key(&nonce)
+    }
+
+    /// `nonce` is settled: forget its rounds.
+    pub(super) fn forget(&mut self, nonce: u64) {
+        self.short.remove(&nonce);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(parallel: usize) -> VoteLimits {
+        VoteLimits {
+            parallel,
+            retry_ms: 10_000,
+            retry_max_ms: 25_000,
+            rounds: 4,
+        }
+    }
+
+    #[test]
+    fn votes_run_in_parallel_up_to_the_bound() {
+        let mut q = VoteQueue::new(limits(2));
+        for n in 1..=3 {
+            q.enqueue(n);
+        }
+        q.enqueue(1);
+        let a = q.pop().unwrap();
+        q.start(a);
+        let b = q.pop().unwrap();
+        q.start(b);
+        assert_eq!((a, b), (1, 2));
+        assert_eq!(q.pop(), None, "bound reached");
+        q.enqueue(1);
+        q.done(1);
+        assert_eq!(q.pop(), Some(3), "a running nonce was not queued twice");
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn a_short_round_backs_off_doubling_to_the_cap_then_gives_up() {
+        let mut q = VoteQueue::new(limits(1));
+        let waits: Vec<_> = (0..4).map(|_| q.short(7)).collect();
+        assert_eq!(
+            waits,
+            vec![
+                Some(Duration::from_secs(10)),
+                Some(Duration::from_secs(20)),
+                Some(Duration::from_secs(25)),
+                None
+            ]
+        );
+        assert_eq!(
+            q.short(7),
+            Some(Duration::from_secs(10)),
+            "given up: starts over"
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! Timeout votes (issue 18, and two chaos findings), in paused time over real loopback HTTP:
+//! - 20 unfinished nonces of a dead executor get their timeouts in about one protocol deadline:
+//!   several votes collect at once, each asking every verifier in parallel (asked one nonce and
+//!   one verifier at a time, 20 nonces × 2 verifiers on a 10 s link took 400 s);
+//! - finding: a refused-timeout vote short of quorum was never asked again (the nonce stayed open
+//!   on every host) — now it is, with back-off;
+//! - finding: after a wrong state hash the executor's ConfirmStart reached us through its mempool,
+//!   yet the nonce was put to a *refused* vote that every verifier rejected (its record is
+//!   Started) — now the reason follows the record and the execution timeout is confirmed.
+
+use std::time::Duration;
+
+use devshard_actors::{
+    escrow::messages::SyncHosts,
+    protocol::state::{InferenceStatus, SessionConfig},
+};
+use devshard_gateway::sim::{Faults, LatencyProfile, Profile, SimConfig};
+use futures::future::join_all;
+
+use super::{
+    fidelity::no_hedging,
+    harness::{escrow_info, Harness},
+};
+
+fn sim(seed: &str) -> SimConfig {
+    let mut cfg = SimConfig::with_seed(seed);
+    cfg.hosts = 3;
+    cfg.profile = Profile::Zero;
+    cfg.session_config = Some(SessionConfig::default_for_group(3));
+    cfg
+}
+
+/// Refusal timeout + the default `timeout_buffer_ms`.
+const REFUSAL_DEADLINE: Duration = Duration::from_secs(60 + 5);
+
+/// The simulator index of the host executing `nonce`.
+fn executor(h: &Harness, nonce: u64) -> usize {
+    let info = escrow_info(&h.sim, "42");
+    let addr = info.host_for_nonce(nonce).unwrap().address.clone();
+    h.sim
+        .hosts()
+        .iter()
+        .position(|x| x.address == addr)
+        .unwrap()
+}
+
+fn timeouts(h: &Harness, result: &str) -> u64 {
+    h.metrics.timeouts.with_label_values(&[result]).get()
+}
+
+/// Advances virtual time in 1 s steps until `done` or `limit` passed; the time it took.
+async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let start = tokio::time::Instant::now();
+    while !done() && start.elapsed() < limit {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    start.elapsed()
+}
+
+/// A host that never answers before the receipt timeout: its attempts fail, the race retries
+/// elsewhere and its nonces wait for refused timeouts.
+fn dead() -> Faults {
+    Faults {
+        stall_before_receipt_ms: Some(3_600_000),
+        ..Default::default()
+    }
+}
+
+#[actix_rt::test]
+async fn twenty_unfinished_nonces_of_a_dead_executor_get_their_timeouts_in_about_one_deadline() {
+    tokio::time::pause();
+    let h = Harness::start(sim("dead-executor")).await;
+    no_hedging(&h).await;
+    let dead_host = executor(&h, 1);
+    h.sim.set_faults(dead_host, dead()).unwrap();
+    let start = tokio::time::Instant::now();
+    let answers = join_all((0..60).map(|i| h.chat(Harness::body(&format!("q{i}"), false)))).await;
+    assert!(answers.iter().all(|a| a.is_success()), "{answers:?}");
+    let open = h.snapshot("42").await.pending_timeouts.len() as u64;
+    assert!(open >= 20, "{open} unfinished nonces of the dead executor");
+    // Both verifiers on a slow link from now on: every vote answer takes 10 s.
+    for i in (0..3).filter(|i| *i != dead_host) {
+        let slow = LatencyProfile {
+            rtt_ms: 10_000,
+            ..LatencyProfile::zero()
+        };
+        h.sim.set_latency(i, slow).unwrap();
+    }
+    let deadline = REFUSAL_DEADLINE.saturating_sub(start.elapsed());
+    tokio::time::sleep(deadline).await;
+    let took = wait_until(Duration::from_secs(900), || {
+        timeouts(&h, "confirmed") >= open
+    })
+    .await;
+    assert_eq!(timeouts(&h, "confirmed"), open);
+    assert!(
+        took <= REFUSAL_DEADLINE,
+        "all {open} timeouts within one deadline after it passed, took {took:?}"
+    );
+    assert!(h.snapshot("42").await.pending_timeouts.is_empty());
+}
+
+#[actix_rt::test]
+async fn a_refused_timeout_vote_short_of_quorum_is_asked_again_with_back_off() {
+    tokio::time::pause();
+    let h = Harness::start(sim("short-of-quorum")).await;
+    no_hedging(&h).await;
+    let dead_host = executor(&h, 1);
+    h.sim.set_faults(dead_host, dead()).unwrap();
+    assert!(h.chat(Harness::body("q", false)).await.is_success());
+    let voter = (0..3).find(|i| *i != dead_host).unwrap();
+    let down = Faults {
+        refuse_connections: true,
+        ..Default::default()
+    };
+    h.sim.set_faults(voter, down).unwrap();
+    let retries = || {
+        h.metrics
+            .timeout_vote_retries
+            .with_label_values(&["refused"])
+            .get()
+    };
+    wait_until(Duration::from_secs(300), || retries() >= 1).await;
+    assert_eq!(retries(), 1, "one round short: one verifier is down");
+    assert_eq!(timeouts(&h, "insufficient"), 1);
+    h.sim.clear_faults(voter).unwrap();
+    wait_until(Duration::from_secs(300), || timeouts(&h, "confirmed") >= 1).await;
+    assert_eq!(timeouts(&h, "confirmed"), 1, "confirmed on a later round");
+    h.escrow_addr("42").await.send(SyncHosts).await.unwrap();
+    let host = (0..3).find(|i| *i != dead_host && *i != voter).unwrap();
+    let view = h.sim.host_view(host, "42").unwrap();
+    assert_eq!(
+        view.state.record(1).map(|r| r.status),
+        Some(InferenceStatus::TimedOut)
+    );
+}
+
+#[actix_rt::test]
+async fn after_a_wrong_state_hash_the_timeout_reason_follows_the_record_and_is_confirmed() {
+    tokio::time::pause();
+    let h = Harness::start(sim("wrong-hash-record")).await;
+    no_hedging(&h).await;
+    let nonce = 1;
+    let bad = executor(&h, nonce);
+    // A wrong state hash on its receipt, then the connection drops: the host confirmed the start
+    // (its ConfirmStart waits in its mempool) and never finishes.
+    let once = Faults {
+        wrong_state_hash: true,
+        drop_after_receipt: true,
+        times: Some(1),
+        ..Default::default()
+    };
+    h.sim.set_faults(bad, once).unwrap();
+    assert!(h.chat(Harness::body("first", false)).await.is_success());
+    let peer = (0..3).find(|i| *i != bad).unwrap();
+    let status = || {
+        h.sim
+            .host_view(peer, "42")
+            .and_then(|v| v.state.record(nonce).map(|r| r.status))
+    };
+    // The host is repaired and serves again; its mempool brings its ConfirmStart of `nonce`.
+    for i in 0..40 {
+        if status() == Some(InferenceStatus::Started) {
+            break;
+        }
+        assert!(h
+            .chat(Harness::body(&format!("more {i}"), false))
+            .await
+            .is_success());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        status(),
+        Some(InferenceStatus::Started),
+        "precondition: the record is Started through a mempool, not our receipt"
+    );
+    wait_until(Duration::from_secs(1_500), || {
+        timeouts(&h, "confirmed") >= 1
+    })
+    .await;
+    h.escrow_addr("42").await.send(SyncHosts).await.unwrap();
+    assert_eq!(status(), Some(InferenceStatus::TimedOut));
+    assert_eq!(
+        timeouts(&h, "insufficient"),
+        0,
+        "no vote asked the wrong question"
+    );
+}
