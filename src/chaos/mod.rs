@@ -9,16 +9,21 @@
 //! - `schedule.rs` — the pure, seeded schedule (same seed → same steps).
 //! - `apply.rs` — applying a step through the control API.
 //! - `load.rs` — the client loops and their per-request verdicts (invariant 2).
-//! - `checks.rs` — invariants 1, 3, 4, 5; the place for 6 once settlement exists.
+//! - `checks.rs` — invariants 1, 3, 4; `lockstep.rs` — invariant 1's judgement of one host.
+//! - `secrets.rs` — invariant 5's scan; `payouts.rs` — invariant 6 (settle, then chain payouts
+//!   = the final state's host costs).
 //! - `process.rs` — the gateway child; `http.rs` — the HTTP client; `report.rs` — the output.
 
 mod apply;
 mod checks;
 mod http;
 pub mod load;
+pub mod lockstep;
+mod payouts;
 mod process;
 mod report;
 pub mod schedule;
+mod secrets;
 
 use std::{cell::RefCell, process::ExitCode, rc::Rc, time::Duration};
 
@@ -251,6 +256,16 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         let _ = l.await;
     }
     final_checks(&mut checker, &applier, &report, &secrets).await;
+    let payouts = payouts::Payouts {
+        http: &http,
+        gateway: &checker.gateway,
+        control: &checker.control,
+        chain: sim.chain_url(),
+        escrow: &checker.escrow,
+        hosts: applier.hosts(),
+    };
+    let before = payouts.balances().await;
+    payouts.check(&before, &report).await;
     let stats = shared.stats.borrow().clone();
     let (tolerated, violations): (Vec<_>, Vec<_>) = report
         .borrow()
@@ -285,7 +300,7 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
 
 /// After the schedule: faults cleared, load stopped. Repairs are ticked, every open inference is
 /// given its protocol deadline, then the hosts must all be in lockstep with nothing left open.
-/// Invariant 6 (chain payouts = the final state's host costs) belongs here once settlement lands.
+/// Invariant 6 follows (`payouts.rs`): the escrow is settled and the chain's payouts compared.
 async fn final_checks(
     checker: &mut Checker,
     applier: &Applier,
