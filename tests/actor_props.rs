@@ -426,3 +426,60 @@ async fn every_host_reporting_a_wrong_state_hash_blocks_the_escrow() {
     };
     run_schedule(&h, 0, &s).await.unwrap();
 }
+
+/// Found by 1 000 schedules in one process (the second network never started): dropping a
+/// simulator woke its connections while each held its listener's watch guard, and the one that
+/// dropped the last reference to the network then took that watch's write lock in the
+/// listener's `shutdown`, a self-deadlock on the test thread (no timer left, so paused time
+/// never advanced). Here: a network dropped after traffic, then a second one in the same
+/// runtime, on a thread the test waits for (a deadlock blocks it for good).
+#[test]
+fn dropping_a_simulator_after_traffic_does_not_deadlock_the_next_one() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_rt::System::new().block_on(async {
+            tokio::time::pause();
+            for block in 0..3 {
+                let h = Harness::start(network(block)).await;
+                for k in 0..4 {
+                    let body = Harness::body(&format!("block {block} request {k}"), k % 2 == 0);
+                    assert!(h.chat(body).await.is_success());
+                }
+                drop(h);
+                // Let the closing connections run before the next network starts.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(300))
+        .expect("three simulators in a row finish (a hang is the listener self-deadlock)");
+}
+
+/// Found by the chaos runner at seed 12 ("host 4 at nonce 0 behind the gateway's 828 after a
+/// sync"): a host that restarted empty answered the sync's catch-up with `session not found`,
+/// which `SyncHosts` ignored, so it stayed at nonce 0 through every later sync. The sync now
+/// resets that host's sync nonce, and the next sync replays it from nonce 1.
+#[actix_rt::test]
+async fn seed_12_a_host_restarted_empty_is_caught_up_by_the_next_sync() {
+    tokio::time::pause();
+    let h = Harness::start(network(0)).await;
+    for k in 0..6 {
+        assert!(h.chat(Harness::body(&format!("before {k}"), false)).await.is_success());
+    }
+    let forget = Faults {
+        forget_session: true,
+        ..Faults::default()
+    };
+    h.sim.set_faults(2, forget).unwrap();
+    h.sim.clear_all_faults();
+    assert!(h.sim.host_view(2, "42").is_none(), "host 2 restarted empty");
+    let escrow = h.escrow_addr("42").await;
+    escrow.send(SyncHosts).await.unwrap();
+    escrow.send(SyncHosts).await.unwrap();
+    let nonce = h.snapshot("42").await.nonce;
+    let view = h.sim.host_view(2, "42").expect("host 2 has the session again");
+    assert_eq!(view.latest_nonce, nonce);
+    lockstep(&h).await.unwrap();
+}

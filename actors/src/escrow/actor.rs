@@ -55,6 +55,7 @@ use crate::{
 mod finalize;
 mod mailbox;
 mod settling;
+mod syncing;
 mod warm;
 
 /// How often dirty host sync nonces are persisted.

@@ -1,7 +1,9 @@
 //! `SyncHosts` (docs/protocol.md §5.6): once pending txs are sequenced in one more diff and durable,
 //! catch every routable host up to our nonce with chunked, payload-less sends. Dead hosts are
 //! skipped (a host's sends stop at its first failure). The actor processes each answer (sync
-//! nonce, state signature, mempool) and answers who is in sync.
+//! nonce, state signature, mempool) and answers who is in sync; a host that lost its session
+//! (restarted empty) or reports a nonce gap gets its sync nonce reset, so the next sync or send
+//! replays from nonce 1.
 
 use futures::future::LocalBoxFuture;
 
@@ -9,7 +11,7 @@ use super::{routing::Routing, session::Session, EscrowDeps};
 use crate::{
     host::{
         client::{self, SendResult},
-        HostError,
+        HostError, Rejection,
     },
     protocol::{
         crypto::Address,
@@ -17,6 +19,15 @@ use crate::{
     },
     store::Ack,
 };
+
+/// The host lacks diffs we think it holds (it restarted empty, or a nonce gap): its sync nonce
+/// must be reset so that the next send replays from nonce 1.
+pub(super) fn lost_diffs(e: &HostError) -> bool {
+    matches!(
+        e.rejection(),
+        Some(Rejection::SessionNotFound | Rejection::NonceGap { .. })
+    )
+}
 
 /// Every send's answer, per host, in order.
 pub(super) type SyncAnswers = Vec<(Address, Result<SendResult, HostError>)>;

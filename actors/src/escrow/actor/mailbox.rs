@@ -14,19 +14,19 @@ use super::super::{
     messages::{
         AttemptEnded, AttemptKind, AttemptReceipt, EscrowSnapshot, ForgetDivergence,
         GetRepairStates, GetSnapshot, GrantUnused, InjectPanic, InjectStall, NonceGrant, RaceGone,
-        RequestNonce, Retire, SyncHosts, TriggerRepair,
+        RequestNonce, Retire, TriggerRepair,
     },
     picker::{self, Waiter},
     repair,
     routing::HostHealth,
     session::SessionError,
-    settle, sync,
+    settle,
 };
 use super::EscrowActor;
 use crate::{
     outcome::OutcomeClass,
     participant::messages::{ApplyHealthSettings, HealthChanged},
-    policy::{correlation, reason::EmptyDiffReason},
+    policy::correlation,
     protocol::crypto::Address,
     repair::messages::{
         GetRepairState, PlanRepair, RepairGaveUp, RepairNow, RepairPlan, RepairState, RepairStep,
@@ -300,37 +300,6 @@ impl Handler<ForgetDivergence> for EscrowActor {
     fn handle(&mut self, msg: ForgetDivergence, ctx: &mut Self::Context) {
         self.routing.forget_divergence(&msg.participant);
         self.pump(ctx);
-    }
-}
-
-impl Handler<SyncHosts> for EscrowActor {
-    type Result = ResponseActFuture<Self, Vec<(Address, u64)>>;
-
-    fn handle(&mut self, _: SyncHosts, _: &mut Self::Context) -> Self::Result {
-        // Every diff that catch-up may carry must be durable first: either the new diff's ack
-        // (writes commit in order) or a flush covering diffs composed by in-flight grants.
-        let ready = self
-            .durable
-            .settle_pending(&mut self.session, &self.deps, EmptyDiffReason::SyncHosts)
-            .map(|(_, ack)| ack);
-        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready, false);
-        Box::pin(sends.into_actor(self).map(|res, act, ctx| {
-            for (addr, res) in res.unwrap_or_default() {
-                if let Ok(sent) = res {
-                    if let Some(r) = sent.receipt {
-                        let _ = act.session.process_receipt(&addr, None, &r);
-                        act.durable.syncs_changed();
-                    }
-                    act.absorb_mempool(&addr, sent.mempool, ctx);
-                }
-            }
-            info!(act.deps.log, "hosts synced"; "stage" => "sync_hosts", "nonce" => act.session.nonce());
-            act.session
-                .host_syncs()
-                .iter()
-                .map(|(a, n)| (a.clone(), *n))
-                .collect()
-        }))
     }
 }
 
