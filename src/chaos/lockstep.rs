@@ -77,7 +77,6 @@ pub fn judge_host(
     None
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,10 +99,22 @@ mod tests {
     #[test]
     fn seed_9457917586553865090_a_timeout_diff_composed_during_the_check_is_not_a_lost_nonce() {
         let (synced, latest) = (at(353, "r353"), at(354, "r354"));
-        assert_eq!(judge_host(&host(0, 354, "r354"), 352, &synced, &latest, false), None);
-        assert_eq!(judge_host(&host(4, 354, "r354"), 352, &synced, &latest, false), None);
-        assert_eq!(judge_host(&host(2, 352, "r352"), 352, &synced, &latest, false), None);
-        assert_eq!(judge_host(&host(1, 353, "r353"), 352, &synced, &latest, false), None);
+        assert_eq!(
+            judge_host(&host(0, 354, "r354"), 352, &synced, &latest, false),
+            None
+        );
+        assert_eq!(
+            judge_host(&host(4, 354, "r354"), 352, &synced, &latest, false),
+            None
+        );
+        assert_eq!(
+            judge_host(&host(2, 352, "r352"), 352, &synced, &latest, false),
+            None
+        );
+        assert_eq!(
+            judge_host(&host(1, 353, "r353"), 352, &synced, &latest, false),
+            None
+        );
     }
 
     #[test]
@@ -113,7 +124,10 @@ mod tests {
         assert!(beyond.is_some_and(|p| p.contains("beyond the gateway's 354")));
         let behind = judge_host(&host(2, 351, "x"), 352, &synced, &latest, false);
         assert!(behind.is_some_and(|p| p.contains("behind the gateway's 352")));
-        assert_eq!(judge_host(&host(2, 351, "x"), 352, &synced, &latest, true), None);
+        assert_eq!(
+            judge_host(&host(2, 351, "x"), 352, &synced, &latest, true),
+            None
+        );
         let other_root = judge_host(&host(3, 353, "forked"), 352, &synced, &latest, true);
         assert!(other_root.is_some_and(|p| p.contains("has root forked")));
         let other_root = judge_host(&host(3, 354, "forked"), 352, &synced, &latest, true);

@@ -68,7 +68,11 @@ impl Payouts<'_> {
     /// Settles, then checks invariant 6 against `before` (balances before the settlement).
     pub async fn check(&self, before: &BTreeMap<String, u64>, report: &RefCell<Report>) {
         let base = format!("{}/v1/admin/escrows/{}", self.gateway, self.escrow);
-        if let Err(e) = self.http.call("POST", &format!("{base}/settle"), None).await {
+        if let Err(e) = self
+            .http
+            .call("POST", &format!("{base}/settle"), None)
+            .await
+        {
             report
                 .borrow_mut()
                 .violation(6, format!("the settle call failed: {e}"));
@@ -77,7 +81,11 @@ impl Payouts<'_> {
         let started = Instant::now();
         let mut last = Value::Null;
         while started.elapsed() < SETTLE_LIMIT {
-            if let Ok(v) = self.http.call("GET", &format!("{base}/settlement"), None).await {
+            if let Ok(v) = self
+                .http
+                .call("GET", &format!("{base}/settlement"), None)
+                .await
+            {
                 if v["state"] == "settled" {
                     return self.compare(&v, before, report).await;
                 }
@@ -85,18 +93,29 @@ impl Payouts<'_> {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        report.borrow_mut().violation(6, format!(
-            "the settlement did not complete within {} s (state {}, last error {})",
-            SETTLE_LIMIT.as_secs(), last["state"], last["last_error"]
-        ));
+        report.borrow_mut().violation(
+            6,
+            format!(
+                "the settlement did not complete within {} s (state {}, last error {})",
+                SETTLE_LIMIT.as_secs(),
+                last["state"],
+                last["last_error"]
+            ),
+        );
     }
 
-    async fn compare(&self, record: &Value, before: &BTreeMap<String, u64>, report: &RefCell<Report>) {
+    async fn compare(
+        &self,
+        record: &Value,
+        before: &BTreeMap<String, u64>,
+        report: &RefCell<Report>,
+    ) {
         let final_nonce = record["payload"]["nonce"].as_u64();
         let Some(costs) = self.costs_at(final_nonce).await else {
-            report.borrow_mut().violation(6, format!(
-                "no simulated host holds the settled state (nonce {final_nonce:?})"
-            ));
+            report.borrow_mut().violation(
+                6,
+                format!("no simulated host holds the settled state (nonce {final_nonce:?})"),
+            );
             return;
         };
         let mut paid = BTreeMap::new();
