@@ -91,6 +91,9 @@ const REFUSAL_TIMEOUT_S: i64 = 10;
 const EXECUTION_TIMEOUT_S: i64 = 30;
 /// The gateway's timeout buffer (5 s), vote collection, the next diff and ±40 s clock skew.
 const SETTLEMENT_SLACK_S: i64 = 60;
+/// Longest wait at the end for a host's ejection to end before the final lockstep (a second
+/// ejection lasts 60 s ± 20 %).
+const EJECTION_WAIT: Duration = Duration::from_secs(150);
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -331,6 +334,17 @@ async fn final_checks(
             .borrow()
             .note("draining", json!({"seconds_to_last_deadline": left}));
         // A diff carries the timeout txs: keep one request a second flowing.
+        checker.recovery(report, secrets).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // An ejected host gets no diffs until its ejection ends (a host's own fault may eject it
+    // during the drain, e.g. seed 9457917586553865090): wait for it, bounded, with traffic.
+    let waited = tokio::time::Instant::now();
+    while waited.elapsed() < EJECTION_WAIT {
+        let participants = checker.participants(report, secrets).await;
+        if !participants.values().any(|(state, _)| state == "ejected") {
+            break;
+        }
         checker.recovery(report, secrets).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
