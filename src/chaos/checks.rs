@@ -2,16 +2,19 @@
 //! simulator's control API, never the gateway's internals.
 //!
 //! 1. [`Checker::lockstep`]: the gateway's nonce never goes back (across `kill -9`), and after a
-//!    sync every host that is not forked or under repair holds exactly the gateway's nonce and
-//!    root (a reused nonce or a skipped one leaves a host behind, ahead or on another root).
+//!    sync every host that is not forked or under repair holds at least the gateway's nonce of
+//!    before the sync, none holds one beyond the gateway's nonce read after it, and roots agree
+//!    where the nonces meet ([`judge_host`]; a reused nonce or a skipped one leaves a host
+//!    behind, ahead or on another root).
 //! 3. [`Checker::recovery`]: once faults clear, a request succeeds within 2 s; a host that was
 //!    healthy and only suffered a fault several hosts shared is not ejected or on probation.
 //! 4. [`Checker::settlement`]: on a host in lockstep, no inference is still pending or started
 //!    past its protocol deadline (+ the timeout buffer and a slack for votes and clock skew).
-//! 5. [`Secrets`]: neither the private key nor the admin key appears in any response or log line.
+//! 5. [`Secrets`] (`secrets.rs`): neither the private key nor the admin key appears in any
+//!    response or log line.
 //!
-//! Invariant 2 is judged per request by the load (`load.rs`). Invariant 6 (payouts equal the final
-//! state's host costs) joins [`Checker::final_checks`] once settlement exists.
+//! Invariant 2 is judged per request by the load (`load.rs`), invariant 6 (chain payouts equal
+//! the final state's host costs) after the final checks (`payouts.rs`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -22,36 +25,13 @@ use std::{
 
 use serde_json::{json, Value};
 
-use super::{http::Http, report::Report};
+use super::{
+    http::Http,
+    lockstep::{excused, judge_host, GatewayAt, HostAt},
+    report::Report,
+};
 
-/// Needles that must never leave the gateway (invariant 5).
-pub struct Secrets {
-    needles: Vec<(String, &'static str)>,
-}
-
-impl Secrets {
-    pub fn new(private_key_hex: &str, admin_key: &str) -> Secrets {
-        Secrets {
-            needles: vec![
-                (private_key_hex.to_ascii_lowercase(), "the private key"),
-                (private_key_hex.to_ascii_uppercase(), "the private key"),
-                (admin_key.to_owned(), "the admin key"),
-            ],
-        }
-    }
-
-    /// Reports a violation if `bytes` contain a secret.
-    pub fn scan(&self, bytes: &[u8], place: &str, report: &std::cell::RefCell<Report>) {
-        let text = String::from_utf8_lossy(bytes);
-        for (needle, what) in &self.needles {
-            if text.contains(needle.as_str()) {
-                report
-                    .borrow_mut()
-                    .violation(5, format!("{what} appears in {place}"));
-            }
-        }
-    }
-}
+pub use super::secrets::Secrets;
 
 /// Protocol timing of the simulated escrow (what the chaos network is configured with).
 #[derive(Debug, Clone, Copy)]
@@ -202,30 +182,23 @@ impl Checker {
                 return 0;
             };
             let snap = &escrow["snapshot"];
-            let nonce = snap["nonce"].as_u64().unwrap_or(0);
-            self.last_nonce = nonce;
-            if nonce < self.max_nonce {
+            let before = snap["nonce"].as_u64().unwrap_or(0);
+            self.last_nonce = before;
+            if before < self.max_nonce {
                 report.borrow_mut().violation(1, format!(
-                    "the gateway's nonce went back from {} to {nonce}: nonces above {nonce} will be reused",
+                    "the gateway's nonce went back from {} to {before}: nonces above {before} will be reused",
                     self.max_nonce
                 ));
             }
-            self.max_nonce = self.max_nonce.max(nonce);
-            let excluded: BTreeSet<String> = ["repairs", "repairs_given_up"]
-                .iter()
-                .flat_map(|k| snap[*k].as_array().cloned().unwrap_or_default())
-                .filter_map(|a| a.as_str().map(str::to_owned))
-                .collect();
+            self.max_nonce = self.max_nonce.max(before);
+            let mut excluded = excused(snap);
             let Some(synced) = self
                 .admin("POST", &format!("{escrow_path}/sync"), report, secrets)
                 .await
             else {
                 return 0;
             };
-            let (nonce, root) = (
-                synced["nonce"].as_u64().unwrap_or(0),
-                synced["state_root"].as_str().unwrap_or_default().to_owned(),
-            );
+            let synced_at = GatewayAt::of(&synced);
             let addresses = self.addresses().await;
             // An ejected host gets no traffic and may lag until it is back; it must not diverge.
             let ejected: BTreeSet<String> = self
@@ -235,27 +208,34 @@ impl Checker {
                 .filter(|(_, (state, _))| state == "ejected")
                 .map(|(a, _)| a)
                 .collect();
+            let sessions = self.sessions().await;
+            // Read again after the hosts: a diff composed meanwhile (a confirmed timeout is sent
+            // at once) is then known, so a host holding it is not "beyond" the gateway.
+            let Some(after) = self.admin("GET", &escrow_path, report, secrets).await else {
+                return 0;
+            };
+            excluded.extend(excused(&after["snapshot"]));
+            let latest = GatewayAt::of(&after["snapshot"]);
+            self.last_nonce = latest.nonce;
             let mut problems = Vec::new();
             let mut in_step = Vec::new();
-            for s in self.sessions().await {
+            for s in sessions {
                 let address = addresses.get(&s.index).cloned().unwrap_or_default();
                 if s.forked || excluded.contains(&address) {
                     continue;
                 }
-                if s.nonce > nonce {
-                    problems.push(format!("host {} holds nonce {} beyond the gateway's {nonce} (a nonce was reused or lost)", s.index, s.nonce));
-                } else if s.nonce == nonce && s.root != root {
-                    problems.push(format!(
-                        "host {} at nonce {nonce} has root {} ≠ the gateway's {root}",
-                        s.index, s.root
-                    ));
-                } else if s.nonce < nonce && quiet && !ejected.contains(&address) {
-                    problems.push(format!(
-                        "host {} at nonce {} behind the gateway's {nonce} after a sync",
-                        s.index, s.nonce
-                    ));
-                } else if s.nonce == nonce {
-                    in_step.push(s);
+                let lagging_ok = !quiet || ejected.contains(&address);
+                let view = HostAt {
+                    index: s.index,
+                    nonce: s.nonce,
+                    root: &s.root,
+                };
+                match judge_host(&view, before, &synced_at, &latest, lagging_ok) {
+                    Some(p) => problems.push(p),
+                    None if s.nonce == latest.nonce || s.nonce == synced_at.nonce => {
+                        in_step.push(s);
+                    }
+                    None => {}
                 }
             }
             if problems.is_empty() || Instant::now() >= deadline {

@@ -61,7 +61,7 @@ impl Http {
         self.send(self.client.get(url), None).await
     }
 
-    /// A control-API call (`method` is GET, PUT, POST or DELETE) expecting a 200 JSON answer.
+    /// A control-API call (`method` is GET, PUT, POST or DELETE) expecting a 2xx JSON answer.
     pub async fn call(
         &self,
         method: &str,
@@ -76,7 +76,7 @@ impl Http {
         };
         let req = req.insert_header(("Authorization", format!("Bearer {}", self.admin_key)));
         let (status, bytes) = self.send(req, body).await?;
-        if status != 200 {
+        if !(200..300).contains(&status) {
             return Err(HttpError(format!(
                 "{method} {url}: {status} {}",
                 String::from_utf8_lossy(&bytes)

@@ -9,16 +9,21 @@
 //! - `schedule.rs` — the pure, seeded schedule (same seed → same steps).
 //! - `apply.rs` — applying a step through the control API.
 //! - `load.rs` — the client loops and their per-request verdicts (invariant 2).
-//! - `checks.rs` — invariants 1, 3, 4, 5; the place for 6 once settlement exists.
+//! - `checks.rs` — invariants 1, 3, 4; `lockstep.rs` — invariant 1's judgement of one host.
+//! - `secrets.rs` — invariant 5's scan; `payouts.rs` — invariant 6 (settle, then chain payouts
+//!   = the final state's host costs).
 //! - `process.rs` — the gateway child; `http.rs` — the HTTP client; `report.rs` — the output.
 
 mod apply;
 mod checks;
 mod http;
 pub mod load;
+pub mod lockstep;
+mod payouts;
 mod process;
 mod report;
 pub mod schedule;
+mod secrets;
 
 use std::{cell::RefCell, process::ExitCode, rc::Rc, time::Duration};
 
@@ -86,6 +91,9 @@ const REFUSAL_TIMEOUT_S: i64 = 10;
 const EXECUTION_TIMEOUT_S: i64 = 30;
 /// The gateway's timeout buffer (5 s), vote collection, the next diff and ±40 s clock skew.
 const SETTLEMENT_SLACK_S: i64 = 60;
+/// Longest wait at the end for a host's ejection to end before the final lockstep (a second
+/// ejection lasts 60 s ± 20 %).
+const EJECTION_WAIT: Duration = Duration::from_secs(150);
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -251,6 +259,16 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         let _ = l.await;
     }
     final_checks(&mut checker, &applier, &report, &secrets).await;
+    let payouts = payouts::Payouts {
+        http: &http,
+        gateway: &checker.gateway,
+        control: &checker.control,
+        chain: sim.chain_url(),
+        escrow: &checker.escrow,
+        hosts: applier.hosts(),
+    };
+    let before = payouts.balances().await;
+    payouts.check(&before, &report).await;
     let stats = shared.stats.borrow().clone();
     let (tolerated, violations): (Vec<_>, Vec<_>) = report
         .borrow()
@@ -285,7 +303,7 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
 
 /// After the schedule: faults cleared, load stopped. Repairs are ticked, every open inference is
 /// given its protocol deadline, then the hosts must all be in lockstep with nothing left open.
-/// Invariant 6 (chain payouts = the final state's host costs) belongs here once settlement lands.
+/// Invariant 6 follows (`payouts.rs`): the escrow is settled and the chain's payouts compared.
 async fn final_checks(
     checker: &mut Checker,
     applier: &Applier,
@@ -316,6 +334,17 @@ async fn final_checks(
             .borrow()
             .note("draining", json!({"seconds_to_last_deadline": left}));
         // A diff carries the timeout txs: keep one request a second flowing.
+        checker.recovery(report, secrets).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // An ejected host gets no diffs until its ejection ends (a host's own fault may eject it
+    // during the drain, e.g. seed 9457917586553865090): wait for it, bounded, with traffic.
+    let waited = tokio::time::Instant::now();
+    while waited.elapsed() < EJECTION_WAIT {
+        let participants = checker.participants(report, secrets).await;
+        if !participants.values().any(|(state, _)| state == "ejected") {
+            break;
+        }
         checker.recovery(report, secrets).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

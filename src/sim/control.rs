@@ -7,7 +7,7 @@
 //! | `DELETE /sim/hosts/{i}/faults` | clears them |
 //! | `PUT /sim/faults` / `DELETE /sim/faults` | the same for every host |
 //! | `PUT /sim/hosts/{i}/latency` | replaces the host's latency profile |
-//! | `GET /sim/hosts/{i}/sessions/{escrow}` | the host's nonce, roots, mempool size, signed nonces, open (pending/started) inferences |
+//! | `GET /sim/hosts/{i}/sessions/{escrow}` | the host's nonce, roots, mempool size, signed nonces, open (pending/started) inferences, each slot's cost |
 //! | `GET /sim/escrows/{id}` | the chain's escrow record (creator, slots, amount, session config) |
 //! | `GET /sim/chain/requests` | request counts per path / client / server and the last 1 000 requests |
 //! | `POST /sim/chain/requests/reset` | clears the request log |
@@ -167,6 +167,11 @@ async fn host_route(
                     "phase": s.sm.phase().as_str(),
                     "balance": s.sm.balance(),
                     "warm_keys": s.sm.warm_keys(),
+                    // Each slot's cost in this state (the chaos runner's payout check).
+                    "host_costs": s.sm.group().iter().map(|slot| json!({
+                        "slot_id": slot.slot_id, "address": slot.validator,
+                        "cost": s.sm.host_stats(slot.slot_id).cost}))
+                        .collect::<Vec<_>>(),
                     // Inferences not finished nor timed out (the chaos runner's settlement check).
                     "open_inferences": s.sm.records().filter(|r| matches!(r.status,
                         InferenceStatus::Pending | InferenceStatus::Started))

@@ -311,9 +311,19 @@ fn spawn_connection(
             async move { Ok::<_, Infallible>(fut.await) }
         });
         let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        // The watch guard `wait_for` returns must be gone before `conn` is dropped: dropping the
+        // connection can drop the last reference to the network, whose listeners' `shutdown`
+        // takes this watch's write lock (a self-deadlock that stalled the actor property tests
+        // when a second simulator started in the same runtime).
+        let closed = async move {
+            let _ = rx
+                .wait_for(|s| s.shutdown || s.incarnation != incarnation)
+                .await
+                .map(|_| ());
+        };
         tokio::select! {
             biased;
-            _ = rx.wait_for(|s| s.shutdown || s.incarnation != incarnation) => {}
+            () = closed => {}
             _ = conn => {}
         }
     });

@@ -57,6 +57,7 @@ mod finalize;
 mod mailbox;
 mod repairs;
 mod settling;
+mod syncing;
 mod voting;
 mod warm;
 
@@ -204,6 +205,10 @@ impl EscrowActor {
     /// Hands out nonces while there are waiting races that can take them.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         self.picker.prune();
+        if self.picker.len() > 0 {
+            let now = self.now_ms();
+            self.routing.kick_repairs(now);
+        }
         loop {
             match self.picker.next_step(&self.session, &self.routing) {
                 Step::Grant(w) => {

@@ -2,9 +2,10 @@
 //! participant, the hosts withheld in this escrow (ejected, under repair, repair given up), panic
 //! mode, the hedge token bucket and the repair actors of diverged participants.
 //!
-//! Ejected participants are withheld (their nonces become diffs without inference); when that
-//! would leave no routable host the escrow enters panic mode and races its hosts anyway
-//! (docs/health.md §2 floor, invariant 3). Diverged participants are withheld even in panic mode. The
+//! Ejected participants are withheld (their nonces become diffs without inference); when that,
+//! together with the diverged ones, would leave no routable host the escrow enters panic mode and
+//! races its ejected hosts anyway (docs/health.md §2 floor, invariant 3). Diverged participants are
+//! withheld even in panic mode; when they are all that is left, their repairs tick at once. The
 //! withheld set is recomputed from its inputs and committed by swap. Hedge and pair decisions
 //! over this view are in `hedging.rs`.
 
@@ -21,9 +22,29 @@ use crate::{
         settings::HealthSettings,
     },
     protocol::crypto::Address,
-    repair::{messages::StopRepair, RepairActor},
+    repair::{
+        messages::{RepairUrgently, StopRepair},
+        RepairActor,
+    },
     stats::TrackedAddr,
 };
+
+/// Least time between two urgent repair rounds of an escrow with no routable host.
+const URGENT_REPAIR_GAP_MS: i64 = 1_000;
+
+/// Panic mode (docs/health.md §2): every host is withheld, by ejection or divergence, and at least
+/// one of them only by ejection (so there is someone to race anyway).
+fn panic_mode(
+    hosts: &[Address],
+    ejected: &BTreeSet<Address>,
+    diverged: &BTreeSet<Address>,
+) -> bool {
+    !hosts.is_empty()
+        && hosts
+            .iter()
+            .all(|h| ejected.contains(h) || diverged.contains(h))
+        && hosts.iter().any(|h| !diverged.contains(h))
+}
 
 /// What the escrow knows about one participant's health.
 #[derive(Debug, Clone, Default)]
@@ -49,6 +70,8 @@ pub(super) struct Routing {
     repairs: BTreeMap<Address, TrackedAddr<RepairActor>>,
     /// Diverged participants whose repair gave up (still withheld).
     gave_up: BTreeSet<Address>,
+    /// When the repairs were last asked to tick at once (`kick_repairs`).
+    last_kick_ms: Option<i64>,
     log: Logger,
     metrics: ActorMetrics,
 }
@@ -68,6 +91,7 @@ impl Routing {
             budget: HedgeBudget::new(settings),
             repairs: BTreeMap::new(),
             gave_up: BTreeSet::new(),
+            last_kick_ms: None,
             log,
             metrics,
         }
@@ -83,33 +107,59 @@ impl Routing {
         true
     }
 
-    /// Withheld = participants not routable by health, plus diverged ones. When no participant
-    /// would be left, panic mode withholds nobody but the diverged.
+    /// Withheld = participants not routable by health, plus diverged ones. When that would leave
+    /// no participant, panic mode races the ejected ones anyway (docs/health.md §2); the diverged
+    /// stay withheld even then (§6.1), so an escrow whose every host is diverged has no routable
+    /// host until a repair verifies our root (`kick_repairs`).
     fn recompute_withheld(&mut self) {
-        let ejected: Vec<Address> = self
+        let diverged: BTreeSet<Address> = self
+            .repairs
+            .keys()
+            .chain(self.gave_up.iter())
+            .cloned()
+            .collect();
+        let ejected: BTreeSet<Address> = self
             .hosts
             .iter()
             .filter(|a| self.health.get(*a).is_some_and(|h| !h.routable))
             .cloned()
             .collect();
-        let panic = !self.hosts.is_empty() && ejected.len() == self.hosts.len();
+        let panic = panic_mode(&self.hosts, &ejected, &diverged);
         if panic && !self.panic_mode {
             warn!(self.log, "no routable host; racing the least-bad hosts anyway";
-                "stage" => "panic_mode_entered", "hosts" => self.hosts.len());
+                "stage" => "panic_mode_entered", "hosts" => self.hosts.len(),
+                "diverged" => diverged.len());
             self.metrics.panic_mode.inc();
         } else if !panic && self.panic_mode {
             info!(self.log, "a host is routable again"; "stage" => "panic_mode_left");
         }
         self.panic_mode = panic;
-        // Diverged participants are never sent inference, panic mode or not.
-        let mut withheld: BTreeSet<Address> = if panic {
-            BTreeSet::new()
-        } else {
-            ejected.into_iter().collect()
-        };
-        withheld.extend(self.repairs.keys().cloned());
-        withheld.extend(self.gave_up.iter().cloned());
+        let mut withheld = diverged;
+        if !panic {
+            withheld.extend(ejected);
+        }
         self.withheld = withheld;
+    }
+
+    /// No host is routable (every one diverged, or diverged and given up): asks every repair to
+    /// tick now, at most once per [`URGENT_REPAIR_GAP_MS`]. A host that only lied in a receipt,
+    /// or that caught up, is unblocked by its verified signature instead of after its back-off.
+    pub(super) fn kick_repairs(&mut self, now_ms: i64) {
+        if !self.none_routable() || self.repairs.is_empty() {
+            return;
+        }
+        if self
+            .last_kick_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) < URGENT_REPAIR_GAP_MS)
+        {
+            return;
+        }
+        self.last_kick_ms = Some(now_ms);
+        for (host, repair) in &self.repairs {
+            if !self.gave_up.contains(host) {
+                repair.do_send(RepairUrgently);
+            }
+        }
     }
 
     pub(super) fn is_withheld(&self, host: &Address) -> bool {
@@ -212,6 +262,7 @@ impl Routing {
     /// A repair gave up: its participant stays withheld (its nonces become ghosts).
     pub(super) fn repair_gave_up(&mut self, host: Address) {
         self.gave_up.insert(host);
+        self.recompute_withheld();
     }
 
     /// Our root was signed by `host`: its block is lifted.
@@ -245,5 +296,33 @@ impl Routing {
             self.gave_up.iter().map(ToString::to_string).collect(),
             self.panic_mode,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(i: u8) -> Address {
+        Address::unchecked(format!("gonka1host{i}"))
+    }
+
+    fn set(xs: &[u8]) -> BTreeSet<Address> {
+        xs.iter().map(|i| addr(*i)).collect()
+    }
+
+    #[test]
+    fn panic_mode_counts_diverged_hosts_but_needs_an_ejected_one_to_race() {
+        let hosts: Vec<Address> = (1..=4).map(addr).collect();
+        // Every host ejected: the classic panic.
+        assert!(panic_mode(&hosts, &set(&[1, 2, 3, 4]), &set(&[])));
+        // Two diverged, two ejected: nothing routable, the ejected two are raced.
+        assert!(panic_mode(&hosts, &set(&[3, 4]), &set(&[1, 2])));
+        // A host left routable: no panic.
+        assert!(!panic_mode(&hosts, &set(&[3]), &set(&[1, 2])));
+        // Every host diverged: nobody may be raced (docs/health.md §6.1); repairs are kicked.
+        assert!(!panic_mode(&hosts, &set(&[]), &set(&[1, 2, 3, 4])));
+        assert!(!panic_mode(&hosts, &set(&[1, 2]), &set(&[1, 2, 3, 4])));
+        assert!(!panic_mode(&[], &set(&[]), &set(&[])));
     }
 }

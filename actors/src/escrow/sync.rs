@@ -2,7 +2,9 @@
 //! catch every routable host up to our nonce with chunked, payload-less sends, each signed as it
 //! leaves (`devshard_catch_up_chunks_total{path="sync"}`). Dead hosts are
 //! skipped (a host's sends stop at its first failure). The actor processes each answer (sync
-//! nonce, state signature, mempool) and answers who is in sync.
+//! nonce, state signature, mempool) and answers who is in sync; a host that lost its session
+//! (restarted empty) or reports a nonce gap gets its sync nonce reset, so the next sync or send
+//! replays from nonce 1.
 
 use futures::future::LocalBoxFuture;
 

@@ -10,7 +10,7 @@
 //! - **Survives a restart**: nothing; the escrow starts a new one if the participant is still
 //!   diverged (the block itself is the escrow's).
 //! - **Timers**: `repair_tick`, the next tick — first after 2 s, then 15 s → 30 s → 60 s → 300 s
-//!   (±20 %); it gives up after `repair_give_up_ms` (1 h) and the participant stays blocked until
+//!   (±20 %), or at once on `RepairUrgently` (the escrow has no routable host); it gives up after `repair_give_up_ms` (1 h) and the participant stays blocked until
 //!   `forget` or restart. Shown with its due time in the actor's stats.
 //! - **Who holds its `Addr`**: its escrow only (a counted [`TrackedAddr`]); it stops with the
 //!   escrow. Listed in the actor registry as `repair` `<escrow>/<participant>`.
@@ -22,7 +22,7 @@ use slog::{info, o, warn, Logger};
 
 use super::messages::{
     GetRepairState, PlanRepair, RepairGaveUp, RepairNow, RepairPlan, RepairState, RepairStep,
-    RepairVerdict, StopRepair,
+    RepairUrgently, RepairVerdict, StopRepair,
 };
 use crate::{
     clock::SharedClock,
@@ -307,6 +307,22 @@ impl Handler<RepairNow> for RepairActor {
             t.cancel(&self.stats, ctx);
         }
         self.gave_up = false;
+        self.tick(ctx);
+    }
+}
+
+impl Handler<RepairUrgently> for RepairActor {
+    type Result = ();
+
+    fn handle(&mut self, _: RepairUrgently, ctx: &mut Self::Context) {
+        if self.running || self.gave_up {
+            return;
+        }
+        if let Some(t) = self.timer.take() {
+            t.cancel(&self.stats, ctx);
+        }
+        info!(self.log, "no routable host in the escrow; repair tick now";
+            "stage" => "escrow_participant_state_repair_urgent", "attempt" => self.attempts + 1);
         self.tick(ctx);
     }
 }

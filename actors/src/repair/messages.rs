@@ -68,6 +68,12 @@ pub struct RepairGaveUp {
 #[rtype(result = "()")]
 pub struct RepairNow;
 
+/// The escrow has no routable host and this participant is one reason: tick now unless a tick is
+/// running or the repair gave up (the escrow rate-limits these, docs/health.md §6.4).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RepairUrgently;
+
 /// Stop the repair (escrow retired or participant forgotten).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]

@@ -13,7 +13,7 @@ use super::super::{
     hedging,
     messages::{
         AttemptEnded, AttemptKind, AttemptReceipt, EscrowSnapshot, GetSnapshot, GrantUnused,
-        InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Retire, SyncHosts,
+        InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Retire,
     },
     picker::{self, Waiter},
     repair,
@@ -25,7 +25,7 @@ use super::EscrowActor;
 use crate::{
     outcome::OutcomeClass,
     participant::messages::{ApplyHealthSettings, HealthChanged},
-    policy::{correlation, reason::EmptyDiffReason},
+    policy::correlation,
     protocol::crypto::Address,
     stats::TrackedActor,
 };
@@ -212,37 +212,6 @@ impl Handler<ApplyHealthSettings> for EscrowActor {
     fn handle(&mut self, msg: ApplyHealthSettings, _: &mut Self::Context) {
         self.guard.set_settings(&msg.0);
         self.deps.settings = Arc::clone(&msg.0);
-    }
-}
-
-impl Handler<SyncHosts> for EscrowActor {
-    type Result = ResponseActFuture<Self, Vec<(Address, u64)>>;
-
-    fn handle(&mut self, _: SyncHosts, _: &mut Self::Context) -> Self::Result {
-        // Every diff that catch-up may carry must be durable first: either the new diff's ack
-        // (writes commit in order) or a flush covering diffs composed by in-flight grants.
-        let ready = self
-            .durable
-            .settle_pending(&mut self.session, &self.deps, EmptyDiffReason::SyncHosts)
-            .map(|(_, ack)| ack);
-        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready, false);
-        Box::pin(sends.into_actor(self).map(|res, act, ctx| {
-            for (addr, res) in res.unwrap_or_default() {
-                if let Ok(sent) = res {
-                    if let Some(r) = sent.receipt {
-                        let _ = act.session.process_receipt(&addr, None, &r);
-                        act.durable.syncs_changed();
-                    }
-                    act.absorb_mempool(&addr, sent.mempool, ctx);
-                }
-            }
-            info!(act.deps.log, "hosts synced"; "stage" => "sync_hosts", "nonce" => act.session.nonce());
-            act.session
-                .host_syncs()
-                .iter()
-                .map(|(a, n)| (a.clone(), *n))
-                .collect()
-        }))
     }
 }
 
