@@ -48,6 +48,7 @@ pub async fn rig(cfg: SimConfig, requests: usize) -> Rig {
         net,
         escrow: TestEscrow {
             session: Rc::new(RefCell::new(s)),
+            charged: Rc::default(),
         },
         store: Arc::new(MemoryStore::new()),
     }
