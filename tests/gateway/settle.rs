@@ -40,7 +40,10 @@ async fn fifty_requests_then_settle_through_the_admin_api() {
     let budget = wait_budget(&url, "42").await;
     assert!(budget["nonces_left"].as_u64().unwrap() > 0, "{budget}");
     assert!(budget["balance"].as_u64().unwrap() > 0, "{budget}");
-    assert!(budget["nonce"].as_u64().unwrap() >= 50, "{budget}");
+    // The last tick's view (taken every 250 ms): some of the 50 nonces, and a consistent budget.
+    let (nonce, left) = (budget["nonce"].as_u64().unwrap(), budget["nonces_left"].as_u64());
+    assert!(nonce >= 1, "{budget}");
+    assert_eq!(Some(nonce + left.unwrap()), budget["serving_limit"].as_u64(), "{budget}");
     let (status, body) = admin_post(&url, "/v1/admin/escrows/999/settle").await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
@@ -325,5 +328,85 @@ async fn hosts_signing_the_final_state_with_granted_warm_keys_count_and_the_chai
         live.sim.escrow_status("42"),
         Some(EscrowStatus::Settled { .. })
     ));
+    live.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_retry_onto_an_escrow_that_just_closed_is_placed_on_the_other_escrow() {
+    let mut cfg = sim("settle-replace", 4);
+    cfg.escrow_ids = vec!["42".into(), "43".into()];
+    let live = live::start_with(cfg, &[("DEVSHARD_ESCROWS", "42,43")], |_| {}).await;
+    let url = live.url().to_string();
+    // No hedge: the failing primary is the only attempt until its retry.
+    let mut resp = live::client(2)
+        .put(format!("{url}/v1/admin/settings"))
+        .insert_header(("Authorization", format!("Bearer {ADMIN}")))
+        .send_json(&serde_json::json!({"health": {"hedge_budget": 0.0, "hedge_burst": 0.0}}))
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "{:?}", resp.body().await);
+    for _ in 0..4 {
+        assert_eq!(chat(&url, CHAT).await.0, 200);
+    }
+    // Every host stalls its next answer, then drops it after the receipt.
+    let failing = Faults {
+        stall_before_receipt_ms: Some(2_500),
+        drop_after_receipt: true,
+        times: Some(1),
+        ..Faults::default()
+    };
+    let before: Vec<u64> = (0..4).map(|i| live.sim.counters(i).unwrap().chat).collect();
+    for i in 0..4 {
+        live.sim.set_faults(i, failing.clone()).unwrap();
+    }
+    let request = actix_rt::spawn({
+        let url = url.clone();
+        async move { chat(&url, CHAT).await }
+    });
+    // The primary reached its host (which consumed its fault set): the others are made healthy.
+    let mut busy = None;
+    for _ in 0..400 {
+        busy = (0..4).find(|&i| live.sim.counters(i).unwrap().chat > before[i]);
+        if busy.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(busy.is_some(), "the primary never reached a host");
+    live.sim.clear_all_faults();
+    // Close the escrow the request is on, while its primary stalls.
+    let escrows = actors(&url, "?kind=escrow").await;
+    let on = escrows
+        .iter()
+        .find(|e| e["in_flight"].as_u64() > Some(0))
+        .unwrap_or_else(|| panic!("no escrow has the request in flight: {escrows:?}"));
+    let on = on["id"].as_str().unwrap().to_string();
+    let other = if on == "42" { "43" } else { "42" };
+    let path = format!("/v1/admin/escrows/{on}/settle");
+    assert_eq!(admin_post(&url, &path).await.0, 202);
+    // The retry finds the escrow closed and the request moves to the other one: no failure.
+    let (status, headers, body) = request.await.unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let answered_by = headers.get("x-devshard-escrow").unwrap().to_str().unwrap();
+    assert_eq!(answered_by, other);
+    // The closed escrow keeps draining (its dropped nonce settles by timeout vote); it serves no
+    // new request meanwhile.
+    assert_ne!(settlement_entry(&url, &on).await["state"], "active");
+    assert_eq!(chat(&url, CHAT).await.0, 200);
+    live.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_request_for_a_model_whose_only_escrow_closed_gets_a_clear_503_with_retry_after() {
+    let live = live::start_with(sim("settle-closed", 4), &[], |_| {}).await;
+    let url = live.url().to_string();
+    assert_eq!(chat(&url, CHAT).await.0, 200);
+    assert_eq!(admin_post(&url, "/v1/admin/escrows/42/settle").await.0, 202);
+    wait_record(&url, "42", |r| r["state"] == "settled").await;
+    let (status, headers, body) = chat(&url, CHAT).await;
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(headers.get("retry-after").is_some(), "{headers:?}");
+    assert_eq!(body["error"]["type"], "service_unavailable", "{body}");
     live.stop().await;
 }
