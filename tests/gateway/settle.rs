@@ -41,9 +41,16 @@ async fn fifty_requests_then_settle_through_the_admin_api() {
     assert!(budget["nonces_left"].as_u64().unwrap() > 0, "{budget}");
     assert!(budget["balance"].as_u64().unwrap() > 0, "{budget}");
     // The last tick's view (taken every 250 ms): some of the 50 nonces, and a consistent budget.
-    let (nonce, left) = (budget["nonce"].as_u64().unwrap(), budget["nonces_left"].as_u64());
+    let (nonce, left) = (
+        budget["nonce"].as_u64().unwrap(),
+        budget["nonces_left"].as_u64(),
+    );
     assert!(nonce >= 1, "{budget}");
-    assert_eq!(Some(nonce + left.unwrap()), budget["serving_limit"].as_u64(), "{budget}");
+    assert_eq!(
+        Some(nonce + left.unwrap()),
+        budget["serving_limit"].as_u64(),
+        "{budget}"
+    );
     let (status, body) = admin_post(&url, "/v1/admin/escrows/999/settle").await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
