@@ -31,6 +31,8 @@ mod repair;
 mod requests;
 #[path = "gateway/settle.rs"]
 mod settle;
+#[path = "gateway/settle_edges.rs"]
+mod settle_edges;
 #[path = "gateway/settle_faults.rs"]
 mod settle_faults;
 #[path = "gateway/supervision.rs"]
