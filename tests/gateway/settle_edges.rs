@@ -78,7 +78,7 @@ async fn settling_while_requests_stream_drains_them_first() {
         assert!(text.contains("data: [DONE]"), "stream {i}: {text}");
         assert!(!text.contains("\"error\""), "stream {i} failed: {text}");
         assert!(
-            crate::harness::stream_content(&bytes).len() > 0,
+            !crate::harness::stream_content(&bytes).is_empty(),
             "stream {i}: {text}"
         );
     }
