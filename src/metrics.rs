@@ -10,6 +10,7 @@
 //! | `devshard_gateway_inflight_requests` | gauge: races in flight | — |
 //! | `devshard_gateway_race_errors_total` | counter: races failed before the first byte | `status` |
 //! | `devshard_gateway_limit_rejections_total` | counter: requests refused by a limit | `reason` |
+//! | `devshard_gateway_escrow_replacements_total` | counter: requests whose escrow closed before they started there | `result` (`replaced`, `no_other_escrow`) |
 //!
 //! Labels are bounded: `path` is the matched route pattern (`/v1/admin/escrows/{id}`, or
 //! `unmatched`), never a raw path, escrow id or participant address. [`HttpMetrics::register`]
@@ -55,6 +56,7 @@ pub struct HttpMetrics {
     pub races_in_flight: IntGauge,
     pub race_errors: IntCounterVec,
     pub rejections: IntCounterVec,
+    pub replacements: IntCounterVec,
 }
 
 impl HttpMetrics {
@@ -87,6 +89,14 @@ impl HttpMetrics {
             ),
             &["reason"],
         )?;
+        let replacements = IntCounterVec::new(
+            Opts::new(
+                "gateway_escrow_replacements_total",
+                "Requests whose escrow closed (settling) before they started there, by result",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(replacements.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(races_in_flight.clone()))?;
@@ -98,6 +108,7 @@ impl HttpMetrics {
             races_in_flight,
             race_errors,
             rejections,
+            replacements,
         })
     }
 

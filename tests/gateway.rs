@@ -33,6 +33,10 @@ mod repair;
 mod requests;
 #[path = "gateway/settle.rs"]
 mod settle;
+#[path = "gateway/settle_edges.rs"]
+mod settle_edges;
+#[path = "gateway/settle_faults.rs"]
+mod settle_faults;
 #[path = "gateway/supervision.rs"]
 mod supervision;
 #[path = "gateway/timeout_votes.rs"]

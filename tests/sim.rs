@@ -22,6 +22,8 @@ mod protocol;
 mod rejections;
 #[path = "sim/settle.rs"]
 mod settle;
+#[path = "sim/settle_chain.rs"]
+mod settle_chain;
 #[path = "sim/timeouts.rs"]
 mod timeouts;
 #[path = "sim/warm.rs"]

@@ -12,8 +12,9 @@
 //!   time, the winner).
 //! - `GET /v1/debug/escrows/{id}`: the escrow's session, its stats and the state of each of its
 //!   repairs (blocked since, attempts, last result, next tick).
-//! - `GET /v1/debug/chain`: the chain poller's view and, per served model, what a new request
-//!   gets now ([`debug_chain`]; the gating itself is [`super::gate`]).
+//! - `kind=settlement` entries: each registered escrow's settlement state, attempts, last error,
+//!   weight/threshold and nonce/balance budget ([`super::debug_settlement`]).
+//! - `GET /v1/debug/chain` and `/v1/debug/series`: [`super::debug_chain`].
 //!
 //! The statistics come from the actor registry ([`devshard_actors::stats`]), read without
 //! messaging any actor, so a stuck actor is still listed, with its growing mailbox depth. The
@@ -28,10 +29,9 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use devshard_actors::{
-    chain::{admission, GetSnapshot as GetChainSnapshot},
     directory::{
         ActorKind, DirectoryStatus, GetEscrow, GetHealthSettings, GetLiveActors, GetStatus,
-        ListModels, LiveActors,
+        LiveActors,
     },
     escrow::messages::{GetRepairStates, GetSnapshot},
     participant::messages::{GetParticipant, ParticipantView},
@@ -39,10 +39,10 @@ use devshard_actors::{
     stats::{Describe, Kind, StatsView},
 };
 use futures::future::join_all;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::{error::ApiError, participants::participant_json};
-use crate::state::{series, AppState, ACTOR_TIMEOUT};
+use crate::state::{AppState, ACTOR_TIMEOUT};
 
 /// How long one actor may take to answer a probe before it is reported `unresponsive`.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
@@ -247,9 +247,10 @@ fn entry(s: &StatsView, p: &Probed, races: usize, now: i64) -> Value {
 }
 
 fn kind_rank(v: &Value) -> usize {
-    const ORDER: [&str; 6] = [
+    const ORDER: [&str; 7] = [
         "directory",
         "escrow",
+        "settlement",
         "repair",
         "participant",
         "race",
@@ -261,7 +262,14 @@ fn kind_rank(v: &Value) -> usize {
 
 /// Every actor (see the module docs); `kind` limits the probes to what that kind needs.
 async fn all_actors(state: &AppState, kind: Option<&str>) -> Vec<Value> {
-    let probed = probe(state, kind).await;
+    let settlements = async {
+        if kind.is_none_or(|k| k == "settlement") {
+            super::debug_settlement::entries(state).await
+        } else {
+            Vec::new()
+        }
+    };
+    let (probed, settlements) = futures::join!(probe(state, kind), settlements);
     let now = state.clock.now_ms();
     // Read after the probes: participants the directory started for them are listed too.
     let all = state.actors.list();
@@ -293,6 +301,7 @@ async fn all_actors(state: &AppState, kind: Option<&str>) -> Vec<Value> {
             });
         }
     }
+    out.extend(settlements);
     out.sort_by(|a, b| {
         kind_rank(a)
             .cmp(&kind_rank(b))
@@ -361,45 +370,4 @@ pub async fn escrow(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(escrow_detail(&state, &path.into_inner()).await?))
-}
-
-/// `GET /v1/debug/chain` (admin): the poller's `ChainView` (snapshots with their ages and
-/// staleness, each endpoint's last status, next poll and wait reason, each host's budget and
-/// back-off, the settings), plus `admission`: what a new request for each served model gets now.
-pub async fn debug_chain(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let Some(poller) = state.polling.poller() else {
-        return Err(ApiError::NotFound(
-            "chain polling is off: no public_api_url (DEVSHARD_PUBLIC_API_URL) is configured"
-                .into(),
-        ));
-    };
-    let view = poller.send(GetChainSnapshot).timeout(ACTOR_TIMEOUT).await?;
-    let models = state
-        .directory
-        .send(ListModels)
-        .timeout(ACTOR_TIMEOUT)
-        .await?;
-    let mode = state.polling.settings().poc_request_mode;
-    let now = state.clock.now_ms();
-    let per_model: Map<String, Value> = models
-        .iter()
-        .map(|m| {
-            let a = serde_json::to_value(admission(&view, mode, m, now)).unwrap_or(Value::Null);
-            (m.clone(), a)
-        })
-        .collect();
-    let mut body = serde_json::to_value(&*view).map_err(|e| ApiError::Internal(e.to_string()))?;
-    if let Value::Object(o) = &mut body {
-        o.insert("admission".into(), Value::Object(per_model));
-    }
-    Ok(HttpResponse::Ok().json(body))
-}
-
-/// `GET /v1/debug/series` (admin): `{interval_ms, capacity, points[]}`.
-pub async fn series(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({
-        "interval_ms": series::SAMPLE_INTERVAL.as_millis() as u64,
-        "capacity": series::CAPACITY,
-        "points": state.series.points(),
-    }))
 }

@@ -16,6 +16,7 @@
 //! | concurrent-race limit | 429 | `rate_limit_error` | `rate_limit_exceeded` (Retry-After 1) |
 //! | race: escrow queue full (`Saturated`) | 429 | `rate_limit_exceeded` | `rate_limit_exceeded` (Retry-After 1) |
 //! | race: escrow unavailable or restarting (`EscrowUnavailable`) | 503 | `service_unavailable` | `service_unavailable` (Retry-After 5, or 1 when restarting) |
+//! | race: the escrow closed for settlement and no other escrow of the model can take the request (`EscrowClosed`, after the re-placement of `openai.rs`) | 503 | `service_unavailable` | `service_unavailable` (Retry-After 5) |
 //! | race: gateway store / protocol failure (`Internal`) | 500 | `internal_error` | `internal_error` |
 //! | race: hosts failed, none left, empty or unverifiable answer (`HostsFailed`) | 502 | `upstream_error` | `upstream_error` |
 //! | race: the last host sent `Retry-After` (`HostBusy`) | 503 | `upstream_error` | `upstream_error` (the host's Retry-After) |
@@ -155,7 +156,7 @@ fn parts(status: u16, kind: &str, code: &str) -> ErrorParts {
 fn race_status(kind: RaceErrorKind) -> (u16, &'static str) {
     match kind {
         RaceErrorKind::Saturated => (429, "rate_limit_exceeded"),
-        RaceErrorKind::EscrowUnavailable => (503, UNAVAILABLE),
+        RaceErrorKind::EscrowUnavailable | RaceErrorKind::EscrowClosed => (503, UNAVAILABLE),
         RaceErrorKind::Internal => (500, "internal_error"),
         RaceErrorKind::HostsFailed => (502, UPSTREAM),
         RaceErrorKind::HostBusy => (503, UPSTREAM),

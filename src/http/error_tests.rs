@@ -51,6 +51,7 @@ fn every_race_error_kind_has_its_row() {
     let cases = [
         (K::Saturated, None, 429, "rate_limit_exceeded", Some(1)),
         (K::EscrowUnavailable, Some(5), 503, UNAVAILABLE, Some(5)),
+        (K::EscrowClosed, Some(5), 503, UNAVAILABLE, Some(5)),
         (K::Internal, None, 500, "internal_error", None),
         (K::HostsFailed, None, 502, UPSTREAM, None),
         (K::HostBusy, Some(7), 503, UPSTREAM, Some(7)),

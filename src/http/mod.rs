@@ -28,6 +28,8 @@ pub mod access;
 pub mod accounting;
 pub mod admin;
 pub mod debug;
+pub mod debug_chain;
+pub mod debug_settlement;
 pub mod error;
 pub mod filter;
 pub mod gate;
@@ -39,6 +41,7 @@ pub mod openapi;
 pub mod operator;
 pub mod ops;
 pub mod participants;
+pub mod placement;
 pub mod settings;
 pub mod settlement;
 pub mod shaping;
@@ -140,8 +143,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(
             web::scope("/v1/debug")
                 .wrap(from_fn(admin::require_admin))
-                .service(resource("/chain").route(web::get().to(debug::debug_chain)))
-                .service(resource("/series").route(web::get().to(debug::series)))
+                .service(resource("/chain").route(web::get().to(debug_chain::debug_chain)))
+                .service(resource("/series").route(web::get().to(debug_chain::series)))
                 .service(resource("/actors").route(web::get().to(debug::actors)))
                 .service(resource("/actors/{kind}/{id}").route(web::get().to(debug::actor)))
                 .service(resource("/escrows/{id}").route(web::get().to(debug::escrow)))

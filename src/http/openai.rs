@@ -7,33 +7,28 @@
 //! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
 //! `crate::state::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
 //! the concurrent-race limit (429) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
-//! skipping deactivated escrows) → the race. The race starts here, inside the handler, so that
-//! it lives on this worker's arbiter (awc is `!Send`).
+//! skipping deactivated escrows) → the race ([`placement::place`], which also moves a request
+//! whose escrow closed for settlement before it started there to another escrow of the model).
+//! The race starts inside the handler, so that it lives on this worker's arbiter (awc is
+//! `!Send`).
 //!
 //! Answers: streaming → 200 `text/event-stream` with the race's bytes; non-streaming → 200 JSON;
 //! a race failure before the first byte → its status with an OpenAI error body. Every answer
 //! carries `X-Request-Id`, and `X-Devshard-Escrow` (+ upstream `X-Devshard-ID`) once an escrow
 //! was picked.
 
-use std::sync::{atomic::Ordering, Arc};
+use std::sync::Arc;
 
 use actix_web::{
     http::header::{self, HeaderValue},
     web, HttpRequest, HttpResponse, ResponseError,
 };
-use devshard_actors::{
-    directory::ListModels,
-    escrow::messages::InferenceParams,
-    race::{RaceActor, RaceSpec, RaceStart},
-};
+use devshard_actors::{directory::ListModels, escrow::messages::InferenceParams, race::RaceStart};
 use slog::{info, o, warn, Logger};
 
 use super::{
-    access, accounting,
-    error::{self, ApiError},
-    gate, normalize, operator, read_body, request_id,
-    sse::InFlight,
-    HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
+    access, accounting, error::ApiError, gate, normalize, placement, read_body, request_id,
+    sse::InFlight, HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
 use crate::{
     metrics::REJECT_MAX_CONCURRENT,
@@ -194,12 +189,6 @@ async fn chat_inner(
         return Err(ApiError::Saturated);
     };
     let in_flight = InFlight::new(permit, state.metrics.races_in_flight.clone());
-    let picked = operator::pick_escrow(state, &chat.model).await?;
-    *escrow = Some(picked.escrow_id.clone());
-    let race_id = state.race_ids.fetch_add(1, Ordering::Relaxed);
-    state.accounting.set_escrow(rid, &picked.escrow_id, race_id);
-    info!(log, "escrow picked"; "stage" => "escrow_picked", "escrow" => &picked.escrow_id,
-        "race" => race_id);
     let stream = chat.stream;
     let strip = chat.strip;
     let params = InferenceParams {
@@ -210,44 +199,7 @@ async fn chat_inner(
         max_tokens: chat.max_tokens,
         stream,
     };
-    let (report, reported) = tokio::sync::oneshot::channel();
-    let reply = RaceActor::start_race(RaceSpec {
-        race_id,
-        escrow_id: picked.escrow_id,
-        escrow: picked.addr,
-        directory: state.directory.clone(),
-        params: Arc::new(params),
-        limits: state.limits.race,
-        clock: state.clock.clone(),
-        log: state.log.clone(),
-        metrics: state.actor_metrics.clone(),
-        actors: state.actors.clone(),
-        report: Some(report),
-        stream_error: error::stream_error_event,
-    });
-    // The race outlives this handler for a stream: its nonces and attempts arrive when it ends.
-    let (acc, clock, id) = (
-        state.accounting.clone(),
-        state.clock.clone(),
-        rid.to_string(),
-    );
-    actix_web::rt::spawn(async move {
-        if let Ok(report) = reported.await {
-            acc.set_race_report(&id, report, clock.now_ms());
-        }
-    });
-    let started = match reply.await {
-        Ok(Ok(start)) => start,
-        Ok(Err(e)) => {
-            let e = ApiError::Race(e);
-            state.metrics.race_error(e.parts().status);
-            return Err(e);
-        }
-        Err(_) => {
-            state.metrics.race_error(ApiError::RaceLost.parts().status);
-            return Err(ApiError::RaceLost);
-        }
-    };
+    let started = placement::place(state, Arc::new(params), escrow, log).await?;
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
     Ok(match started {
         RaceStart::Stream(rx) => accounting::recording_stream(rx, in_flight, state, rid, strip),

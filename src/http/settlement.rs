@@ -95,9 +95,10 @@ pub async fn collect(
     let mut sigs = std::collections::BTreeMap::new();
     if nonce == fin.state.latest_nonce() {
         for (slot, sig) in &fin.signatures {
-            if let Ok(signer) = quorum::accept_state_signature(group, &id, &root, nonce, *slot, sig)
-            {
-                quorum::record(group, &mut sigs, &signer, sig);
+            let acceptance = |v: &_, r: &_| fin.state.address_acceptance(v, r);
+            let at = (root.as_slice(), nonce);
+            if let Ok(a) = quorum::accept_state_signature(group, &id, at, *slot, sig, acceptance) {
+                quorum::record(group, &mut sigs, &a.validator, sig);
             }
         }
     }

@@ -12,6 +12,8 @@
 //! | `GET /sim/chain/requests` | request counts per path / client / server and the last 1 000 requests |
 //! | `POST /sim/chain/requests/reset` | clears the request log |
 //! | `GET/PUT/DELETE /sim/chain/faults` | the chain API's faults ([`ChainFaults`]: fixed answer, nginx-style rate limit) |
+//! | `GET/PUT/DELETE /sim/chain/tx-faults` | the settlement tx knobs ([`TxFaults`]): `broadcast_delay_ms` + `delay_times` (the broadcast times out but the tx commits), `reject_code` + `reject_times` (code ≠ 0), `drop_times` (dropped from the mempool), `commit_delay_ms`, `min_fee` |
+//! | `POST /sim/chain/unreachable` | `{"for_ms": N, "after_ms": M}`: the chain port closes `M` ms from now (default 100, so this answer gets out) and reopens `N` ms later (connection refused meanwhile, for the control API too) |
 //! | `/sim/warm/…` | warm-key grants and the grants endpoint's faults (`warm.rs`) |
 //!
 //! Unknown knobs or bad JSON answer 400 `{"message": …}`; an unknown host 404.
@@ -24,11 +26,46 @@ use serde_json::{json, Value};
 use super::{
     faults::{parse_fault_script, Faults},
     host::HostState,
+    ledger::TxFaults,
     network::NetCore,
     profile::LatencyProfile,
     server::{self, Reject, Resp},
     traffic::ChainFaults,
 };
+
+/// Body of `POST /sim/chain/unreachable`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Outage {
+    for_ms: u64,
+    #[serde(default = "default_after_ms")]
+    after_ms: u64,
+}
+
+fn default_after_ms() -> u64 {
+    100
+}
+
+/// Closes the chain port after `after_ms` for `for_ms` (a background task on this runtime).
+fn chain_outage(core: &NetCore, o: Outage) -> Resp {
+    let Some(listener) = core.chain_listener.get().cloned() else {
+        return server::message(StatusCode::SERVICE_UNAVAILABLE, "chain listener not ready");
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(o.after_ms)).await;
+        if let Some(l) = listener.upgrade() {
+            l.set_up(false);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(o.for_ms)).await;
+        if let Some(l) = listener.upgrade() {
+            l.set_up(true);
+        }
+    });
+    server::json(
+        StatusCode::OK,
+        &json!({"unreachable_in_ms": o.after_ms, "for_ms": o.for_ms}),
+    )
+}
 
 fn host_json(h: &HostState) -> Value {
     json!({
@@ -111,6 +148,38 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
         (&Method::DELETE, ["chain", "faults"]) => {
             core.chain.set_faults(ChainFaults::default());
             server::json(StatusCode::OK, &core.chain.faults())
+        }
+        (&Method::GET, ["chain", "tx-faults"]) => {
+            server::json(StatusCode::OK, &core.chain.ledger().faults)
+        }
+        (&Method::PUT, ["chain", "tx-faults"]) => {
+            let body = match server::read_body(req).await {
+                Ok(b) => b,
+                Err(reject) => return reject.into_response(),
+            };
+            match serde_json::from_slice::<TxFaults>(&body) {
+                Ok(f) => {
+                    let mut ledger = core.chain.ledger();
+                    ledger.faults = f;
+                    server::json(StatusCode::OK, &ledger.faults)
+                }
+                Err(e) => bad_request(e),
+            }
+        }
+        (&Method::DELETE, ["chain", "tx-faults"]) => {
+            let mut ledger = core.chain.ledger();
+            ledger.faults = TxFaults::default();
+            server::json(StatusCode::OK, &ledger.faults)
+        }
+        (&Method::POST, ["chain", "unreachable"]) => {
+            let body = match server::read_body(req).await {
+                Ok(b) => b,
+                Err(reject) => return reject.into_response(),
+            };
+            match serde_json::from_slice::<Outage>(&body) {
+                Ok(o) => chain_outage(core, o),
+                Err(e) => bad_request(e),
+            }
         }
         (&Method::GET, ["chain", "requests"]) => {
             server::json(StatusCode::OK, &core.chain.requests())

@@ -30,6 +30,7 @@
 //! | `forget_session` | one-shot: every session is dropped (the host restarted with empty storage) |
 //! | `clock_skew_s` | the host's clock is offset (auth drift check, `confirmed_at`, timeout checks) |
 //! | `signatures_empty` | `GET /signatures` answers `{"signatures":null}` |
+//! | `signatures_wrong_root` | `GET /signatures?nonce=N` answers, for each of the host's slots, a signature by its own key over a wrong root (`sha256("wrong-root" ‖ N)`) at `N`: a forged final-state signature |
 //! | `inject_foreign_txs` | the meta event's mempool also carries a `MsgFinalizeRound` and a `MsgStartInference` (txs only the escrow's creator may sequence: a byzantine host) |
 //! | `oversize_meta_bytes` | the meta event (after `[DONE]`) carries a `padding` string of that many bytes beside the mempool (a huge meta line) |
 //! | `sign_with_ungranted_key` | every signature (receipt, state, finish, validation, timeout vote) is made with a key the chain holds no grant for |
@@ -92,6 +93,8 @@ pub struct Faults {
     pub down_for_ms: Option<u64>,
     #[serde(skip_serializing_if = "is_false")]
     pub signatures_empty: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub signatures_wrong_root: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oversize_meta_bytes: Option<usize>,
     #[serde(skip_serializing_if = "is_false")]

@@ -108,6 +108,9 @@ pub(crate) struct Ledger {
     /// Every distinct settlement tx hash that passed `CheckTx`, per escrow.
     pub settle_hashes: BTreeMap<String, BTreeSet<String>>,
     pub faults: TxFaults,
+    /// The chain's warm-key grants: a state signature by a key its validator granted counts
+    /// for that validator's slots (docs/lifecycle.md §2, §5).
+    pub grants: Option<std::sync::Arc<super::warm::WarmRegistry>>,
     next_account: u64,
 }
 
@@ -122,6 +125,7 @@ impl Ledger {
             seen: BTreeMap::new(),
             settle_hashes: BTreeMap::new(),
             faults: TxFaults::default(),
+            grants: None,
             next_account: FIRST_ACCOUNT_NUMBER,
         };
         for e in escrows {

@@ -52,6 +52,8 @@ pub(crate) struct NetCore {
     pub(crate) hosts: Vec<Arc<HostState>>,
     /// The chain's warm-key grants (`warm.rs`).
     pub(crate) warm: Arc<WarmRegistry>,
+    /// The chain API's listener, for the control API's outage knob (set once it listens).
+    pub(crate) chain_listener: std::sync::OnceLock<std::sync::Weak<Listener>>,
 }
 
 impl NetCore {
@@ -78,7 +80,7 @@ pub struct SimHostInfo {
 #[derive(Debug)]
 pub struct SimNetwork {
     core: Arc<NetCore>,
-    chain_listener: Listener,
+    chain_listener: Arc<Listener>,
     chain_url: String,
     hosts: Vec<SimHostInfo>,
 }
@@ -155,7 +157,12 @@ impl SimNetwork {
             })
             .collect::<Vec<_>>();
         let host_addresses: Vec<Address> = hosts.iter().map(|h| h.address.clone()).collect();
-        let ledger = Ledger::new(&escrows, &host_addresses, cfg.creator_balance);
+        let validators: Vec<(Address, usize)> =
+            hosts.iter().map(|h| (h.address.clone(), h.index)).collect();
+        let grants = warm::default_grants(cfg.warm_keys, &cfg.seed, &validators);
+        let warm_registry = Arc::new(WarmRegistry::new(clock.clone(), grants));
+        let mut ledger = Ledger::new(&escrows, &host_addresses, cfg.creator_balance);
+        ledger.grants = Some(Arc::clone(&warm_registry));
         let chain = Chain::new(
             clock.clone(),
             cfg.epochs.clone(),
@@ -181,11 +188,9 @@ impl SimNetwork {
                 Arc::new(state)
             })
             .collect();
-        let validators: Vec<(Address, usize)> =
-            hosts.iter().map(|h| (h.address.clone(), h.index)).collect();
-        let grants = warm::default_grants(cfg.warm_keys, &cfg.seed, &validators);
         let core = Arc::new(NetCore {
-            warm: Arc::new(WarmRegistry::new(clock.clone(), grants)),
+            warm: warm_registry,
+            chain_listener: std::sync::OnceLock::new(),
             cfg,
             chain,
             hosts: host_states,
@@ -203,8 +208,10 @@ impl SimNetwork {
         let c = Arc::clone(&core);
         let handler: Handler =
             Arc::new(move |req, peer| Box::pin(chain_route(Arc::clone(&c), req, peer)));
-        let chain_listener =
-            Listener::start(chain_tcp, handler).map_err(|e| SimError::Config(e.to_string()))?;
+        let chain_listener = Arc::new(
+            Listener::start(chain_tcp, handler).map_err(|e| SimError::Config(e.to_string()))?,
+        );
+        let _ = core.chain_listener.set(Arc::downgrade(&chain_listener));
         Ok(SimNetwork {
             core,
             chain_listener,
@@ -357,6 +364,11 @@ impl SimNetwork {
     /// Replaces the tx faults of the chain (see [`TxFaults`]).
     pub fn set_tx_faults(&self, faults: TxFaults) {
         self.core.chain.ledger().faults = faults;
+    }
+
+    /// Credits `amount` to `address` on chain (a faucet: opens the account if needed).
+    pub fn fund(&self, address: &Address, amount: u64) {
+        self.core.chain.ledger().credit(address, amount);
     }
 
     /// Closes (`false`) or reopens the chain API's port: clients get "connection refused".

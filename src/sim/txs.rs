@@ -7,7 +7,8 @@
 //!   `(now, now + 10 min]`; fee denom and amount; dedupe by hash.
 //! - [`deliver`]: the fee, then `MsgSettleDevshardEscrow`: the settler signed the tx and created
 //!   the escrow, the escrow is open, the root recomputes from the message, every signature
-//!   recovers to its slot's validator over `StateSignatureContent`, and the distinct signers'
+//!   recovers to its slot's validator (or a warm key that validator grants) over
+//!   `StateSignatureContent`, and the distinct signers'
 //!   slots reach `2·slots/3 + 1`. Then each host is paid its `cost` and the creator refunded
 //!   `amount − fees − Σ cost`.
 
@@ -318,9 +319,12 @@ fn settle_escrow(
         let owner = slots
             .get(s.slot_id as usize)
             .ok_or(TxError::InvalidStateSignature(s.slot_id))?;
+        // The validator's cold key, or a warm key it grants (checked by the chain itself).
+        let granted =
+            |a: &Address| (ledger.grants.as_ref()).is_some_and(|g| g.is_granted(owner, a));
         match recover_address(&content, &s.signature) {
-            Ok(a) if &a == owner => {
-                signers.insert(a);
+            Ok(a) if &a == owner || granted(&a) => {
+                signers.insert(owner.clone());
             }
             _ => return Err(TxError::InvalidStateSignature(s.slot_id)),
         }

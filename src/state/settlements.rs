@@ -55,6 +55,29 @@ pub struct Settlements {
     auto_settle: bool,
     /// Worst-case cost of one request in tokens (`WORST_CASE_INPUT_BYTES + max_tokens_cap`).
     worst_case_tokens: u64,
+    /// Each escrow's nonce and balance budget as the last auto-settle tick saw it.
+    budgets: Arc<Mutex<BTreeMap<String, Budget>>>,
+}
+
+/// An escrow's nonce and balance budget (what `/v1/debug/actors` and the debug UI show).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Budget {
+    pub nonce: u64,
+    /// Last nonce that may serve (`max_nonce − (N + 1)`).
+    pub serving_limit: u64,
+    pub nonces_left: u64,
+    pub balance: u64,
+}
+
+/// One escrow's settlement as the debug listing shows it.
+#[derive(Debug, Clone)]
+pub struct SettlementView {
+    pub escrow_id: String,
+    /// A settlement actor is running for the escrow.
+    pub running: bool,
+    /// `None` while the escrow is active (or its actor did not answer in time).
+    pub record: Option<SettlementRecord>,
+    pub budget: Option<Budget>,
 }
 
 /// How often escrows are checked for auto-settlement (and their budget gauges updated).
@@ -98,6 +121,7 @@ impl Settlements {
             arbiter: Arbiter::current(),
             auto_settle: config.settlement.auto_settle,
             worst_case_tokens: WORST_CASE_INPUT_BYTES + config.max_tokens_cap,
+            budgets: Arc::default(),
         }
     }
 
@@ -133,8 +157,18 @@ impl Settlements {
             };
             let limit = info.last_active_nonce();
             let n = info.group_size() as u64;
+            let left = limit.saturating_sub(snap.nonce);
+            let budget = Budget {
+                nonce: snap.nonce,
+                serving_limit: limit,
+                nonces_left: left,
+                balance: snap.balance,
+            };
+            self.budgets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id.clone(), budget);
             if let Some(m) = &self.deps.metrics {
-                let left = limit.saturating_sub(snap.nonce);
                 m.balance
                     .with_label_values(&[&id])
                     .set(i64::try_from(snap.balance).unwrap_or(i64::MAX));
@@ -237,6 +271,48 @@ impl Settlements {
         // Durable before visible: the record's write is ordered before this flush.
         let _ = self.deps.store.flush().await;
         Ok(record)
+    }
+
+    /// Every registered escrow's settlement state and budget; a running actor is asked with
+    /// `deadline` (one that misses it shows its last durable record).
+    pub async fn views(&self, deadline: Duration) -> Vec<SettlementView> {
+        let escrows = self.deps.store.list(ns::ESCROWS).unwrap_or_default();
+        let running = self
+            .actors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let budgets = self
+            .budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let probes = escrows.into_iter().map(|(id, _)| {
+            let addr = running.get(&id).filter(|a| a.connected()).cloned();
+            let budget = budgets.get(&id).copied();
+            let store = self.deps.store.clone();
+            async move {
+                let asked = match &addr {
+                    Some(a) => a
+                        .send(devshard_actors::settlement::GetSettlement)
+                        .timeout(deadline)
+                        .await
+                        .ok(),
+                    None => None,
+                };
+                let record = match asked {
+                    Some(r) => r,
+                    None => load_record(&store, &id),
+                };
+                SettlementView {
+                    running: addr.is_some(),
+                    escrow_id: id,
+                    record,
+                    budget,
+                }
+            }
+        });
+        futures::future::join_all(probes).await
     }
 
     /// The record of an escrow's settlement (`None` while it is active).

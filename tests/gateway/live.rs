@@ -28,6 +28,7 @@ pub struct Live {
     pub sim: SimNetwork,
     pub gw: RunningGateway,
     dir: std::path::PathBuf,
+    clock: devshard_actors::clock::SharedClock,
 }
 
 impl Live {
@@ -70,7 +71,62 @@ pub async fn start_with(
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    let mut vars: BTreeMap<String, String> = [
+    let mut vars = base_vars(&sim, &dir);
+    for (k, v) in env {
+        vars.insert((*k).to_string(), (*v).to_string());
+    }
+    let gw = start_gateway(&vars, clock.clone(), tweak).await;
+    Live {
+        sim,
+        gw,
+        dir,
+        clock,
+    }
+}
+
+async fn start_gateway(
+    vars: &BTreeMap<String, String>,
+    clock: devshard_actors::clock::SharedClock,
+    tweak: impl FnOnce(&mut Config),
+) -> RunningGateway {
+    let mut config = Config::load(None, vars).unwrap();
+    tweak(&mut config);
+    let opts = StartOptions {
+        registry: None,
+        clock: Some(clock),
+    };
+    app::start_with(config, logging::discard(), opts)
+        .await
+        .unwrap()
+}
+
+impl Live {
+    /// Stops the gateway and starts a new one on the same data directory and simulator, with
+    /// `env` overriding [`start`]'s environment (a rotated key, …).
+    pub async fn restart(self, env: &[(&str, &str)]) -> Live {
+        let Live {
+            sim,
+            gw,
+            dir,
+            clock,
+        } = self;
+        gw.stop(false).await.unwrap();
+        let mut vars = base_vars(&sim, &dir);
+        for (k, v) in env {
+            vars.insert((*k).to_string(), (*v).to_string());
+        }
+        let gw = start_gateway(&vars, clock.clone(), |_| {}).await;
+        Live {
+            sim,
+            gw,
+            dir,
+            clock,
+        }
+    }
+}
+
+fn base_vars(sim: &SimNetwork, dir: &std::path::Path) -> BTreeMap<String, String> {
+    [
         ("DEVSHARD_LISTEN", "127.0.0.1:0".to_string()),
         ("DEVSHARD_DATA_DIR", dir.display().to_string()),
         ("DEVSHARD_PRIVATE_KEY", sim.gateway_key().secret_hex()),
@@ -82,20 +138,7 @@ pub async fn start_with(
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    for (k, v) in env {
-        vars.insert((*k).to_string(), (*v).to_string());
-    }
-    let mut config = Config::load(None, &vars).unwrap();
-    tweak(&mut config);
-    let opts = StartOptions {
-        registry: None,
-        clock: Some(clock),
-    };
-    let gw = app::start_with(config, logging::discard(), opts)
-        .await
-        .unwrap();
-    Live { sim, gw, dir }
+    .collect()
 }
 
 /// An HTTP client allowing `connections` simultaneous connections.

@@ -4,14 +4,15 @@
 
 use std::time::Duration;
 
-use devshard_gateway::sim::EscrowStatus;
+use devshard_gateway::sim::{EscrowStatus, Profile, SimConfig};
 use serde_json::Value;
 
-use crate::live::{self, admin_get, chat, ADMIN};
+use crate::live::{self, actors, admin_get, chat, ADMIN};
 
-const CHAT: &str = r#"{"max_tokens":8,"messages":[{"role":"user","content":"settle me"}]}"#;
+pub(crate) const CHAT: &str =
+    r#"{"max_tokens":8,"messages":[{"role":"user","content":"settle me"}]}"#;
 
-async fn admin_post(url: &str, path: &str) -> (u16, Value) {
+pub(crate) async fn admin_post(url: &str, path: &str) -> (u16, Value) {
     let mut resp = live::client(4)
         .post(format!("{url}{path}"))
         .insert_header(("Authorization", format!("Bearer {ADMIN}")))
@@ -33,6 +34,23 @@ async fn fifty_requests_then_settle_through_the_admin_api() {
         let (status, _, body) = chat(&url, CHAT).await;
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     }
+    // The debug listing shows the escrow's settlement state and its budget before any settle.
+    let entry = settlement_entry(&url, "42").await;
+    assert_eq!(entry["state"], "active", "{entry}");
+    let budget = wait_budget(&url, "42").await;
+    assert!(budget["nonces_left"].as_u64().unwrap() > 0, "{budget}");
+    assert!(budget["balance"].as_u64().unwrap() > 0, "{budget}");
+    // The last tick's view (taken every 250 ms): some of the 50 nonces, and a consistent budget.
+    let (nonce, left) = (
+        budget["nonce"].as_u64().unwrap(),
+        budget["nonces_left"].as_u64(),
+    );
+    assert!(nonce >= 1, "{budget}");
+    assert_eq!(
+        Some(nonce + left.unwrap()),
+        budget["serving_limit"].as_u64(),
+        "{budget}"
+    );
     let (status, body) = admin_post(&url, "/v1/admin/escrows/999/settle").await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
@@ -82,6 +100,11 @@ async fn fifty_requests_then_settle_through_the_admin_api() {
     }
     assert_eq!(sim.settlement_tx_hashes("42").len(), 1);
     assert!(record["weight"].as_u64().unwrap() >= record["threshold"].as_u64().unwrap());
+    let entry = settlement_entry(&url, "42").await;
+    assert_eq!(entry["state"], "settled", "{entry}");
+    assert_eq!(entry["detail"]["weight"], record["weight"]);
+    assert_eq!(entry["detail"]["threshold"], record["threshold"]);
+    assert_eq!(entry["detail"]["tx_hashes"], record["tx_hashes"]);
 
     // Settled: no new request reaches this escrow; settling again is a clear 409.
     let (status, _, _) = chat(&url, CHAT).await;
@@ -130,4 +153,47 @@ async fn an_escrow_at_its_nonce_limit_settles_by_itself_and_requests_move_on() {
     let (_, r) = admin_get(&url, "/v1/admin/escrows/43/settlement").await;
     assert_eq!(r["state"], "active");
     live.stop().await;
+}
+
+/// The `settlement` entry of `GET /v1/debug/actors?kind=settlement` for `id`.
+pub(crate) async fn settlement_entry(url: &str, id: &str) -> Value {
+    let all = actors(url, "?kind=settlement").await;
+    assert!(all.iter().all(|a| a["kind"] == "settlement"), "{all:?}");
+    all.into_iter()
+        .find(|a| a["id"] == id)
+        .unwrap_or_else(|| panic!("no settlement entry for {id}"))
+}
+
+/// The escrow's budget once the auto-settle tick has seen it (bounded wait).
+pub(crate) async fn wait_budget(url: &str, id: &str) -> Value {
+    for _ in 0..100 {
+        let b = settlement_entry(url, id).await["detail"]["budget"].clone();
+        if !b.is_null() {
+            return b;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("escrow {id} has no budget in the debug listing");
+}
+
+/// Polls the settlement record until `done` holds (bounded).
+pub(crate) async fn wait_record(url: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let mut r = Value::Null;
+    for _ in 0..600 {
+        r = admin_get(url, &format!("/v1/admin/escrows/{id}/settlement"))
+            .await
+            .1;
+        if done(&r) {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("settlement of {id} never got there: {r}");
+}
+
+pub(crate) fn sim(seed: &str, hosts: usize) -> SimConfig {
+    let mut cfg = SimConfig::with_seed(seed);
+    cfg.hosts = hosts;
+    cfg.profile = Profile::Zero;
+    cfg
 }

@@ -48,6 +48,7 @@ pub async fn rig(cfg: SimConfig, requests: usize) -> Rig {
         net,
         escrow: TestEscrow {
             session: Rc::new(RefCell::new(s)),
+            charged: Rc::default(),
         },
         store: Arc::new(MemoryStore::new()),
     }
@@ -289,5 +290,35 @@ async fn with_three_of_seven_hosts_down_the_settlement_waits_visibly_until_one_r
     rig.net.clear_faults(3).unwrap();
     let r = wait_until(&addr, 300, settled).await;
     assert_eq!(r.weight.unwrap().weight, 5);
+    assert_eq!(rig.net.settlement_tx_hashes("42"), r.tx_hashes);
+}
+
+#[actix_rt::test]
+async fn a_wrong_root_final_signature_is_not_counted_and_its_host_is_charged() {
+    tokio::time::pause();
+    let rig = rig(config(4), 3).await;
+    let forger = rig.net.hosts()[1].address.clone();
+    rig.net
+        .set_faults(
+            1,
+            Faults {
+                signatures_wrong_root: true,
+                ..Faults::default()
+            },
+        )
+        .unwrap();
+    let r = settle(&rig).await;
+    // The three honest hosts reach the threshold of 3 alone; the forger is charged once.
+    assert_eq!(r.weight.map(|w| (w.weight, w.threshold)), Some((3, 3)));
+    assert_eq!(*rig.escrow.charged.borrow(), vec![forger.clone()]);
+    let payload = serde_json::to_value(r.payload.as_ref().unwrap()).unwrap();
+    let session = rig.escrow.session.borrow();
+    for s in payload["signatures"].as_array().unwrap() {
+        let slot = s["slot_id"].as_u64().unwrap() as usize;
+        assert_ne!(
+            session.slot_host[slot], 1,
+            "the forged signature was not counted"
+        );
+    }
     assert_eq!(rig.net.settlement_tx_hashes("42"), r.tx_hashes);
 }

@@ -22,6 +22,8 @@ use crate::client::{Session, TestNet};
 #[derive(Clone)]
 pub struct TestEscrow {
     pub session: Rc<RefCell<Session>>,
+    /// Hosts charged for an invalid final-state signature, in order.
+    pub charged: Rc<RefCell<Vec<Address>>>,
 }
 
 /// Our view of the simulated escrow.
@@ -151,5 +153,22 @@ impl EscrowSteps for TestEscrow {
                 None => Err(StepError::Failed(format!("{host} is not in the group"))),
             }
         })
+    }
+
+    /// The test session knows no grants: a warm signer stays unresolved.
+    fn check_warm_key(
+        &self,
+        _validator: Address,
+        _warm: Address,
+    ) -> LocalBoxFuture<'static, Result<(), StepError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn charge_invalid_signature(
+        &self,
+        host: Address,
+    ) -> LocalBoxFuture<'static, Result<(), StepError>> {
+        self.charged.borrow_mut().push(host);
+        Box::pin(async { Ok(()) })
     }
 }

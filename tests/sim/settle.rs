@@ -22,7 +22,7 @@ use crate::client::{config, http, start, Session, TestNet};
 
 const PROMPT: &[u8] = br#"{"stream":true}"#;
 
-async fn get(url: String) -> (u16, Value) {
+pub(crate) async fn get(url: String) -> (u16, Value) {
     let mut resp = http().get(url).send().await.unwrap();
     let body = resp.body().await.unwrap();
     (
@@ -75,7 +75,7 @@ async fn sign_final(s: &Session, hosts: &[usize], nonce: u64) -> BTreeMap<u32, V
     sigs
 }
 
-async fn account_number(net: &TestNet) -> u64 {
+pub(crate) async fn account_number(net: &TestNet) -> u64 {
     let addr = net.gateway_key().address();
     let (status, v) = get(format!(
         "{}/cosmos/auth/v1beta1/accounts/{addr}",
@@ -90,7 +90,12 @@ async fn account_number(net: &TestNet) -> u64 {
         .unwrap()
 }
 
-fn sign(net: &TestNet, s: &Session, payload: &SettlementPayload, account: u64) -> SignedTx {
+pub(crate) fn sign(
+    net: &TestNet,
+    s: &Session,
+    payload: &SettlementPayload,
+    account: u64,
+) -> SignedTx {
     let msg = payload.to_msg(net.gateway_key().address()).unwrap();
     let settings = TxSettings::default();
     settle_tx(
@@ -103,7 +108,7 @@ fn sign(net: &TestNet, s: &Session, payload: &SettlementPayload, account: u64) -
     )
 }
 
-async fn broadcast(net: &TestNet, tx: &SignedTx) -> Value {
+pub(crate) async fn broadcast(net: &TestNet, tx: &SignedTx) -> Value {
     let body = json!({"tx_bytes": B64.encode(&tx.bytes), "mode": "BROADCAST_MODE_SYNC"});
     let mut resp = http()
         .post(format!("{}/cosmos/tx/v1beta1/txs", net.chain_url()))
@@ -114,12 +119,15 @@ async fn broadcast(net: &TestNet, tx: &SignedTx) -> Value {
     serde_json::from_slice(&resp.body().await.unwrap()).unwrap()
 }
 
-async fn tx_result(net: &TestNet, hash: &str) -> (u16, Value) {
+pub(crate) async fn tx_result(net: &TestNet, hash: &str) -> (u16, Value) {
     get(format!("{}/cosmos/tx/v1beta1/txs/{hash}", net.chain_url())).await
 }
 
 /// A served and finalized session of 4 hosts with every host's final signature.
-async fn ready(cfg_hosts: usize, signers: &[usize]) -> (TestNet, Session, SettlementPayload) {
+pub(crate) async fn ready(
+    cfg_hosts: usize,
+    signers: &[usize],
+) -> (TestNet, Session, SettlementPayload) {
     let net = start(config(cfg_hosts)).await;
     let mut s = Session::new(&net, "42");
     serve(&mut s, 6).await;

@@ -2,7 +2,8 @@
 # Headless-browser test of GET /debug/ui: starts `devshard-gateway demo --profile fast` with a
 # random admin key, drives chat load in the background, then renders http://…/debug/ui#key=… in
 # headless Chromium at 1280 px and checks the DOM (escrows 42 and 43, a gonka1… participant, the
-# chain poller table, seven charts, no section wider than the window), renders it again seconds
+# chain poller table, each escrow's settlement row with its nonce and balance budget, seven
+# charts, no section wider than the window), renders it again seconds
 # later and checks the charts' data moved, and takes two screenshots that differ.
 # Installs Debian's chromium when missing (needs root; works on a fresh machine).
 # Keeps the screenshot at target/ui/debug-ui.png (UI_OUT=dir to change).
@@ -75,6 +76,11 @@ grep -q 'data-overflow=""' "$OUT/debug-ui.html" || fail "a section is wider than
 for id in 42 43; do
     grep -q "data-escrow-id=\"$id\"" "$OUT/debug-ui.html" || fail "escrow $id not rendered (see $OUT/debug-ui.html)"
 done
+for id in 42 43; do
+    grep -q "data-settlement=\"$id\" data-settlement-state=\"[a-z]*\" data-nonces-left=\"[0-9][0-9]*\" data-balance=\"[0-9][0-9]*\"" "$OUT/debug-ui.html" \
+        || fail "escrow $id has no settlement row with its nonce and balance budget (see $OUT/debug-ui.html)"
+done
+grep -q '"kind":"settlement"' "$OUT/actors.json" || fail "/v1/debug/actors lists no settlement entry"
 grep -q 'data-participant="gonka1' "$OUT/debug-ui.html" || fail "no gonka1… participant rendered"
 grep -q 'data-health="healthy"' "$OUT/debug-ui.html" || fail "no healthy participant group rendered"
 if grep -q 'id="status" class="err"' "$OUT/debug-ui.html"; then fail "page shows an error status"; fi
@@ -101,4 +107,4 @@ cmp -s "$WORK/charts-1" "$WORK/charts-2" && fail "the charts' data did not chang
 T1="$(sed -n 's/.*data-chart="requests".*data-last-t="\([0-9]*\)".*/\1/p' "$WORK/charts-1")"
 T2="$(sed -n 's/.*data-chart="requests".*data-last-t="\([0-9]*\)".*/\1/p' "$WORK/charts-2")"
 [ -n "$T1" ] && [ -n "$T2" ] && [ "$T2" -gt "$T1" ] || fail "the series did not advance ($T1 → $T2)"
-echo "ok: escrows 42, 43, gonka1… participants, chain table, $CHARTS charts whose data moved ($T1 → $T2), no overflow at 1280 px; screenshots $OUT/debug-ui.png, $OUT/debug-ui-later.png"
+echo "ok: escrows 42, 43 with settlement budgets, gonka1… participants, chain table, $CHARTS charts whose data moved ($T1 → $T2), no overflow at 1280 px; screenshots $OUT/debug-ui.png, $OUT/debug-ui-later.png"

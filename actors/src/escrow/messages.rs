@@ -236,3 +236,19 @@ pub struct GetFinalState;
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
 pub struct CatchUpAll;
+
+/// Settlement: ask the chain whether `validator` grants `warm` (fills the grant cache).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct CheckWarmSigner {
+    pub validator: Address,
+    pub warm: Address,
+}
+
+/// Settlement: `participant` sent a final-state signature that does not verify; it is charged
+/// like any invalid state signature.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct ChargeInvalidSignature {
+    pub participant: Address,
+}

@@ -133,8 +133,12 @@ pub struct RaceError {
 pub enum RaceErrorKind {
     /// The escrow's queue of waiting requests is full.
     Saturated,
-    /// The escrow takes no request now (inactive, at its nonce limit, shutting down, restarting).
+    /// The escrow takes no request now (shutting down, restarting).
     EscrowUnavailable,
+    /// The escrow closed while the request was placed on it (draining for settlement or later,
+    /// or at its serving nonce limit): the edge places the request on another escrow of the
+    /// model, or answers 503 with `Retry-After` when there is none.
+    EscrowClosed,
     /// The gateway's own store or protocol state failed.
     Internal,
     /// No host produced an answer: every host tried or none routable, a hedge that could not

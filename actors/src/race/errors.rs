@@ -20,7 +20,11 @@ pub(super) fn escrow_error(e: &EscrowError) -> RaceError {
         | EscrowError::NoRoutableHost(_)
         | EscrowError::HedgeSkipped(_)
         | EscrowError::HedgeWait(_) => (RaceErrorKind::HostsFailed, None),
-        EscrowError::NotActive(_) | EscrowError::NonceLimit(_) | EscrowError::ShuttingDown(_) => (
+        EscrowError::NotActive(_) | EscrowError::NonceLimit(_) => (
+            RaceErrorKind::EscrowClosed,
+            Some(ESCROW_UNAVAILABLE_RETRY_S),
+        ),
+        EscrowError::ShuttingDown(_) => (
             RaceErrorKind::EscrowUnavailable,
             Some(ESCROW_UNAVAILABLE_RETRY_S),
         ),

@@ -10,7 +10,10 @@ use super::port::{EscrowSteps, FinalState, RoundDone, StepError};
 use crate::{
     directory::{CloseEscrow, Directory, GetEscrow},
     escrow::{
-        messages::{BeginDrain, CatchUpAll, FinalizeRound, GetFinalState},
+        messages::{
+            BeginDrain, CatchUpAll, ChargeInvalidSignature, CheckWarmSigner, FinalizeRound,
+            GetFinalState,
+        },
         EscrowActor,
     },
     protocol::crypto::Address,
@@ -93,6 +96,35 @@ impl EscrowSteps for DirectoryEscrow {
             escrow(&d, &id)
                 .await?
                 .send(CatchUpAll)
+                .await
+                .map_err(mailbox)
+        })
+    }
+
+    fn check_warm_key(
+        &self,
+        validator: Address,
+        warm: Address,
+    ) -> LocalBoxFuture<'static, Result<(), StepError>> {
+        let (d, id) = (self.directory.clone(), self.escrow_id.clone());
+        Box::pin(async move {
+            escrow(&d, &id)
+                .await?
+                .send(CheckWarmSigner { validator, warm })
+                .await
+                .map_err(mailbox)
+        })
+    }
+
+    fn charge_invalid_signature(
+        &self,
+        host: Address,
+    ) -> LocalBoxFuture<'static, Result<(), StepError>> {
+        let (d, id) = (self.directory.clone(), self.escrow_id.clone());
+        Box::pin(async move {
+            escrow(&d, &id)
+                .await?
+                .send(ChargeInvalidSignature { participant: host })
                 .await
                 .map_err(mailbox)
         })

@@ -19,6 +19,9 @@ pub struct SettlementMetrics {
     pub balance: IntGaugeVec,
     /// Nonces left before the serving limit `max_nonce − (N + 1)` (`escrow`).
     pub nonces_left: IntGaugeVec,
+    /// Final-state signatures judged while collecting, by result: `cold`, `warm` (counted),
+    /// `wrong_signer`, `malformed`, `unknown_slot` (charged), `warm_key_unresolved`.
+    pub signatures: IntCounterVec,
 }
 
 impl SettlementMetrics {
@@ -54,7 +57,15 @@ impl SettlementMetrics {
                 Opts::new("escrow_nonces_left", "Nonces left before the serving limit"),
                 &["escrow"],
             )?,
+            signatures: IntCounterVec::new(
+                Opts::new(
+                    "settlement_signatures_total",
+                    "Final-state signatures judged while collecting, by result",
+                ),
+                &["result"],
+            )?,
         };
+        registry.register(Box::new(m.signatures.clone()))?;
         registry.register(Box::new(m.balance.clone()))?;
         registry.register(Box::new(m.nonces_left.clone()))?;
         registry.register(Box::new(m.settlements.clone()))?;

@@ -51,4 +51,17 @@ pub trait EscrowSteps {
     fn final_state(&self) -> LocalBoxFuture<'static, Result<FinalState, StepError>>;
     /// Sends `host` every diff it lacks (admission-free), so it can sign the final nonce.
     fn catch_up(&self, host: Address) -> LocalBoxFuture<'static, Result<(), StepError>>;
+    /// Asks the chain (through the escrow's grant cache) whether `validator` grants `warm`, so
+    /// the next judgement of a final-state signature by `warm` is decided.
+    fn check_warm_key(
+        &self,
+        validator: Address,
+        warm: Address,
+    ) -> LocalBoxFuture<'static, Result<(), StepError>>;
+    /// `host` sent a final-state signature that does not verify (forged, wrong root, wrong
+    /// key): it is charged like any invalid signature (`invalid_state_sig`, byzantine).
+    fn charge_invalid_signature(
+        &self,
+        host: Address,
+    ) -> LocalBoxFuture<'static, Result<(), StepError>>;
 }

@@ -16,6 +16,7 @@ use super::{
     },
     payload::SettlementPayload,
     port::{FinalState, RoundDone},
+    quorum::SignerKey,
 };
 use crate::{
     clock::SharedClock,
@@ -73,14 +74,33 @@ impl SettlementActor {
             StepEnd::Collected(boxed) => {
                 let (fin, c) = *boxed;
                 for (host, why) in &c.rejected {
-                    warn!(log, "state signature rejected"; "stage" => "signatures_collected",
-                        "escrow" => &id, "host" => %host, "error" => %why);
+                    warn!(log, "final-state signature rejected; host charged";
+                        "stage" => "settlement_signature_rejected", "escrow" => &id,
+                        "host" => %host, "reason" => why.label(), "error" => %why);
+                }
+                for (host, why) in &c.unresolved {
+                    warn!(log, "final-state signature by a warm key not verified yet";
+                        "stage" => "settlement_signature_unresolved", "escrow" => &id,
+                        "host" => %host, "error" => %why);
+                }
+                if let Some(m) = &self.deps.metrics {
+                    let judged = c.keys.values().map(|k| k.label());
+                    let bad = c
+                        .rejected
+                        .iter()
+                        .chain(&c.unresolved)
+                        .map(|(_, e)| e.label());
+                    for label in judged.chain(bad) {
+                        m.signatures.with_label_values(&[label]).inc();
+                    }
                 }
                 record.weight = Some(c.weight);
                 record.final_nonce = Some(c.nonce);
+                let warm = c.keys.values().filter(|k| **k == SignerKey::Warm).count();
                 info!(log, "signatures collected"; "stage" => "signatures_collected",
                     "escrow" => &id, "nonce" => c.nonce, "weight" => c.weight.weight,
-                    "threshold" => c.weight.threshold, "unreachable" => c.unreachable.len());
+                    "threshold" => c.weight.threshold, "unreachable" => c.unreachable.len(),
+                    "warm_signers" => warm, "rejected" => c.rejected.len());
                 if !c.weight.reached() {
                     let e = format!(
                         "insufficient signatures: {}/{} weight",

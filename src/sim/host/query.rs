@@ -3,7 +3,11 @@
 
 use http::StatusCode;
 
-use devshard_actors::protocol::wire::{DiffJson, DiffRecord, MempoolResponse, SignaturesResponse};
+use devshard_actors::protocol::{
+    crypto::sha256,
+    state::sign_state,
+    wire::{DiffJson, DiffRecord, MempoolResponse, SignaturesResponse},
+};
 
 use super::HostState;
 use crate::sim::{
@@ -73,7 +77,8 @@ pub(crate) async fn mempool(host: &HostState, escrow_id: &str) -> Resp {
 /// at exactly that nonce; `null` otherwise (and always with `signatures_empty`).
 pub(crate) async fn signatures(host: &HostState, escrow_id: &str, query: Option<&str>) -> Resp {
     AtomicCounters::bump(&host.counters.signatures);
-    let empty = host.faults().signatures_empty;
+    let faults = host.faults();
+    let empty = faults.signatures_empty;
     with_rtt(host, || {
         let nonce = match parse_u64(query, "nonce") {
             Ok(Some(n)) => n,
@@ -81,6 +86,11 @@ pub(crate) async fn signatures(host: &HostState, escrow_id: &str, query: Option<
             Err(r) => return r.into_response(),
         };
         let sigs = host.with_session(escrow_id, |s| {
+            if faults.signatures_wrong_root {
+                let wrong = sha256(&[b"wrong-root".as_slice(), &nonce.to_be_bytes()].concat());
+                let sig = sign_state(&wrong, escrow_id, nonce, host.signer(&faults)).to_vec();
+                return Some(s.my_slots.iter().map(|slot| (*slot, sig.clone())).collect());
+            }
             let sig = s.signatures.get(&nonce).filter(|_| !empty)?;
             Some(s.my_slots.iter().map(|slot| (*slot, sig.clone())).collect())
         });

@@ -50,6 +50,8 @@ pub struct HostView {
     pub signed_nonces: Vec<u64>,
     /// A copy of the host's state machine.
     pub state: StateMachine,
+    /// The diffs the host applied, in order (its diff chain).
+    pub diffs: Vec<Diff>,
 }
 
 /// One diff as the host stored it.
@@ -239,6 +241,7 @@ impl HostSession {
             mempool: self.mempool.clone(),
             signed_nonces: self.signatures.keys().copied().collect(),
             state: self.sm.clone(),
+            diffs: self.diffs.iter().map(|d| d.diff.clone()).collect(),
         }
     }
 

@@ -1,7 +1,9 @@
 //! Settlement steps of the escrow (docs/lifecycle.md §1, docs/protocol.md §5.8): draining closes the
 //! escrow to new requests; each finalize round composes one diff without inference (the first
 //! carries `MsgFinalizeRound`), waits for it to be durable, and catches every host up; the final
-//! state and its signatures are read for the settlement payload. `closing` is not persisted:
+//! state and its signatures are read for the settlement payload; a warm signer of a final-state
+//! signature is checked on chain, and a host whose final-state signature does not verify is
+//! charged `invalid_state_sig`. `closing` is not persisted:
 //! the settlement record is, and a resumed settlement sends `BeginDrain` again.
 
 use std::collections::BTreeMap;
@@ -10,15 +12,20 @@ use actix::prelude::*;
 use slog::info;
 
 use super::super::{
-    messages::{BeginDrain, CatchUpAll, DrainProgress, FinalizeRound, GetFinalState},
+    messages::{
+        BeginDrain, CatchUpAll, ChargeInvalidSignature, CheckWarmSigner, DrainProgress,
+        FinalizeRound, GetFinalState,
+    },
     sync,
 };
 use super::EscrowActor;
 use crate::{
-    policy::reason::EmptyDiffReason,
+    escrow::session::WarmSigner,
+    policy::reason::{EmptyDiffReason, OutcomeReason},
     protocol::{
         proto::{DevshardTx, MsgFinalizeRound, Tx},
         state::Phase,
+        warm::Acceptance,
     },
     settlement::port::{FinalState, RoundDone},
     store::Ack,
@@ -128,5 +135,25 @@ impl Handler<CatchUpAll> for EscrowActor {
     fn handle(&mut self, _: CatchUpAll, _: &mut Self::Context) -> Self::Result {
         let ready = Some(self.deps.store.flush());
         Box::pin(self.catch_up_then(ready, true).map(|_, _, _| ()))
+    }
+}
+
+impl Handler<CheckWarmSigner> for EscrowActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: CheckWarmSigner, _: &mut Self::Context) -> Self::Result {
+        self.check_warm_signers(vec![WarmSigner {
+            validator: msg.validator,
+            warm: msg.warm,
+            acceptance: Acceptance::Unresolved,
+        }])
+    }
+}
+
+impl Handler<ChargeInvalidSignature> for EscrowActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ChargeInvalidSignature, _: &mut Self::Context) {
+        self.charge_byzantine(&msg.participant, OutcomeReason::InvalidStateSig);
     }
 }

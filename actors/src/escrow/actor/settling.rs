@@ -34,6 +34,13 @@ impl EscrowActor {
                 .with_label_values(&[kind.label()])
                 .inc();
         }
+        self.charge_byzantine(from, OutcomeReason::ForeignMempoolTx);
+    }
+
+    /// Charges `from` a verified byzantine fault outside any attempt (a foreign mempool tx, an
+    /// invalid final-state signature): one host-fault outcome, not through the correlation
+    /// guard (the fault is proven by a signature, not inferred from a failure).
+    pub(super) fn charge_byzantine(&mut self, from: &Address, reason: OutcomeReason) {
         let s = Settled {
             participant: from.clone(),
             winner: false,
@@ -42,7 +49,7 @@ impl EscrowActor {
                 escrow_id: self.session.info().escrow_id.clone(),
                 nonce: self.session.nonce(),
                 class: OutcomeClass::HostFault,
-                reason: OutcomeReason::ForeignMempoolTx,
+                reason,
                 timings: Default::default(),
                 finish_late_ms: None,
             },

@@ -137,6 +137,13 @@ impl StateMachine {
         }
     }
 
+    /// [`StateMachine::address_acceptance_with`] with this session's resolver (the gateway's
+    /// grant cache on the escrow's machine and its clones): the final-state signatures of a
+    /// settlement are judged with it.
+    pub fn address_acceptance(&self, validator: &Address, recovered: &Address) -> Acceptance {
+        self.address_acceptance_with(validator, recovered, self.warm.0.as_ref())
+    }
+
     /// Recovers `sig` over `message` and admits the signer for `slot`; `Ok(Some(binding))` when
     /// the signer is a newly granted warm key (to be committed with the tx).
     pub(super) fn admit(
