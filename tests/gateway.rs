@@ -5,6 +5,8 @@
 /// Hosts sign with their cold keys unless a test asks otherwise.
 pub const WARM_KEYS: devshard_gateway::sim::WarmMode = devshard_gateway::sim::WarmMode::None;
 
+#[path = "gateway/admission.rs"]
+mod admission;
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
 #[path = "gateway/fidelity.rs"]

@@ -7,7 +7,7 @@
 //! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
 //! `crate::state::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
 //! the concurrent-race limit (429) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
-//! skipping deactivated escrows) → the race. The race starts here, inside the handler, so that
+//! admission by state, nonces, hosts and balance) → the race. The race starts here, inside the handler, so that
 //! it lives on this worker's arbiter (awc is `!Send`).
 //!
 //! Answers: streaming → 200 `text/event-stream` with the race's bytes; non-streaming → 200 JSON;
@@ -194,7 +194,15 @@ async fn chat_inner(
         return Err(ApiError::Saturated);
     };
     let in_flight = InFlight::new(permit, state.metrics.races_in_flight.clone());
-    let picked = operator::pick_escrow(state, &chat.model).await?;
+    let ask = operator::Ask {
+        model: &chat.model,
+        request_id: rid,
+        input_bytes: u64::try_from(chat.body.len()).unwrap_or(u64::MAX),
+        max_tokens: chat.max_tokens,
+    };
+    let picked = operator::pick_escrow(state, ask).await?;
+    // Held until the race answers (the escrow ends it once it starts the request).
+    let _reservation = picked.reservation;
     *escrow = Some(picked.escrow_id.clone());
     let race_id = state.race_ids.fetch_add(1, Ordering::Relaxed);
     state.accounting.set_escrow(rid, &picked.escrow_id, race_id);

@@ -9,7 +9,7 @@ use super::{
     ActorKind, AddEscrow, Died, Directory, DirectoryError, EscrowSlot, RemoveEscrow, Slot,
 };
 use crate::{
-    escrow::{messages::Retire, EscrowActor, EscrowDeps, EscrowInfo, Session},
+    escrow::{messages::Retire, BudgetCell, EscrowActor, EscrowDeps, EscrowInfo, Session},
     participant::ParticipantActor,
     protocol::crypto::Address,
     stats::{TrackedActor, TrackedAddr},
@@ -29,8 +29,8 @@ impl Directory {
         let Some(entry) = self.escrows.get(escrow_id) else {
             return Err(DirectoryError::UnknownEscrow(escrow_id.to_string()));
         };
-        let info = entry.info.clone();
-        let actor = self.build_escrow(info, ctx)?;
+        let (info, budget) = (entry.info.clone(), entry.budget.clone());
+        let actor = self.build_escrow(info, budget, ctx)?;
         let addr = actor.start_tracked();
         if let Some(e) = self.escrows.get_mut(escrow_id) {
             e.slot.addr = Some(addr);
@@ -41,6 +41,7 @@ impl Directory {
     fn build_escrow(
         &self,
         info: Arc<EscrowInfo>,
+        budget: BudgetCell,
         ctx: &mut Context<Self>,
     ) -> Result<EscrowActor, DirectoryError> {
         let id = info.escrow_id.clone();
@@ -61,6 +62,10 @@ impl Directory {
         }
         let now_ms = self.deps.clock.now_ms();
         let orphans = session.unsettled_entries(now_ms);
+        // The restored state is what the pick sees until the actor publishes.
+        let st = session.state();
+        let active = st.phase() == crate::protocol::state::Phase::Active;
+        budget.publish(st.balance(), session.nonce(), active, true, None);
         let deps = EscrowDeps {
             key: self.deps.key.clone(),
             store: self.deps.store.clone(),
@@ -73,6 +78,7 @@ impl Directory {
             settings: self.settings.clone(),
             actors: self.deps.actors.clone(),
             warm: self.deps.warm.clone(),
+            budget,
         };
         Ok(EscrowActor::new(session, deps)
             .with_orphans(orphans)
@@ -245,7 +251,7 @@ impl Handler<AddEscrow> for Directory {
         let info = Arc::new(msg.info);
         Box::pin(ack.into_actor(self).map(move |res, act, ctx| {
             res?;
-            act.escrows.insert(id.clone(), EscrowSlot { info, slot: Slot::default(), in_flight: 0, closed: false });
+            act.escrows.insert(id.clone(), EscrowSlot::new(info, false));
             act.spawn_escrow(&id, ctx)?;
             info!(act.deps.log, "escrow registered"; "stage" => "escrow_registered", "escrow" => &id);
             Ok(())

@@ -37,6 +37,7 @@
 mod actor;
 pub mod attempt;
 mod book;
+pub mod budget;
 pub mod config;
 mod durable;
 pub mod error;
@@ -56,6 +57,7 @@ mod timeouts;
 mod wire_cache;
 
 pub use actor::{EscrowActor, EscrowDeps};
+pub use budget::{BudgetCell, BudgetView, Reservation};
 pub use config::EscrowConfig;
 pub use error::EscrowError;
 pub use info::{EscrowInfo, HostEndpoint};
