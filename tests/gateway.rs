@@ -21,6 +21,8 @@ mod health;
 mod hedging;
 #[path = "gateway/http_edge.rs"]
 mod http_edge;
+#[path = "gateway/keys.rs"]
+mod keys;
 #[path = "gateway/late_finish.rs"]
 mod late_finish;
 #[path = "gateway/live.rs"]

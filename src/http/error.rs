@@ -33,6 +33,7 @@
 //! | escrow disabled / actor busy | 503 | `service_unavailable` | `escrow_failed`, `actor_timeout`, `actor_unavailable` |
 //! | escrow settled / registered differently | 409 | `invalid_request_error` | `escrow_settled`, `conflict` |
 //! | escrow created by another key | 400 | `invalid_request_error` | `escrow_creator_mismatch` |
+//! | escrow's own key unreadable (registration / settlement) | 400 / 500 | `invalid_request_error` / `server_error` | `escrow_key_unreadable` |
 //! | settle: unknown escrow / already settled / not ours | 404 / 409 / 403 | `invalid_request_error` | `escrow_not_found`, `escrow_settled`, `escrow_not_ours` |
 //! | chain unreachable / odd chain data | 502 | `upstream_error` | `chain_unavailable`, `chain_data_invalid` |
 //! | store or internal failure | 500 | `server_error` | `store_error`, `escrow_start_failed`, `internal_error` |
@@ -45,6 +46,7 @@ use actix_web::{
 use bytes::Bytes;
 use devshard_actors::{
     directory::{pick, DirectoryError},
+    escrow::key::KeyError,
     outcome::OutcomeClass,
     policy::reason::PickRefusal,
     protocol::sse,
@@ -124,6 +126,9 @@ pub enum ApiError {
     Chain(#[from] ChainError),
     #[error(transparent)]
     Settle(#[from] SettleError),
+    /// An escrow's own signing key cannot be read (the message never shows the key).
+    #[error("the escrow's signing key cannot be read: {0}")]
+    EscrowKey(KeyError),
     #[error("an actor did not answer in time; retry shortly")]
     ActorTimeout,
     #[error("an actor is not running; retry shortly")]
@@ -317,6 +322,11 @@ impl ApiError {
                 }
                 SettleError::AlreadySettled(_) => parts(409, INVALID, "escrow_settled"),
                 SettleError::NotOurs { .. } => parts(403, INVALID, "escrow_not_ours"),
+                SettleError::Key(..) => parts(500, SERVER, "escrow_key_unreadable"),
+            },
+            ApiError::EscrowKey(_) => ErrorParts {
+                param: Some("key_file".into()),
+                ..parts(400, INVALID, "escrow_key_unreadable")
             },
             ApiError::ActorTimeout => parts(503, UNAVAILABLE, "actor_timeout"),
             ApiError::ActorGone => parts(503, UNAVAILABLE, "actor_unavailable"),

@@ -231,7 +231,7 @@ impl Harness {
         for id in escrows {
             let info = map(&sim, escrow_info(&sim, &id)).await;
             directory
-                .send(AddEscrow { info })
+                .send(AddEscrow { info, key: None })
                 .await
                 .expect("directory")
                 .expect("escrow added");

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::DirectoryError;
 use crate::{
-    escrow::{EscrowActor, EscrowInfo, Reservation},
+    escrow::{key::KeySource, EscrowActor, EscrowInfo, Reservation},
     participant::ParticipantActor,
     protocol::crypto::Address,
     stats::TrackedAddr,
@@ -18,6 +18,9 @@ use crate::{
 #[rtype(result = "Result<(), DirectoryError>")]
 pub struct AddEscrow {
     pub info: EscrowInfo,
+    /// Where the escrow's own signing key is (`None`: the gateway key). Persisted before the
+    /// registration record.
+    pub key: Option<KeySource>,
 }
 
 /// Stops an escrow's actor and forgets it (`purge` also deletes its diff log).

@@ -9,7 +9,11 @@ use super::{
     ActorKind, AddEscrow, Died, Directory, DirectoryError, EscrowSlot, RemoveEscrow, Slot,
 };
 use crate::{
-    escrow::{messages::Retire, BudgetCell, EscrowActor, EscrowDeps, EscrowInfo, Session},
+    escrow::{
+        key::{self, NS_ESCROW_KEYS},
+        messages::Retire,
+        BudgetCell, EscrowActor, EscrowDeps, EscrowInfo, Session,
+    },
     participant::ParticipantActor,
     protocol::crypto::Address,
     stats::{TrackedActor, TrackedAddr},
@@ -46,6 +50,9 @@ impl Directory {
     ) -> Result<EscrowActor, DirectoryError> {
         let id = info.escrow_id.clone();
         let start_err = |e: String| DirectoryError::Start(id.clone(), e);
+        let source = key::stored(&self.deps.store, &id);
+        let signing = key::escrow_key(source.as_ref(), &self.deps.key)
+            .map_err(|e| start_err(e.to_string()))?;
         let log = self.deps.store.load_diffs(&id)?;
         let warm = self.deps.store.load_warm_deltas(&id)?;
         let mut session = Session::restore(info, log, &warm)
@@ -67,7 +74,7 @@ impl Directory {
         let active = st.phase() == crate::protocol::state::Phase::Active;
         budget.publish(st.balance(), session.nonce(), active, true, None);
         let deps = EscrowDeps {
-            key: self.deps.key.clone(),
+            key: signing,
             store: self.deps.store.clone(),
             clock: self.deps.clock.clone(),
             log: self.deps.log.clone(),
@@ -247,7 +254,20 @@ impl Handler<AddEscrow> for Directory {
             Ok(v) => v,
             Err(e) => return Box::pin(fut::ready(Err(DirectoryError::Start(id, e.to_string())))),
         };
+        let key_ack = match msg.key.as_ref().map(serde_json::to_value) {
+            Some(Ok(k)) => Some(self.deps.store.put(NS_ESCROW_KEYS, &id, k)),
+            Some(Err(e)) => {
+                return Box::pin(fut::ready(Err(DirectoryError::Start(id, e.to_string()))))
+            }
+            None => None,
+        };
         let ack = self.deps.store.put(ns::ESCROWS, &id, value);
+        let ack = async move {
+            if let Some(k) = key_ack {
+                k.await?;
+            }
+            ack.await
+        };
         let info = Arc::new(msg.info);
         Box::pin(ack.into_actor(self).map(move |res, act, ctx| {
             res?;
@@ -277,6 +297,7 @@ impl Handler<RemoveEscrow> for Directory {
         Box::pin(
             async move {
                 store.delete(ns::ESCROWS, &id).await?;
+                store.delete(NS_ESCROW_KEYS, &id).await?;
                 if purge {
                     store.delete(ns::SESSIONS, &id).await?;
                     store.delete_diffs(&id).await?;

@@ -44,6 +44,7 @@ pub mod error;
 mod guard;
 mod hedging;
 pub mod info;
+pub mod key;
 pub mod messages;
 pub mod nonces;
 pub mod pending;
