@@ -25,6 +25,8 @@ mod http_edge;
 mod keys;
 #[path = "gateway/late_finish.rs"]
 mod late_finish;
+#[path = "gateway/lifecycle.rs"]
+mod lifecycle;
 #[path = "gateway/live.rs"]
 mod live;
 #[path = "gateway/load.rs"]

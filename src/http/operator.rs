@@ -2,8 +2,9 @@
 //! participants by state; never a secret) and `POST /v1/admin/escrows/{id}/deactivate` /
 //! `…/activate`, plus the escrow choice that honours deactivation ([`pick_escrow`]).
 //!
-//! Deactivation lives at the edge: the set of deactivated escrow ids is in memory
-//! (`AppState::deactivated`, not persisted: a restart reactivates) and is handed to the
+//! Deactivation lives at the edge: the set of deactivated escrow ids (`AppState::deactivated`)
+//! is persisted (namespace `escrow_deactivated`, written before the set changes, so it
+//! survives a restart; activation deletes the row) and is handed to the
 //! directory's pick, which skips them (running requests finish). When no escrow of the model
 //! can take a request → 503 that says why: `no_active_escrow` when every one is deactivated,
 //! else `no_escrow_available` naming each escrow's refusal.
@@ -18,7 +19,7 @@ use slog::info;
 use super::error::ApiError;
 use crate::{
     escrows,
-    state::{AppState, ACTOR_TIMEOUT},
+    state::{AppState, ACTOR_TIMEOUT, NS_DEACTIVATED},
 };
 
 pub use crate::state::Deactivated;
@@ -75,6 +76,15 @@ async fn set_active(state: &AppState, id: String, active: bool) -> Result<HttpRe
     if escrows::stored_info(&state.store, &id)?.is_none() {
         return Err(ApiError::NotFound(format!("escrow {id} is not registered")));
     }
+    // Durable before visible: the change survives a restart before any request sees it.
+    let ack = if active {
+        state.store.delete(NS_DEACTIVATED, &id)
+    } else {
+        let at = json!({"deactivated_at_ms": state.clock.now_ms()});
+        state.store.put(NS_DEACTIVATED, &id, at)
+    };
+    ack.await
+        .map_err(|e| ApiError::Directory(DirectoryError::Store(e)))?;
     {
         let mut set = state.deactivated.lock().unwrap_or_else(|e| e.into_inner());
         if active {

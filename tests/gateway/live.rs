@@ -28,11 +28,26 @@ pub struct Live {
     pub sim: SimNetwork,
     pub gw: RunningGateway,
     dir: std::path::PathBuf,
+    config: Config,
+    clock: devshard_actors::clock::SharedClock,
 }
 
 impl Live {
     pub fn url(&self) -> &str {
         &self.gw.url
+    }
+
+    /// Stops the gateway and starts it again on the same data directory and simulator.
+    pub async fn restart(self) -> Live {
+        self.gw.stop(false).await.unwrap();
+        let opts = StartOptions {
+            registry: None,
+            clock: Some(self.clock.clone()),
+        };
+        let gw = app::start_with(self.config.clone(), logging::discard(), opts)
+            .await
+            .unwrap();
+        Live { gw, ..self }
     }
 
     /// Stops the gateway at once (open streams are cut) and removes its data.
@@ -90,12 +105,18 @@ pub async fn start_with(
     tweak(&mut config);
     let opts = StartOptions {
         registry: None,
-        clock: Some(clock),
+        clock: Some(clock.clone()),
     };
-    let gw = app::start_with(config, logging::discard(), opts)
+    let gw = app::start_with(config.clone(), logging::discard(), opts)
         .await
         .unwrap();
-    Live { sim, gw, dir }
+    Live {
+        sim,
+        gw,
+        dir,
+        config,
+        clock,
+    }
 }
 
 /// An HTTP client allowing `connections` simultaneous connections.
