@@ -1,7 +1,8 @@
 //! Per-escrow signing keys through the real gateway over HTTP against the simulated network:
 //! the gateway signs as a key that created no escrow; an escrow registered with its creator's
 //! key file serves (every host accepts its diffs), and one registered without it is refused at
-//! registration with a clear message, before any host hears of it.
+//! registration with a clear message, before any host hears of it. The escrow's settlement is
+//! signed with its key as well.
 
 use devshard_actors::protocol::crypto::SigningKey;
 use devshard_gateway::sim::SimConfig;
@@ -94,6 +95,31 @@ async fn an_escrow_signs_with_its_own_key_and_a_wrong_key_is_refused_at_registra
     assert!(applied.into_iter().any(|v| v.latest_nonce >= 1));
     let (_, listed) = live::admin_get(&url, "/v1/admin/escrows").await;
     assert!(!listed.to_string().contains(&creator.secret_hex()));
+
+    // The settlement tx is signed with the escrow's key too: the chain accepts only the creator
+    // as settler.
+    let mut resp = live::client(4)
+        .post(format!("{url}/v1/admin/escrows/42/settle"))
+        .insert_header(("Authorization", format!("Bearer {ADMIN}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let _ = resp.body().await;
+    let mut state = serde_json::Value::Null;
+    for _ in 0..600 {
+        let (_, r) = live::admin_get(&url, "/v1/admin/escrows/42/settlement").await;
+        state = r["state"].clone();
+        if state == "settled" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(state, "settled");
+    assert!(matches!(
+        l.sim.escrow_status("42"),
+        Some(devshard_gateway::sim::EscrowStatus::Settled { .. })
+    ));
     l.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
