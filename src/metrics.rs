@@ -10,6 +10,7 @@
 //! | `devshard_gateway_inflight_requests` | gauge: races in flight | — |
 //! | `devshard_gateway_race_errors_total` | counter: races failed before the first byte | `status` |
 //! | `devshard_gateway_limit_rejections_total` | counter: requests refused by a limit | `reason` |
+//! | `devshard_escrow_pick_refusals_total` | counter: escrows passed over by admission (one per escrow refused, on a request no escrow could take) | `reason` (`PickRefusal`) |
 //!
 //! Labels are bounded: `path` is the matched route pattern (`/v1/admin/escrows/{id}`, or
 //! `unmatched`), never a raw path, escrow id or participant address. [`HttpMetrics::register`]
@@ -55,6 +56,8 @@ pub struct HttpMetrics {
     pub races_in_flight: IntGauge,
     pub race_errors: IntCounterVec,
     pub rejections: IntCounterVec,
+    /// Escrows refused by admission when no escrow could take a request, by typed reason.
+    pub pick_refusals: IntCounterVec,
 }
 
 impl HttpMetrics {
@@ -87,6 +90,14 @@ impl HttpMetrics {
             ),
             &["reason"],
         )?;
+        let pick_refusals = IntCounterVec::new(
+            Opts::new(
+                "escrow_pick_refusals_total",
+                "Escrows refused by admission on requests no escrow could take, by reason",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(pick_refusals.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(races_in_flight.clone()))?;
@@ -98,6 +109,7 @@ impl HttpMetrics {
             races_in_flight,
             race_errors,
             rejections,
+            pick_refusals,
         })
     }
 

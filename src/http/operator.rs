@@ -59,6 +59,11 @@ pub async fn pick_escrow(state: &AppState, ask: Ask<'_>) -> Result<PickedEscrow,
         Ok(p) => Ok(p),
         Err(DirectoryError::NoneQualifies { model, refusals }) => {
             for (escrow, reason) in &refusals {
+                state
+                    .metrics
+                    .pick_refusals
+                    .with_label_values(&[reason.as_str()])
+                    .inc();
                 info!(state.log, "escrow not picked"; "stage" => "escrow_not_picked",
                     "escrow" => escrow, "reason" => *reason, "model" => &model);
             }

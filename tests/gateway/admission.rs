@@ -70,6 +70,16 @@ async fn an_escrow_that_covers_three_worst_case_requests_serves_exactly_three() 
         format!("all escrows for model {model} are out of balance; rotation is off")
     );
     assert_eq!(refused["error"]["code"], "no_escrow_available");
+    let mut m = live::client(2)
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&m.body().await.unwrap()).to_string();
+    assert!(
+        metrics.contains(r#"devshard_escrow_pick_refusals_total{reason="out_of_balance"} 1"#),
+        "{metrics}"
+    );
 
     // Another escrow registered while the three run: the next request goes there.
     let (status, v) = admin_post(&url, "/v1/admin/escrows", r#"{"escrow_id":"43"}"#).await;
