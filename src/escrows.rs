@@ -18,7 +18,7 @@ use std::time::Duration;
 use devshard_actors::{
     chain::ChainView,
     directory::{ActorKind, AddEscrow, Directory, EntityStatus, GetEscrow, GetStatus},
-    escrow::{messages::GetSnapshot, EscrowInfo},
+    escrow::{key::KeySource, messages::GetSnapshot, EscrowInfo},
     protocol::{crypto::Address, version::ProtocolVersion},
     stats::TrackedAddr,
     store::{ns, SharedStore},
@@ -90,6 +90,7 @@ pub async fn register(
     escrow_id: &str,
     model: Option<&str>,
     protocol: Option<&str>,
+    key: Option<KeySource>,
 ) -> Result<Registered, ApiError> {
     let id = escrow_id.trim();
     let protocol = requested_protocol(id, protocol)?;
@@ -108,11 +109,21 @@ pub async fn register(
             .await
             .and_then(|v| listed(&v)),
     };
+    // An escrow naming its own key must have been created by that key (checked before any
+    // host hears of the escrow).
+    let own = match &key {
+        Some(k) => Some(k.load().map_err(ApiError::EscrowKey)?),
+        None => None,
+    };
+    let signer = own.as_ref().map_or(signer, |k| k.address());
     let info = chain
         .lookup_escrow_listed(id, signer, model, listed.as_deref(), protocol)
         .await?;
     directory
-        .send(AddEscrow { info: info.clone() })
+        .send(AddEscrow {
+            info: info.clone(),
+            key,
+        })
         .timeout(ACTOR_TIMEOUT)
         .await??;
     Ok(Registered {
@@ -151,7 +162,11 @@ pub async fn register_configured(
 ) -> usize {
     let mut added = 0;
     for id in ids {
-        match register(chain, directory, store, signer, polling, id, None, None).await {
+        match register(
+            chain, directory, store, signer, polling, id, None, None, None,
+        )
+        .await
+        {
             Ok(r) if r.created => {
                 added += 1;
                 info!(log, "escrow registered from the configuration";

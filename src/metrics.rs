@@ -11,6 +11,7 @@
 //! | `devshard_gateway_race_errors_total` | counter: races failed before the first byte | `status` |
 //! | `devshard_gateway_limit_rejections_total` | counter: requests refused by a limit | `reason` |
 //! | `devshard_gateway_escrow_replacements_total` | counter: requests whose escrow closed before they started there | `result` (`replaced`, `no_other_escrow`) |
+//! | `devshard_escrow_pick_refusals_total` | counter: escrows passed over by admission (one per escrow refused, on a request no escrow could take) | `reason` (`PickRefusal`) |
 //!
 //! Labels are bounded: `path` is the matched route pattern (`/v1/admin/escrows/{id}`, or
 //! `unmatched`), never a raw path, escrow id or participant address. [`HttpMetrics::register`]
@@ -57,6 +58,8 @@ pub struct HttpMetrics {
     pub race_errors: IntCounterVec,
     pub rejections: IntCounterVec,
     pub replacements: IntCounterVec,
+    /// Escrows refused by admission when no escrow could take a request, by typed reason.
+    pub pick_refusals: IntCounterVec,
 }
 
 impl HttpMetrics {
@@ -97,6 +100,14 @@ impl HttpMetrics {
             &["result"],
         )?;
         registry.register(Box::new(replacements.clone()))?;
+        let pick_refusals = IntCounterVec::new(
+            Opts::new(
+                "escrow_pick_refusals_total",
+                "Escrows refused by admission on requests no escrow could take, by reason",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(pick_refusals.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(races_in_flight.clone()))?;
@@ -109,6 +120,7 @@ impl HttpMetrics {
             race_errors,
             rejections,
             replacements,
+            pick_refusals,
         })
     }
 

@@ -5,6 +5,8 @@
 /// Hosts sign with their cold keys unless a test asks otherwise.
 pub const WARM_KEYS: devshard_gateway::sim::WarmMode = devshard_gateway::sim::WarmMode::None;
 
+#[path = "gateway/admission.rs"]
+mod admission;
 #[path = "gateway/catch_up.rs"]
 mod catch_up;
 #[path = "gateway/debug_stats.rs"]
@@ -21,8 +23,12 @@ mod health;
 mod hedging;
 #[path = "gateway/http_edge.rs"]
 mod http_edge;
+#[path = "gateway/keys.rs"]
+mod keys;
 #[path = "gateway/late_finish.rs"]
 mod late_finish;
+#[path = "gateway/lifecycle.rs"]
+mod lifecycle;
 #[path = "gateway/live.rs"]
 mod live;
 #[path = "gateway/load.rs"]

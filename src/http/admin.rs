@@ -2,8 +2,10 @@
 //! configured every admin path answers 404 (the surface is off); a missing or wrong key → 401.
 //! Keys are compared in constant time.
 //!
-//! - `POST /v1/admin/escrows` `{"escrow_id":"42","model"?:"…","protocol"?:"v4.1"}` → 201 with
-//!   the registered escrow (200 when it was registered already); an unsupported `protocol` → 400;
+//! - `POST /v1/admin/escrows` `{"escrow_id":"42","model"?:"…","protocol"?:"v4.1",
+//!   "key_file"?|"key_env"?:"…"}` → 201 with the registered escrow (200 when it was registered
+//!   already); an unsupported `protocol` → 400; a key that cannot be read, or that did not
+//!   create the escrow → 400 (`escrow_key_unreadable`, `escrow_creator_mismatch`);
 //! - `GET /v1/admin/escrows` → every registered escrow with a live snapshot;
 //! - `GET /v1/admin/escrows/{id}`, `DELETE /v1/admin/escrows/{id}[?purge=true]`.
 
@@ -13,7 +15,7 @@ use actix_web::{
     middleware::Next,
     web, Error, HttpRequest, HttpResponse, ResponseError,
 };
-use devshard_actors::directory::RemoveEscrow;
+use devshard_actors::{directory::RemoveEscrow, escrow::key::KeySource};
 use serde::Deserialize;
 use serde_json::json;
 use slog::info;
@@ -67,6 +69,12 @@ struct AddEscrowBody {
     /// Protocol version of the escrow (`v2`, `v4.1`); absent = the configured default.
     #[serde(default)]
     protocol: Option<String>,
+    /// The escrow's own signing key: a file, or an environment variable, holding its hex secret
+    /// (absent: the gateway key). Only the reference is stored; the key is never returned.
+    #[serde(default)]
+    key_file: Option<String>,
+    #[serde(default)]
+    key_env: Option<String>,
 }
 
 /// `POST /v1/admin/escrows`.
@@ -77,10 +85,12 @@ pub async fn add_escrow(
 ) -> Result<HttpResponse, ApiError> {
     let raw = read_body(&req, payload, ADMIN_BODY_LIMIT).await?;
     let body: AddEscrowBody = serde_json::from_slice(&raw).map_err(|e| ApiError::BadRequest {
-        message: format!("expected {{\"escrow_id\": \"<id>\", \"model\"?: \"<model>\", \"protocol\"?: \"v2|v4.1\"}}: {e}"),
+        message: format!("expected {{\"escrow_id\": \"<id>\", \"model\"?: \"<model>\", \"protocol\"?: \"v2|v4.1\", \"key_file\"?: \"<path>\", \"key_env\"?: \"<VAR>\"}}: {e}"),
         param: Some("escrow_id"),
         code: "invalid_value",
     })?;
+    let key = KeySource::from_fields(body.key_file.as_deref(), body.key_env.as_deref())
+        .map_err(|m| ApiError::invalid("key_file", "invalid_value", m))?;
     let r = escrows::register(
         &state.chain,
         &state.directory,
@@ -90,6 +100,7 @@ pub async fn add_escrow(
         &body.escrow_id,
         body.model.as_deref(),
         body.protocol.as_deref(),
+        key,
     )
     .await?;
     info!(state.log, "escrow registered by an admin"; "stage" => "escrow_registration",

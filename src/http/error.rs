@@ -28,11 +28,13 @@
 //! | race: `Shared`: any other class | 502 | `upstream_error` | `upstream_error` |
 //! | race ended without an answer | 502 | `upstream_error` | `upstream_error` |
 //! | every escrow of the model deactivated | 503 | `no_active_escrow` | `no_active_escrow` (Retry-After 30) |
+//! | no escrow of the model can take the request (out of balance, draining, nonce limit, no routable host, restarting; the message says which) | 503 | `service_unavailable` | `no_escrow_available` (Retry-After 5 when it passes by itself, else 30) |
 //! | new request during PoC (`Admission::Refuse`, see `gate`) | 503 | `service_unavailable` | `poc_in_progress` (Retry-After to the end of PoC) |
 //! | winner broke mid-stream (SSE error event, status already 200) | — | `upstream_error` | `502` |
-//! | escrow disabled / no live escrow / actor busy | 503 | `service_unavailable` | `escrow_failed`, `no_capacity`, `actor_timeout`, `actor_unavailable` |
+//! | escrow disabled / actor busy | 503 | `service_unavailable` | `escrow_failed`, `actor_timeout`, `actor_unavailable` |
 //! | escrow settled / registered differently | 409 | `invalid_request_error` | `escrow_settled`, `conflict` |
 //! | escrow created by another key | 400 | `invalid_request_error` | `escrow_creator_mismatch` |
+//! | escrow's own key unreadable (registration / settlement) | 400 / 500 | `invalid_request_error` / `server_error` | `escrow_key_unreadable` |
 //! | settle: unknown escrow / already settled / not ours | 404 / 409 / 403 | `invalid_request_error` | `escrow_not_found`, `escrow_settled`, `escrow_not_ours` |
 //! | chain unreachable / odd chain data | 502 | `upstream_error` | `chain_unavailable`, `chain_data_invalid` |
 //! | store or internal failure | 500 | `server_error` | `store_error`, `escrow_start_failed`, `internal_error` |
@@ -44,8 +46,10 @@ use actix_web::{
 };
 use bytes::Bytes;
 use devshard_actors::{
-    directory::DirectoryError,
+    directory::{pick, DirectoryError},
+    escrow::key::KeyError,
     outcome::OutcomeClass,
+    policy::reason::PickRefusal,
     protocol::sse,
     race::{RaceError, RaceErrorKind},
 };
@@ -57,8 +61,10 @@ use crate::{chain::ChainError, state::settlements::SettleError};
 pub const DEFAULT_RETRY_AFTER_S: u64 = 1;
 /// `Retry-After` of an escrow disabled by its restart budget.
 pub const FAILED_ESCROW_RETRY_AFTER_S: u64 = 30;
-/// `Retry-After` when every escrow of a model is deactivated.
+/// `Retry-After` when every escrow of a model is deactivated (or none can pay, or all drain).
 pub const NO_ACTIVE_ESCROW_RETRY_AFTER_S: u64 = 30;
+/// `Retry-After` when no escrow can take a request for a reason that passes by itself.
+pub const TRANSIENT_NO_ESCROW_RETRY_AFTER_S: u64 = 5;
 
 const INVALID: &str = "invalid_request_error";
 const UNAVAILABLE: &str = "service_unavailable";
@@ -106,6 +112,13 @@ pub enum ApiError {
     RaceLost,
     #[error("every escrow serving `{0}` is deactivated")]
     NoActiveEscrow(String),
+    /// No escrow of the model can take the request (admission, `directory/pick.rs`).
+    #[error("{}; rotation is {}", pick::explain(model, refusals), if *rotation { "on" } else { "off" })]
+    NoEscrow {
+        model: String,
+        refusals: Vec<(String, PickRefusal)>,
+        rotation: bool,
+    },
     #[error("{message}")]
     PhaseRefused { retry_after_s: u64, message: String },
     #[error(transparent)]
@@ -114,6 +127,9 @@ pub enum ApiError {
     Chain(#[from] ChainError),
     #[error(transparent)]
     Settle(#[from] SettleError),
+    /// An escrow's own signing key cannot be read (the message never shows the key).
+    #[error("the escrow's signing key cannot be read: {0}")]
+    EscrowKey(KeyError),
     #[error("an actor did not answer in time; retry shortly")]
     ActorTimeout,
     #[error("an actor is not running; retry shortly")]
@@ -203,11 +219,28 @@ fn directory_parts(e: &DirectoryError) -> ErrorParts {
             retry_after_s: Some(FAILED_ESCROW_RETRY_AFTER_S),
             ..parts(503, UNAVAILABLE, "escrow_failed")
         },
-        DirectoryError::NoCapacity(_) => parts(503, UNAVAILABLE, "no_capacity"),
+        DirectoryError::NoneQualifies { model, refusals } => no_escrow_parts(model, refusals),
         DirectoryError::Start(..) => parts(500, SERVER, "escrow_start_failed"),
         DirectoryError::AlreadyRegistered(_) => parts(409, INVALID, "escrow_already_registered"),
         DirectoryError::Admin(_) => parts(500, SERVER, "participant_admin_failed"),
         DirectoryError::Store(_) => parts(500, SERVER, "store_error"),
+    }
+}
+
+/// Every escrow deactivated → `no_active_escrow` (Retry-After 30); else `no_escrow_available`,
+/// Retry-After 5 when a refusal passes by itself (a host back, an actor restarted), else 30.
+fn no_escrow_parts(model: &str, refusals: &[(String, PickRefusal)]) -> ErrorParts {
+    if refusals.iter().all(|(_, r)| *r == PickRefusal::Deactivated) {
+        return ApiError::NoActiveEscrow(model.to_owned()).parts();
+    }
+    let transient = refusals.iter().any(|(_, r)| r.is_transient());
+    ErrorParts {
+        retry_after_s: Some(if transient {
+            TRANSIENT_NO_ESCROW_RETRY_AFTER_S
+        } else {
+            NO_ACTIVE_ESCROW_RETRY_AFTER_S
+        }),
+        ..parts(503, UNAVAILABLE, "no_escrow_available")
     }
 }
 
@@ -279,6 +312,9 @@ impl ApiError {
                 retry_after_s: Some(NO_ACTIVE_ESCROW_RETRY_AFTER_S),
                 ..parts(503, "no_active_escrow", "no_active_escrow")
             },
+            ApiError::NoEscrow {
+                model, refusals, ..
+            } => no_escrow_parts(model, refusals),
             ApiError::Directory(e) => directory_parts(e),
             ApiError::Chain(e) => chain_parts(e),
             ApiError::Settle(e) => match e {
@@ -287,6 +323,11 @@ impl ApiError {
                 }
                 SettleError::AlreadySettled(_) => parts(409, INVALID, "escrow_settled"),
                 SettleError::NotOurs { .. } => parts(403, INVALID, "escrow_not_ours"),
+                SettleError::Key(..) => parts(500, SERVER, "escrow_key_unreadable"),
+            },
+            ApiError::EscrowKey(_) => ErrorParts {
+                param: Some("key_file".into()),
+                ..parts(400, INVALID, "escrow_key_unreadable")
             },
             ApiError::ActorTimeout => parts(503, UNAVAILABLE, "actor_timeout"),
             ApiError::ActorGone => parts(503, UNAVAILABLE, "actor_unavailable"),

@@ -7,10 +7,10 @@
 //! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
 //! `crate::state::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
 //! the concurrent-race limit (429) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
-//! skipping deactivated escrows) → the race ([`placement::place`], which also moves a request
-//! whose escrow closed for settlement before it started there to another escrow of the model).
-//! The race starts inside the handler, so that it lives on this worker's arbiter (awc is
-//! `!Send`).
+//! skipping deactivated escrows, admission by state, nonces, hosts and balance) → the race
+//! ([`placement::place`], which also moves a request whose escrow closed for settlement before it
+//! started there to another escrow of the model). The race starts inside the handler, so that it
+//! lives on this worker's arbiter (awc is `!Send`).
 //!
 //! Answers: streaming → 200 `text/event-stream` with the race's bytes; non-streaming → 200 JSON;
 //! a race failure before the first byte → its status with an OpenAI error body. Every answer

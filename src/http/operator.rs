@@ -2,23 +2,24 @@
 //! participants by state; never a secret) and `POST /v1/admin/escrows/{id}/deactivate` /
 //! `…/activate`, plus the escrow choice that honours deactivation ([`pick_escrow`]).
 //!
-//! Deactivation lives at the edge (the actors know nothing of it): the set of deactivated
-//! escrow ids is in memory (`AppState::deactivated`, not persisted: a restart reactivates).
-//! New requests skip those escrows; running requests finish. When the directory's pick is
-//! deactivated, the edge picks the live, active escrow of the model with the fewest races in
-//! flight; with none left → 503 `no_active_escrow`.
+//! Deactivation lives at the edge: the set of deactivated escrow ids (`AppState::deactivated`)
+//! is persisted (namespace `escrow_deactivated`, written before the set changes, so it
+//! survives a restart; activation deletes the row) and is handed to the
+//! directory's pick, which skips them (running requests finish). When no escrow of the model
+//! can take a request → 503 that says why: `no_active_escrow` when every one is deactivated,
+//! else `no_escrow_available` naming each escrow's refusal.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use actix_web::{web, HttpResponse};
-use devshard_actors::directory::{GetEscrow, ListParticipants, PickEscrow, PickedEscrow};
+use devshard_actors::directory::{DirectoryError, ListParticipants, PickEscrow, PickedEscrow};
 use serde_json::json;
 use slog::info;
 
 use super::error::ApiError;
 use crate::{
     escrows,
-    state::{AppState, ACTOR_TIMEOUT},
+    state::{AppState, ACTOR_TIMEOUT, NS_DEACTIVATED},
 };
 
 pub use crate::state::Deactivated;
@@ -31,51 +32,70 @@ fn deactivated(state: &AppState) -> BTreeSet<String> {
         .clone()
 }
 
-/// The escrow for a new request of `model` (see the module docs).
-pub async fn pick_escrow(state: &AppState, model: &str) -> Result<PickedEscrow, ApiError> {
+/// What a new request asks of an escrow (admission, see `directory/pick.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    pub model: &'a str,
+    pub request_id: &'a str,
+    pub input_bytes: u64,
+    pub max_tokens: u64,
+    /// Escrows that already refused this request because they closed (`http/placement.rs`).
+    pub closed: &'a [String],
+}
+
+/// The escrow for a new request: the directory's pick among the escrows that can take it
+/// (deactivated ones and the request's closed ones excluded); with none, a 503 that says why.
+pub async fn pick_escrow(state: &AppState, ask: Ask<'_>) -> Result<PickedEscrow, ApiError> {
     let picked = state
         .directory
         .send(PickEscrow {
-            model: model.to_string(),
+            model: ask.model.to_string(),
+            request_id: ask.request_id.to_string(),
+            input_bytes: ask.input_bytes,
+            max_tokens: ask.max_tokens,
+            exclude: {
+                let mut exclude = deactivated(state);
+                exclude.extend(ask.closed.iter().cloned());
+                exclude
+            },
         })
         .timeout(ACTOR_TIMEOUT)
-        .await??;
-    let off = deactivated(state);
-    if !off.contains(&picked.escrow_id) {
-        return Ok(picked);
-    }
-    let mut candidates: Vec<(usize, String)> = Vec::new();
-    for s in escrows::statuses(&state.directory).await? {
-        if !s.alive || s.failed || off.contains(&s.id) {
-            continue;
-        }
-        if escrows::stored_info(&state.store, &s.id)?.is_some_and(|i| i.model == model) {
-            candidates.push((s.in_flight, s.id));
-        }
-    }
-    candidates.sort();
-    for (_, id) in candidates {
-        let addr = state
-            .directory
-            .send(GetEscrow {
-                escrow_id: id.clone(),
+        .await?;
+    match picked {
+        Ok(p) => Ok(p),
+        Err(DirectoryError::NoneQualifies { model, refusals }) => {
+            for (escrow, reason) in &refusals {
+                state
+                    .metrics
+                    .pick_refusals
+                    .with_label_values(&[reason.as_str()])
+                    .inc();
+                info!(state.log, "escrow not picked"; "stage" => "escrow_not_picked",
+                    "escrow" => escrow, "reason" => *reason, "model" => &model);
+            }
+            Err(ApiError::NoEscrow {
+                model,
+                refusals,
+                rotation: false,
             })
-            .timeout(ACTOR_TIMEOUT)
-            .await?;
-        if let Some(addr) = addr {
-            return Ok(PickedEscrow {
-                escrow_id: id,
-                addr,
-            });
         }
+        Err(e) => Err(e.into()),
     }
-    Err(ApiError::NoActiveEscrow(model.to_string()))
 }
 
 async fn set_active(state: &AppState, id: String, active: bool) -> Result<HttpResponse, ApiError> {
     if escrows::stored_info(&state.store, &id)?.is_none() {
         return Err(ApiError::NotFound(format!("escrow {id} is not registered")));
     }
+    // Durable before visible: the change survives a restart before any request sees it.
+    let ack = if active {
+        state.store.delete(NS_DEACTIVATED, &id)
+    } else {
+        let at = json!({"deactivated_at_ms": state.clock.now_ms()});
+        state.store.put(NS_DEACTIVATED, &id, at)
+    };
+    ack.await
+        .map_err(|e| ApiError::Directory(DirectoryError::Store(e)))?;
     {
         let mut set = state.deactivated.lock().unwrap_or_else(|e| e.into_inner());
         if active {

@@ -40,7 +40,14 @@ pub async fn place(
     let rid = params.request_id.clone();
     let mut closed: Vec<String> = Vec::new();
     loop {
-        let picked = match operator::pick_escrow(state, &params.model).await {
+        let ask = operator::Ask {
+            model: &params.model,
+            request_id: &rid,
+            input_bytes: u64::try_from(params.body.len()).unwrap_or(u64::MAX),
+            max_tokens: params.max_tokens,
+            closed: &closed,
+        };
+        let picked = match operator::pick_escrow(state, ask).await {
             Ok(p) if !closed.contains(&p.escrow_id) => p,
             // Nothing else to place it on: the refusal of the last escrow, stated clearly.
             other => {
@@ -93,7 +100,9 @@ fn no_other_escrow(state: &AppState, model: &str, closed: &str, log: &Logger) ->
     e
 }
 
-/// One race on `picked` (its answer, or its error before the first byte).
+/// One race on `picked` (its answer, or its error before the first byte). The pick's reservation
+/// of the request's cost is held until the race answers (the escrow ends it earlier, when it
+/// starts the request).
 async fn run_race(
     state: &AppState,
     picked: PickedEscrow,

@@ -43,8 +43,24 @@ use crate::{
     metrics::HttpMetrics,
 };
 
-/// Ids of deactivated escrows (skipped by new requests; see `http::operator`).
+/// Ids of deactivated escrows (skipped by new requests; see `http::operator`). Persisted in
+/// [`NS_DEACTIVATED`] before the set changes, loaded at start.
 pub type Deactivated = Arc<Mutex<BTreeSet<String>>>;
+
+/// Store namespace of deactivated escrows: key = escrow id.
+pub const NS_DEACTIVATED: &str = "escrow_deactivated";
+
+/// The deactivated escrows persisted by earlier runs.
+fn load_deactivated(store: &SharedStore, log: &Logger) -> Deactivated {
+    let ids = match store.list(NS_DEACTIVATED) {
+        Ok(rows) => rows.into_iter().map(|(id, _)| id).collect(),
+        Err(e) => {
+            slog::error!(log, "deactivated escrows not loaded"; "error" => %e);
+            BTreeSet::new()
+        }
+    };
+    Arc::new(Mutex::new(ids))
+}
 
 /// Limits that shape a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +166,7 @@ impl AppState {
     /// Builds the state from the configuration and the running pieces.
     pub fn new(config: &Config, parts: StateParts) -> AppState {
         let started_at_s = parts.clock.now_unix();
+        let deactivated = load_deactivated(&parts.store, &parts.log);
         let polling = ChainPolling::load(&config.chain_poll, &parts.store, &parts.log);
         let settlements = settlements::Settlements::new(
             config,
@@ -194,7 +211,7 @@ impl AppState {
             polling,
             access: config.access.clone(),
             accounting: accounting::Accounting::new(config.accounting),
-            deactivated: Arc::default(),
+            deactivated,
             ledger: None,
             series: series::Series::default(),
             settlements,

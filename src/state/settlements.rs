@@ -15,7 +15,10 @@ use devshard_actors::{
     directory::Directory,
     directory::GetEscrow,
     escrow::messages::GetSnapshot,
-    escrow::EscrowInfo,
+    escrow::{
+        key::{self, KeyError},
+        EscrowInfo,
+    },
     settlement::{
         chain::ChainTxClient, escrow_port::DirectoryEscrow, load_record, machine::auto_settle_due,
         metrics::SettlementMetrics, SettlementActor, SettlementDeps, SettlementRecord,
@@ -43,6 +46,8 @@ pub enum SettleError {
     },
     #[error("escrow {0} has no settlement")]
     NoSettlement(String),
+    #[error("escrow {0}: its signing key cannot be read: {1}")]
+    Key(String, KeyError),
 }
 
 /// The registry of settlement actors (cheap to clone).
@@ -206,18 +211,27 @@ impl Settlements {
 
     fn actor(&self, escrow_id: &str) -> Result<Addr<SettlementActor>, SettleError> {
         let info = self.info(escrow_id)?;
-        if &info.creator != self.deps.key.address() {
+        // The escrow's own key when it names one (docs/lifecycle.md §4), else the gateway's.
+        let source = key::stored(&self.deps.store, escrow_id);
+        let signing = match &source {
+            Some(s) => s
+                .load()
+                .map_err(|e| SettleError::Key(escrow_id.to_owned(), e))?,
+            None => self.deps.key.clone(),
+        };
+        if &info.creator != signing.address() {
             return Err(SettleError::NotOurs {
                 escrow: escrow_id.to_owned(),
                 creator: info.creator.to_string(),
-                signer: self.deps.key.address().to_string(),
+                signer: signing.address().to_string(),
             });
         }
         let mut actors = self.actors.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = actors.get(escrow_id).filter(|a| a.connected()) {
             return Ok(a.clone());
         }
-        let deps = self.deps.clone();
+        let mut deps = self.deps.clone();
+        deps.key = signing;
         let port = DirectoryEscrow {
             directory: self.directory.clone(),
             escrow_id: escrow_id.to_owned(),

@@ -131,7 +131,10 @@ pub async fn gateway(opts: Opts) -> AppState {
     .start_tracked();
     for info in &opts.escrows {
         directory
-            .send(AddEscrow { info: info.clone() })
+            .send(AddEscrow {
+                info: info.clone(),
+                key: None,
+            })
             .await
             .unwrap()
             .unwrap();

@@ -231,7 +231,7 @@ impl Harness {
         for id in escrows {
             let info = map(&sim, escrow_info(&sim, &id)).await;
             directory
-                .send(AddEscrow { info })
+                .send(AddEscrow { info, key: None })
                 .await
                 .expect("directory")
                 .expect("escrow added");
@@ -310,7 +310,13 @@ impl Harness {
             None => {
                 let p = self
                     .directory
-                    .send(PickEscrow { model })
+                    .send(PickEscrow {
+                        model,
+                        request_id: params.request_id.clone(),
+                        input_bytes: params.body.len() as u64,
+                        max_tokens,
+                        exclude: Default::default(),
+                    })
                     .await
                     .expect("directory");
                 let p = p.expect("escrow");

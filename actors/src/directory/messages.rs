@@ -1,11 +1,13 @@
 //! Messages of the `Directory`.
 
+use std::collections::BTreeSet;
+
 use actix::Message;
 use serde::Serialize;
 
 use super::DirectoryError;
 use crate::{
-    escrow::{EscrowActor, EscrowInfo},
+    escrow::{key::KeySource, EscrowActor, EscrowInfo, Reservation},
     participant::ParticipantActor,
     protocol::crypto::Address,
     stats::TrackedAddr,
@@ -16,6 +18,9 @@ use crate::{
 #[rtype(result = "Result<(), DirectoryError>")]
 pub struct AddEscrow {
     pub info: EscrowInfo,
+    /// Where the escrow's own signing key is (`None`: the gateway key). Persisted before the
+    /// registration record.
+    pub key: Option<KeySource>,
 }
 
 /// Stops an escrow's actor and forgets it (`purge` also deletes its diff log).
@@ -26,18 +31,28 @@ pub struct RemoveEscrow {
     pub purge: bool,
 }
 
-/// Picks the escrow with the most spare capacity for a model (ties rotate).
+/// Picks, among the escrows of a model that can take the request (see `pick.rs`), the one with
+/// the most spare capacity (ties rotate), and holds the request's reserve there.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<PickedEscrow, DirectoryError>")]
 pub struct PickEscrow {
     pub model: String,
+    /// The request (its reservation is keyed by it).
+    pub request_id: String,
+    /// Body bytes the hosts will get.
+    pub input_bytes: u64,
+    pub max_tokens: u64,
+    /// Escrows an admin deactivated.
+    pub exclude: BTreeSet<String>,
 }
 
-/// The escrow chosen for a request.
-#[derive(Debug, Clone)]
+/// The escrow chosen for a request. Dropping it ends the request's reservation (the escrow ends
+/// it earlier, when it starts the request).
+#[derive(Debug)]
 pub struct PickedEscrow {
     pub escrow_id: String,
     pub addr: TrackedAddr<EscrowActor>,
+    pub reservation: Reservation,
 }
 
 /// One escrow's actor, if live.

@@ -14,7 +14,7 @@
 mod debug;
 mod messages;
 mod participants;
-mod pick;
+pub mod pick;
 mod spawn;
 
 use std::{
@@ -27,11 +27,11 @@ use slog::{error, info, Logger};
 
 use crate::{
     clock::SharedClock,
-    escrow::{EscrowActor, EscrowConfig, EscrowInfo},
+    escrow::{BudgetCell, EscrowActor, EscrowConfig, EscrowInfo},
     metrics::ActorMetrics,
     outcome::ParticipantOutcome,
     participant::ParticipantActor,
-    policy::settings::HealthSettings,
+    policy::{reason::PickRefusal, settings::HealthSettings},
     protocol::{
         crypto::{Address, SigningKey},
         warm::WarmKeyChecker,
@@ -54,8 +54,12 @@ pub enum DirectoryError {
     UnknownEscrow(String),
     #[error("escrow {0} has failed too often and is disabled")]
     EscrowFailed(String),
-    #[error("every escrow for model {0} is busy or unavailable")]
-    NoCapacity(String),
+    /// No escrow of the model can take the request; each one's typed refusal.
+    #[error("{}", pick::explain(model, refusals))]
+    NoneQualifies {
+        model: String,
+        refusals: Vec<(String, PickRefusal)>,
+    },
     #[error("escrow {0} cannot start: {1}")]
     Start(String, String),
     #[error("escrow {0} is already registered with different chain data")]
@@ -124,6 +128,20 @@ pub(crate) struct EscrowSlot {
     pub in_flight: usize,
     /// Settling (draining or later): never picked for a new request.
     pub closed: bool,
+    /// Balance, nonce and reservations, for admission (shared with the escrow actor).
+    pub budget: BudgetCell,
+}
+
+impl EscrowSlot {
+    pub(crate) fn new(info: Arc<EscrowInfo>, closed: bool) -> EscrowSlot {
+        EscrowSlot {
+            budget: BudgetCell::new(&info),
+            info,
+            slot: Slot::default(),
+            in_flight: 0,
+            closed,
+        }
+    }
 }
 
 /// The directory actor (see the module docs).
@@ -175,15 +193,8 @@ impl Actor for Directory {
                     let info = Arc::new(info);
                     // A settlement in progress survives the restart: still not picked.
                     let closed = crate::settlement::load_record(&self.deps.store, &id).is_some();
-                    self.escrows.insert(
-                        id.clone(),
-                        EscrowSlot {
-                            info,
-                            slot: Slot::default(),
-                            in_flight: 0,
-                            closed,
-                        },
-                    );
+                    self.escrows
+                        .insert(id.clone(), EscrowSlot::new(info, closed));
                     if let Err(e) = self.spawn_escrow(&id, ctx) {
                         error!(self.deps.log, "escrow not started"; "escrow" => &id, "error" => %e);
                     }

@@ -9,7 +9,11 @@ use super::{
     ActorKind, AddEscrow, Died, Directory, DirectoryError, EscrowSlot, RemoveEscrow, Slot,
 };
 use crate::{
-    escrow::{messages::Retire, EscrowActor, EscrowDeps, EscrowInfo, Session},
+    escrow::{
+        key::{self, NS_ESCROW_KEYS},
+        messages::Retire,
+        BudgetCell, EscrowActor, EscrowDeps, EscrowInfo, Session,
+    },
     participant::ParticipantActor,
     protocol::crypto::Address,
     stats::{TrackedActor, TrackedAddr},
@@ -29,8 +33,8 @@ impl Directory {
         let Some(entry) = self.escrows.get(escrow_id) else {
             return Err(DirectoryError::UnknownEscrow(escrow_id.to_string()));
         };
-        let info = entry.info.clone();
-        let actor = self.build_escrow(info, ctx)?;
+        let (info, budget) = (entry.info.clone(), entry.budget.clone());
+        let actor = self.build_escrow(info, budget, ctx)?;
         let addr = actor.start_tracked();
         if let Some(e) = self.escrows.get_mut(escrow_id) {
             e.slot.addr = Some(addr);
@@ -41,10 +45,14 @@ impl Directory {
     fn build_escrow(
         &self,
         info: Arc<EscrowInfo>,
+        budget: BudgetCell,
         ctx: &mut Context<Self>,
     ) -> Result<EscrowActor, DirectoryError> {
         let id = info.escrow_id.clone();
         let start_err = |e: String| DirectoryError::Start(id.clone(), e);
+        let source = key::stored(&self.deps.store, &id);
+        let signing = key::escrow_key(source.as_ref(), &self.deps.key)
+            .map_err(|e| start_err(e.to_string()))?;
         let log = self.deps.store.load_diffs(&id)?;
         let warm = self.deps.store.load_warm_deltas(&id)?;
         let mut session = Session::restore(info, log, &warm)
@@ -61,8 +69,12 @@ impl Directory {
         }
         let now_ms = self.deps.clock.now_ms();
         let orphans = session.unsettled_entries(now_ms);
+        // The restored state is what the pick sees until the actor publishes.
+        let st = session.state();
+        let active = st.phase() == crate::protocol::state::Phase::Active;
+        budget.publish(st.balance(), session.nonce(), active, true, None);
         let deps = EscrowDeps {
-            key: self.deps.key.clone(),
+            key: signing,
             store: self.deps.store.clone(),
             clock: self.deps.clock.clone(),
             log: self.deps.log.clone(),
@@ -73,6 +85,7 @@ impl Directory {
             settings: self.settings.clone(),
             actors: self.deps.actors.clone(),
             warm: self.deps.warm.clone(),
+            budget,
         };
         Ok(EscrowActor::new(session, deps)
             .with_orphans(orphans)
@@ -241,11 +254,24 @@ impl Handler<AddEscrow> for Directory {
             Ok(v) => v,
             Err(e) => return Box::pin(fut::ready(Err(DirectoryError::Start(id, e.to_string())))),
         };
+        let key_ack = match msg.key.as_ref().map(serde_json::to_value) {
+            Some(Ok(k)) => Some(self.deps.store.put(NS_ESCROW_KEYS, &id, k)),
+            Some(Err(e)) => {
+                return Box::pin(fut::ready(Err(DirectoryError::Start(id, e.to_string()))))
+            }
+            None => None,
+        };
         let ack = self.deps.store.put(ns::ESCROWS, &id, value);
+        let ack = async move {
+            if let Some(k) = key_ack {
+                k.await?;
+            }
+            ack.await
+        };
         let info = Arc::new(msg.info);
         Box::pin(ack.into_actor(self).map(move |res, act, ctx| {
             res?;
-            act.escrows.insert(id.clone(), EscrowSlot { info, slot: Slot::default(), in_flight: 0, closed: false });
+            act.escrows.insert(id.clone(), EscrowSlot::new(info, false));
             act.spawn_escrow(&id, ctx)?;
             info!(act.deps.log, "escrow registered"; "stage" => "escrow_registered", "escrow" => &id);
             Ok(())
@@ -271,6 +297,7 @@ impl Handler<RemoveEscrow> for Directory {
         Box::pin(
             async move {
                 store.delete(ns::ESCROWS, &id).await?;
+                store.delete(NS_ESCROW_KEYS, &id).await?;
                 if purge {
                     store.delete(ns::SESSIONS, &id).await?;
                     store.delete_diffs(&id).await?;

@@ -26,6 +26,7 @@ use slog::{info, o, Logger};
 
 use super::{
     book::{Deadlines, NonceBook},
+    budget::BudgetCell,
     config::EscrowConfig,
     durable::{AfterAck, Durable, OnDurable, Pending},
     error::EscrowError,
@@ -82,6 +83,8 @@ pub struct EscrowDeps {
     pub actors: ActorRegistry,
     /// Warm-key grant checks (the cache is also the session's step-4 resolver).
     pub warm: WarmKeyChecker,
+    /// Where this actor publishes its balance, nonce and readiness for the directory's pick.
+    pub budget: BudgetCell,
 }
 
 /// The escrow actor (see the module docs).
@@ -155,6 +158,20 @@ impl EscrowActor {
     fn now_ms(&self) -> i64 {
         self.deps.clock.now_ms()
     }
+
+    /// Publishes balance, nonce and readiness for the directory's pick; `started` is the request
+    /// whose start the session now carries (its reservation ends).
+    fn publish_budget(&self, started: Option<&str>) {
+        let st = self.session.state();
+        let active = !self.closing && st.phase() == crate::protocol::state::Phase::Active;
+        self.deps.budget.publish(
+            st.balance().saturating_add(self.session.pending_refunds()),
+            self.session.nonce(),
+            active,
+            !self.routing.none_routable(),
+            started,
+        );
+    }
 }
 
 impl Actor for EscrowActor {
@@ -168,8 +185,12 @@ impl Actor for EscrowActor {
             ctx,
             "sync_persist",
             SYNC_PERSIST_INTERVAL,
-            |act, _| act.durable.persist_syncs(&act.session, &act.deps),
+            |act, _| {
+                act.durable.persist_syncs(&act.session, &act.deps);
+                act.publish_budget(None);
+            },
         );
+        self.publish_budget(None);
         for nonce in self.book.nonces() {
             self.arm_nonce_timer(nonce, ctx);
         }
@@ -204,6 +225,7 @@ tracked_actor!(EscrowActor);
 impl EscrowActor {
     /// Hands out nonces while there are waiting races that can take them.
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        self.publish_budget(None);
         self.picker.prune();
         if self.picker.len() > 0 {
             let now = self.now_ms();
@@ -233,9 +255,11 @@ impl EscrowActor {
     }
 
     fn grant(&mut self, w: Waiter, ctx: &mut Context<Self>) {
+        let request_id = w.params.request_id.clone();
         let granted = self
             .durable
             .grant(&mut self.session, &self.routing, &self.deps, w);
+        self.publish_budget(Some(&request_id));
         if let Some((entry, pending)) = granted {
             self.book.insert(entry);
             self.await_durable(pending, ctx);
@@ -292,6 +316,7 @@ impl EscrowActor {
 
     /// Runs a diff's durability ack; what follows is decided by `durable.rs`.
     fn await_durable(&mut self, p: Pending, ctx: &mut Context<Self>) {
+        self.publish_budget(None);
         let Pending { nonce, ack, then } = p;
         ctx.spawn(ack.into_actor(self).map(move |res, act, ctx| {
             match act.durable.acked(&act.deps, nonce, res, then) {

@@ -37,6 +37,7 @@
 mod actor;
 pub mod attempt;
 mod book;
+pub mod budget;
 pub mod config;
 mod durable;
 pub mod error;
@@ -44,6 +45,7 @@ mod ghost;
 mod guard;
 mod hedging;
 pub mod info;
+pub mod key;
 pub mod messages;
 pub mod nonces;
 pub mod pending;
@@ -58,6 +60,7 @@ mod vote_queue;
 mod wire_cache;
 
 pub use actor::{EscrowActor, EscrowDeps};
+pub use budget::{BudgetCell, BudgetView, Reservation};
 pub use config::EscrowConfig;
 pub use error::EscrowError;
 pub use info::{EscrowInfo, HostEndpoint};

@@ -197,6 +197,46 @@ impl OutcomeReason {
     }
 }
 
+reasons! {
+    /// Why an escrow was not picked for a new request (admission, `directory/pick.rs`).
+    PickRefusal {
+        /// An admin deactivated it.
+        Deactivated => "deactivated",
+        /// Draining or later (settling): no new requests.
+        Draining => "draining",
+        /// Within `N + 1` nonces of its serving limit.
+        NonceLimit => "nonce_limit",
+        /// No host of its group can be routed to.
+        NoRoutableHost => "no_routable_host",
+        /// Its balance, less what requests in flight reserved, cannot pay this request's reserve.
+        OutOfBalance => "out_of_balance",
+        /// Disabled by its restart budget.
+        Failed => "failed",
+        /// Its actor is not running (restarting).
+        Unavailable => "unavailable",
+    }
+}
+
+impl PickRefusal {
+    /// How the client's message words it ("all escrows for model M are …").
+    pub fn phrase(self) -> &'static str {
+        match self {
+            PickRefusal::Deactivated => "deactivated",
+            PickRefusal::Draining => "draining or settling",
+            PickRefusal::NonceLimit => "at their nonce limit",
+            PickRefusal::NoRoutableHost => "without a routable host",
+            PickRefusal::OutOfBalance => "out of balance",
+            PickRefusal::Failed => "disabled after failing too often",
+            PickRefusal::Unavailable => "restarting",
+        }
+    }
+
+    /// Whether it passes by itself soon (the client may retry within seconds).
+    pub fn is_transient(self) -> bool {
+        matches!(self, PickRefusal::NoRoutableHost | PickRefusal::Unavailable)
+    }
+}
+
 impl EmptyDiffReason {
     /// The `nonces_total` label: `withheld` (a host got no work) or `control`.
     pub fn nonce_kind(self) -> &'static str {

@@ -5,10 +5,35 @@ use super::Session;
 use crate::{
     escrow::nonces::{NonceEntry, NonceState},
     outcome::AttemptTimings,
-    protocol::state::InferenceStatus,
+    protocol::{proto::Tx, state::InferenceStatus},
 };
 
 impl Session {
+    /// What the finishes queued for the next diff will give back to the balance (each record's
+    /// reserve less its actual cost): the pick counts it as spendable, since the next start's
+    /// diff applies those finishes before the start.
+    pub fn pending_refunds(&self) -> u64 {
+        let price = self.info.config.token_price;
+        self.pending
+            .iter()
+            .filter_map(|tx| match &tx.tx {
+                Some(Tx::FinishInference(f)) => {
+                    let rec = self.sm.record(f.inference_id)?;
+                    let open = matches!(
+                        rec.status,
+                        InferenceStatus::Pending | InferenceStatus::Started
+                    );
+                    let cost = f
+                        .input_tokens
+                        .saturating_add(f.output_tokens)
+                        .saturating_mul(price);
+                    open.then(|| rec.reserved_cost.saturating_sub(cost))
+                }
+                _ => None,
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+
     /// Nonces whose inference is neither finished nor timed out in our own state (after a
     /// restart: attempts whose race died with the process). They are settled like a pending
     /// finish: reconciliation polls, then a timeout vote at the protocol deadline.
