@@ -5,6 +5,7 @@
 //! the whole process for `main`. What every handler gets ([`AppState`]) is in [`crate::state`],
 //! which imports nothing from here or from `http`.
 
+mod error;
 mod lifecycle;
 
 use actix_web::{

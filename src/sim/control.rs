@@ -126,7 +126,7 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
             };
             host_route(host, &method, rest, req).await
         }
-        (_, ["warm", rest @ ..]) => super::warm::control(core, &method, rest, req).await,
+        (_, ["warm", rest @ ..]) => super::warm_api::control(core, &method, rest, req).await,
         (&Method::GET, ["escrows", id]) => match core.chain.escrow(id) {
             Some(e) => server::json(StatusCode::OK, e),
             None => server::message(StatusCode::NOT_FOUND, "escrow not found"),

@@ -58,6 +58,7 @@ mod server;
 mod traffic;
 mod txs;
 mod warm;
+mod warm_api;
 
 pub use self::{
     chain::{EscrowInfo, ParticipantInfo},

@@ -432,7 +432,7 @@ async fn chain_route(core: Arc<NetCore>, req: Request<Incoming>, peer: SocketAdd
     }
     let method = req.method();
     if method == http::Method::GET && path.starts_with(warm::GRANTEES_PREFIX) {
-        return warm::serve_grantees(&core, &path, &client).await;
+        return super::warm_api::serve_grantees(&core, &path, &client).await;
     }
     core.chain
         .serve("chain", &path, &client, || core.chain.handle(method, &path))

@@ -319,8 +319,21 @@ impl Harness {
                     })
                     .await
                     .expect("directory");
-                let p = p.expect("escrow");
-                (p.escrow_id, p.addr)
+                match p {
+                    Ok(p) => (p.escrow_id, p.addr),
+                    // Admission refused every escrow (e.g. none has a routable host): the client
+                    // gets a clear 503 (`ApiError::NoEscrow` at the edge).
+                    Err(e) => {
+                        return (
+                            Answer::Failed(Failure::of(RaceError {
+                                kind: RaceErrorKind::EscrowUnavailable,
+                                message: e.to_string(),
+                                retry_after_s: Some(5),
+                            })),
+                            None,
+                        )
+                    }
+                }
             }
         };
         let spec = RaceSpec {

@@ -13,7 +13,9 @@
 //! - **Timers** (named as in its stats, `GET /v1/debug/actors`): `picker_hold` (a nonce nobody
 //!   may take waits `picker_hold_ms` before it is withheld), `nonce <n>` per unsettled nonce
 //!   (finish reconciliation poll or timeout deadline), `fault_release` (held host faults confirmed
-//!   by the correlation guard), and the 1 s `sync_persist` interval (dirty host sync nonces).
+//!   by the correlation guard), and the 1 s `sync_persist` interval (dirty host sync nonces, the
+//!   budget the directory's pick reads, and the urgent repairs of an escrow with no routable
+//!   host).
 //! - **Stats**: its mailbox depth and message counts are counted by the [`TrackedAddr`](crate::stats::TrackedAddr)s that
 //!   every sender holds; a respawned actor starts with fresh stats.
 //! - **Durable before visible**: a grant is answered only after the store acknowledged its diff
@@ -187,6 +189,11 @@ impl Actor for EscrowActor {
             SYNC_PERSIST_INTERVAL,
             |act, _| {
                 act.durable.persist_syncs(&act.session, &act.deps);
+                // With no routable host the pick refuses this escrow, so no request waits here
+                // to kick the repairs: the 1 s tick does (the kicks are at least 500 ms apart, so a kick
+                // by a waiting request just before never makes the tick skip; `routing.rs`).
+                let now = act.now_ms();
+                act.routing.kick_repairs(now);
                 act.publish_budget(None);
             },
         );

@@ -30,7 +30,7 @@ use crate::{
 };
 
 /// Least time between two urgent repair rounds of an escrow with no routable host.
-const URGENT_REPAIR_GAP_MS: i64 = 1_000;
+const URGENT_REPAIR_GAP_MS: i64 = 500;
 
 /// Panic mode (docs/health.md §2): every host is withheld, by ejection or divergence, and at least
 /// one of them only by ejection (so there is someone to race anyway).

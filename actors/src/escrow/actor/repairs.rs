@@ -43,10 +43,16 @@ impl Handler<RepairStep> for EscrowActor {
             RepairStep::HostBehind { .. } => Vec::new(),
         };
         let check = self.check_warm_signers(signers);
-        Box::pin(check.into_actor(self).map(move |(), act, _| {
+        Box::pin(check.into_actor(self).map(move |(), act, ctx| {
             let (session, durable, routing) =
                 (&mut act.session, &mut act.durable, &mut act.routing);
-            repair::step(session, durable, routing, &act.deps, msg)
+            let verdict = repair::step(session, durable, routing, &act.deps, msg);
+            // A host routable again: waiting races may take it, and the directory's pick must
+            // see the escrow routable now, not at the next budget tick.
+            if matches!(verdict, Ok(RepairVerdict::Unblocked)) {
+                act.pump(ctx);
+            }
+            verdict
         }))
     }
 }
