@@ -9,7 +9,7 @@ use devshard_actors::{
 };
 use devshard_gateway::sim::{LatencyProfile, Profile, SimConfig};
 
-use crate::live::{self, chat, ADMIN};
+use crate::live::{self, admin_post, chat};
 
 const MAX_TOKENS: u64 = 200;
 /// Bytes the gateway's normalized body may exceed the client's by (checked below against what
@@ -20,18 +20,6 @@ fn body(i: usize) -> String {
     format!(
         r#"{{"max_tokens":{MAX_TOKENS},"messages":[{{"role":"user","content":"pay for me {i}"}}]}}"#
     )
-}
-
-async fn admin_post(url: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
-    let mut resp = live::client(4)
-        .post(format!("{url}{path}"))
-        .insert_header(("Authorization", format!("Bearer {ADMIN}")))
-        .insert_header(("Content-Type", "application/json"))
-        .send_body(body.to_string())
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or_default())
 }
 
 #[actix_rt::test]

@@ -7,19 +7,7 @@
 use devshard_actors::protocol::crypto::SigningKey;
 use devshard_gateway::sim::SimConfig;
 
-use crate::live::{self, chat, ADMIN};
-
-async fn admin_post(url: &str, body: &str) -> (u16, serde_json::Value) {
-    let mut resp = live::client(4)
-        .post(format!("{url}/v1/admin/escrows"))
-        .insert_header(("Authorization", format!("Bearer {ADMIN}")))
-        .insert_header(("Content-Type", "application/json"))
-        .send_body(body.to_string())
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or_default())
-}
+use crate::live::{self, admin_post, chat, ADMIN};
 
 #[actix_rt::test]
 async fn an_escrow_signs_with_its_own_key_and_a_wrong_key_is_refused_at_registration() {
@@ -41,7 +29,7 @@ async fn an_escrow_signs_with_its_own_key_and_a_wrong_key_is_refused_at_registra
     let url = l.url().to_string();
 
     // Without a key of its own, escrow 43 would be signed with the gateway key: refused.
-    let (status, v) = admin_post(&url, r#"{"escrow_id":"43"}"#).await;
+    let (status, v) = admin_post(&url, "/v1/admin/escrows", r#"{"escrow_id":"43"}"#).await;
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["error"]["code"], "escrow_creator_mismatch");
     let message = v["error"]["message"].as_str().unwrap();
@@ -56,6 +44,7 @@ async fn an_escrow_signs_with_its_own_key_and_a_wrong_key_is_refused_at_registra
     std::fs::write(&junk, "zz-not-a-key-zz").unwrap();
     let (status, v) = admin_post(
         &url,
+        "/v1/admin/escrows",
         &format!(r#"{{"escrow_id":"43","key_file":"{}"}}"#, junk.display()),
     )
     .await;
@@ -66,6 +55,7 @@ async fn an_escrow_signs_with_its_own_key_and_a_wrong_key_is_refused_at_registra
     // Escrow 42 with its creator's key file: registered, and it serves.
     let (status, v) = admin_post(
         &url,
+        "/v1/admin/escrows",
         &format!(
             r#"{{"escrow_id":"42","key_file":"{}"}}"#,
             key_file.display()

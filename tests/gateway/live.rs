@@ -177,6 +177,19 @@ pub async fn admin_get(url: &str, path: &str) -> (u16, Value) {
     )
 }
 
+/// `POST path` with the admin key and a JSON `body` → (status, JSON body).
+pub async fn admin_post(url: &str, path: &str, body: &str) -> (u16, Value) {
+    let mut resp = client(4)
+        .post(format!("{url}{path}"))
+        .insert_header(("Authorization", format!("Bearer {ADMIN}")))
+        .insert_header(("Content-Type", "application/json"))
+        .send_body(body.to_string())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or_default())
+}
+
 /// The entries of `GET /v1/debug/actors` (with `query`, e.g. `?kind=race`).
 pub async fn actors(url: &str, query: &str) -> Vec<Value> {
     let (status, body) = admin_get(url, &format!("/v1/debug/actors{query}")).await;

@@ -13,7 +13,7 @@ use devshard_gateway::{
     sim::{Profile, SimNetwork},
 };
 
-use crate::live::{self, admin_get, chat, ADMIN};
+use crate::live::{self, admin_get, admin_post, chat, ADMIN};
 
 fn args(protocol: ProtocolVersion) -> DemoArgs {
     DemoArgs {
@@ -26,18 +26,6 @@ fn args(protocol: ProtocolVersion) -> DemoArgs {
         protocol,
         warm_keys: None,
     }
-}
-
-async fn admin_post(url: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
-    let mut resp = live::client(4)
-        .post(format!("{url}{path}"))
-        .insert_header(("Authorization", format!("Bearer {ADMIN}")))
-        .insert_header(("Content-Type", "application/json"))
-        .send_body(body.to_string())
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or_default())
 }
 
 #[actix_rt::test]
