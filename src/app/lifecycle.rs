@@ -43,7 +43,7 @@ use crate::{
     escrows, logging,
     metrics::{self, HttpMetrics},
     state::{polling::PollerWiring, AppState, StateParts},
-    store::SqliteStore,
+    store::{metrics::StoreMetrics, SqliteStore},
 };
 
 /// File name of the store inside the data directory.
@@ -163,7 +163,9 @@ pub async fn start_with(
         ActorMetrics::register(&registry).map_err(|e| AppError::Metrics(e.to_string()))?;
     let clock = opts.clock.unwrap_or_else(|| Arc::new(SystemClock));
     let path = config.data_dir.join(STORE_FILE);
-    let store = Arc::new(open_store(&path)?);
+    let store = Arc::new(open_store(&path, &log)?);
+    StoreMetrics::register(&registry, store.clone())
+        .map_err(|e| AppError::Metrics(e.to_string()))?;
     let shared: SharedStore = store.clone();
     info!(log, "store opened"; "stage" => "store_opened", "path" => %path.display());
 
@@ -300,8 +302,8 @@ pub async fn start_with(
     })
 }
 
-fn open_store(path: &Path) -> Result<SqliteStore, AppError> {
-    SqliteStore::open(path).map_err(|e| AppError::Store {
+fn open_store(path: &Path, log: &Logger) -> Result<SqliteStore, AppError> {
+    SqliteStore::open_logged(path, log.clone()).map_err(|e| AppError::Store {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })

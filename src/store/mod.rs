@@ -31,6 +31,7 @@ mod checkpoint;
 mod codec;
 pub mod ledger;
 mod ledger_writer;
+pub mod metrics;
 mod schema;
 mod writer;
 
@@ -51,7 +52,7 @@ use devshard_actors::{
 use rusqlite::{params, Connection};
 
 use self::{
-    checkpoint::Checkpointer,
+    checkpoint::{Checkpointer, WalCounters},
     codec::{
         decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, now_ms, sql_err,
         DiffRow,
@@ -74,6 +75,10 @@ pub struct StoreStats {
     pub ops_committed: u64,
     /// Writes (including ones that failed alone, excluding flushes) in the last committed group.
     pub last_group_size: u64,
+    /// Size of the WAL file after the last checkpoint (`checkpoint.rs` bounds it).
+    pub wal_bytes: u64,
+    /// Checkpoints that truncated a WAL past its limit.
+    pub wal_truncations: u64,
 }
 
 /// The SQLite-backed [`Store`].
@@ -85,6 +90,7 @@ pub struct SqliteStore {
     closed: AtomicBool,
     reader: Mutex<Connection>,
     counters: Arc<Counters>,
+    wal: Arc<WalCounters>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -101,6 +107,14 @@ impl SqliteStore {
     /// Opens (creating the file and its parent directories if needed) the store at `path`,
     /// migrates the schema and starts the writer thread.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_logged(path, slog::Logger::root(slog::Discard, slog::o!()))
+    }
+
+    /// [`SqliteStore::open`], with the checkpointer logging to `log`.
+    pub fn open_logged(
+        path: impl AsRef<Path>,
+        log: slog::Logger,
+    ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         let conn = schema::open_writer(&path)?;
         let reader = schema::open_reader(&path)?;
@@ -111,7 +125,8 @@ impl SqliteStore {
             .name("store-writer".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| StoreError::Io(format!("spawning the store writer: {e}")))?;
-        let checkpointer = Checkpointer::spawn(&path)?;
+        let wal = Arc::new(WalCounters::default());
+        let checkpointer = Checkpointer::spawn(&path, Arc::clone(&wal), log)?;
         Ok(SqliteStore {
             path,
             sender,
@@ -120,6 +135,7 @@ impl SqliteStore {
             closed: AtomicBool::new(false),
             reader: Mutex::new(reader),
             counters,
+            wal,
         })
     }
 
@@ -134,6 +150,8 @@ impl SqliteStore {
             groups_committed: self.counters.groups.load(Ordering::Relaxed),
             ops_committed: self.counters.ops.load(Ordering::Relaxed),
             last_group_size: self.counters.last_group.load(Ordering::Relaxed),
+            wal_bytes: self.wal.wal_bytes.load(Ordering::Relaxed),
+            wal_truncations: self.wal.truncations.load(Ordering::Relaxed),
         }
     }
 

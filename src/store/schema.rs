@@ -104,6 +104,13 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     // Checkpoints run on their own thread (`checkpoint.rs`), never inside a group commit.
     conn.pragma_update(None, "wal_autocheckpoint", 0)
         .map_err(sql_err)?;
+    // A log SQLite rewinds is cut back to the checkpointer's bound (`checkpoint.rs`).
+    conn.pragma_update(
+        None,
+        "journal_size_limit",
+        super::checkpoint::WAL_LIMIT_BYTES as i64,
+    )
+    .map_err(sql_err)?;
     migrate(&mut conn)?;
     Ok(conn)
 }

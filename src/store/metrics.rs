@@ -1,0 +1,87 @@
+//! Store metrics, read from the store's counters at scrape time (no thread updates them):
+//!
+//! | metric | type |
+//! |---|---|
+//! | `devshard_store_wal_bytes` | gauge: the WAL file after the last checkpoint (bounded, `checkpoint.rs`) |
+//! | `devshard_store_wal_truncations_total` | counter: checkpoints that cut a WAL past its limit |
+//! | `devshard_store_group_commits_total` | counter: transactions the writer committed |
+//! | `devshard_store_ops_committed_total` | counter: writes in those transactions |
+
+use std::sync::Arc;
+
+use prometheus::{
+    core::{Collector, Desc},
+    proto::MetricFamily,
+    IntCounter, IntGauge, Opts, Registry,
+};
+
+use super::SqliteStore;
+
+/// The collector; [`StoreMetrics::register`] adds it to a registry once.
+pub struct StoreMetrics {
+    store: Arc<SqliteStore>,
+    wal_bytes: IntGauge,
+    truncations: IntCounter,
+    groups: IntCounter,
+    ops: IntCounter,
+}
+
+impl StoreMetrics {
+    /// Registers the store's metrics in `registry`.
+    pub fn register(registry: &Registry, store: Arc<SqliteStore>) -> prometheus::Result<()> {
+        let metrics = StoreMetrics {
+            store,
+            wal_bytes: IntGauge::with_opts(Opts::new(
+                "store_wal_bytes",
+                "Size of the store's WAL file after the last checkpoint",
+            ))?,
+            truncations: IntCounter::with_opts(Opts::new(
+                "store_wal_truncations_total",
+                "Checkpoints that truncated a WAL past its limit",
+            ))?,
+            groups: IntCounter::with_opts(Opts::new(
+                "store_group_commits_total",
+                "Transactions committed by the store writer",
+            ))?,
+            ops: IntCounter::with_opts(Opts::new(
+                "store_ops_committed_total",
+                "Writes committed by the store writer",
+            ))?,
+        };
+        registry.register(Box::new(metrics))
+    }
+}
+
+/// Raises `counter` to `total` (the store's counters only grow).
+fn catch_up(counter: &IntCounter, total: u64) {
+    counter.inc_by(total.saturating_sub(counter.get()));
+}
+
+impl Collector for StoreMetrics {
+    fn desc(&self) -> Vec<&Desc> {
+        [
+            &self.wal_bytes.desc(),
+            &self.truncations.desc(),
+            &self.groups.desc(),
+            &self.ops.desc(),
+        ]
+        .into_iter()
+        .flatten()
+        .copied()
+        .collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let stats = self.store.stats();
+        self.wal_bytes
+            .set(i64::try_from(stats.wal_bytes).unwrap_or(i64::MAX));
+        catch_up(&self.truncations, stats.wal_truncations);
+        catch_up(&self.groups, stats.groups_committed);
+        catch_up(&self.ops, stats.ops_committed);
+        let mut out = self.wal_bytes.collect();
+        out.extend(self.truncations.collect());
+        out.extend(self.groups.collect());
+        out.extend(self.ops.collect());
+        out
+    }
+}
