@@ -85,3 +85,40 @@ impl Collector for StoreMetrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use devshard_actors::store::Store;
+
+    use super::*;
+
+    #[test]
+    fn the_store_metrics_follow_the_writer_and_carry_the_namespace() {
+        let dir = std::env::temp_dir().join(format!("store-metrics-{}", std::process::id()));
+        let store = Arc::new(SqliteStore::open(dir.join("s.db")).unwrap());
+        let registry = crate::metrics::new_registry().unwrap();
+        StoreMetrics::register(&registry, store.clone()).unwrap();
+        let text = crate::metrics::render(&registry).unwrap();
+        assert!(
+            text.contains("devshard_store_group_commits_total 0"),
+            "{text}"
+        );
+        futures::executor::block_on(store.put("ns", "k", serde_json::json!(1))).unwrap();
+        futures::executor::block_on(store.flush()).unwrap();
+        let text = crate::metrics::render(&registry).unwrap();
+        assert!(
+            !text.contains("devshard_store_group_commits_total 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("devshard_store_ops_committed_total 1"),
+            "{text}"
+        );
+        assert!(text.contains("devshard_store_wal_bytes"), "{text}");
+        assert!(
+            text.contains("devshard_store_wal_truncations_total 0"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
