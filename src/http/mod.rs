@@ -17,6 +17,7 @@
 //! - [`operator`]: `GET /v1/admin/state`, escrow deactivate/activate, the escrow choice;
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/v1/models`;
 //! - [`admin`]: `/v1/admin/escrows…` and the admin-key guard;
+//! - [`escrow_adopt`]: adopting a live escrow from its hosts' diffs (`"adopt": true`);
 //! - [`participants`]: `/v1/admin/participants…` (health, unquarantine, forget, eject);
 //! - [`settings`]: `GET/PUT /v1/admin/settings` (admin);
 //! - [`debug`]: every `/v1/debug/…` route (actors, escrows, chain, series; admin);
@@ -31,6 +32,7 @@ pub mod debug;
 pub mod debug_chain;
 pub mod debug_settlement;
 pub mod error;
+pub mod escrow_adopt;
 pub mod filter;
 pub mod gate;
 pub mod ledger;

@@ -16,6 +16,7 @@ mod messages;
 mod participants;
 pub mod pick;
 mod spawn;
+mod warm;
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -40,6 +41,7 @@ use crate::{
     store::{ns, SharedStore, StoreError},
 };
 pub use messages::*;
+pub use warm::GetWarmChecker;
 pub use participants::{
     AdminParticipants, GetHealthSettings, ListParticipants, ParticipantOp, SetHealthSettings,
     HEALTH_SETTINGS_KEY,

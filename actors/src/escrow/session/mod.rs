@@ -33,6 +33,7 @@ mod unsettled;
 mod warm;
 
 pub use warm::WarmSigner;
+pub use restore::ReplayFault;
 
 pub use crate::protocol::session_error::SessionError;
 
