@@ -13,6 +13,8 @@ mod adopt;
 mod catch_up;
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
+#[path = "gateway/escrow_delete.rs"]
+mod escrow_delete;
 #[path = "gateway/fidelity.rs"]
 mod fidelity;
 #[path = "gateway/flow.rs"]
