@@ -22,7 +22,7 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use devshard_actors::{
-    directory::{GetEscrow, RemoveEscrow},
+    directory::{DirectoryError, GetEscrow, RemoveEscrow},
     escrow::messages::GetSnapshot,
     settlement::{load_record, SettlementState},
 };
@@ -141,7 +141,7 @@ pub async fn delete_escrow(
         query_flag(req.query_string(), "purge"),
     );
     let Some(info) = escrows::stored_info(&state.store, &id)? else {
-        return Err(ApiError::NotFound(format!("escrow {id} is not registered")));
+        return Err(DirectoryError::UnknownEscrow(id).into());
     };
     let settlement = load_record(&state.store, &id).map_or(SettlementState::Active, |r| r.state);
     let nonce = sequenced(&state, &id).await?;

@@ -134,7 +134,7 @@ async fn an_escrow_that_never_granted_a_nonce_goes_with_force() {
     assert_eq!(status, 200, "{v}");
     assert_eq!((&v["reason"], &v["nonce"]), (&json!("unused"), &json!(0)));
     let (status, v) = admin_delete(&url, "/v1/admin/escrows/42?force=true").await;
-    assert_eq!((status, &v["error"]["code"]), (404, &json!("not_found")), "{v}");
+    assert_eq!((status, &v["error"]["code"]), (404, &json!("escrow_not_found")), "{v}");
     let (_, list) = admin_get(&url, "/v1/admin/escrows").await;
     assert_eq!(list["data"], json!([]));
     l.stop().await;
