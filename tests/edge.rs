@@ -29,6 +29,8 @@ mod ops;
 mod persist;
 #[path = "edge/poc.rs"]
 mod poc;
+#[path = "edge/poc_routing.rs"]
+mod poc_routing;
 #[path = "edge/poc_paused.rs"]
 mod poc_paused;
 #[path = "edge/settings.rs"]
