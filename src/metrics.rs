@@ -118,7 +118,10 @@ impl HttpMetrics {
         )?;
         registry.register(Box::new(pick_refusals.clone()))?;
         let adoptions = IntCounterVec::new(
-            Opts::new("escrow_adoptions_total", "Adoptions of live escrows, by result"),
+            Opts::new(
+                "escrow_adoptions_total",
+                "Adoptions of live escrows, by result",
+            ),
             &["result"],
         )?;
         registry.register(Box::new(adoptions.clone()))?;
@@ -131,7 +134,10 @@ impl HttpMetrics {
         )?;
         registry.register(Box::new(adopt_rejected.clone()))?;
         let deletions = IntCounterVec::new(
-            Opts::new("escrow_deletions_total", "Escrow deletions by an admin, by result"),
+            Opts::new(
+                "escrow_deletions_total",
+                "Escrow deletions by an admin, by result",
+            ),
             &["result"],
         )?;
         registry.register(Box::new(deletions.clone()))?;

@@ -29,10 +29,10 @@ mod ops;
 mod persist;
 #[path = "edge/poc.rs"]
 mod poc;
-#[path = "edge/poc_routing.rs"]
-mod poc_routing;
 #[path = "edge/poc_paused.rs"]
 mod poc_paused;
+#[path = "edge/poc_routing.rs"]
+mod poc_routing;
 #[path = "edge/settings.rs"]
 mod settings;
 #[path = "edge/support.rs"]

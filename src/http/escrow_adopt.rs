@@ -123,7 +123,11 @@ async fn run(state: &AppState, raw: &[u8]) -> Result<HttpResponse, ApiError> {
     }
     let id = body.escrow_id.trim();
     let protocol = escrows::requested_protocol(id, body.protocol.as_deref())?;
-    if escrows::statuses(&state.directory).await?.iter().any(|e| e.id == id) {
+    if escrows::statuses(&state.directory)
+        .await?
+        .iter()
+        .any(|e| e.id == id)
+    {
         return Err(ApiError::EscrowConflict {
             code: "escrow_already_registered",
             message: format!(

@@ -146,11 +146,7 @@ pub async fn delete_escrow(
     let settlement = load_record(&state.store, &id).map_or(SettlementState::Active, |r| r.state);
     let nonce = sequenced(&state, &id).await?;
     let count = |result: &str| {
-        state
-            .metrics
-            .deletions
-            .with_label_values(&[result])
-            .inc();
+        state.metrics.deletions.with_label_values(&[result]).inc();
     };
     let reason = match decide(settlement.label(), nonce, force, purge) {
         Ok(r) => r,

@@ -42,7 +42,8 @@ pub struct Ask<'a> {
     /// Escrows that already refused this request because they closed (`http/placement.rs`).
     pub closed: &'a [String],
     /// Relaxed PoC: the participants whose hosts may serve it (`http/gate.rs`).
-    pub only_hosts: Option<&'a std::sync::Arc<BTreeSet<devshard_actors::protocol::crypto::Address>>>,
+    pub only_hosts:
+        Option<&'a std::sync::Arc<BTreeSet<devshard_actors::protocol::crypto::Address>>>,
 }
 
 /// The escrow for a new request: the directory's pick among the escrows that can take it

@@ -36,16 +36,25 @@ async fn during_poc_only_preserved_hosts_get_requests_and_afterwards_all_do() {
         .map(|&i| sim.hosts()[i].address.to_string())
         .collect();
     assert_eq!(preserved.len(), 2, "{view}");
-    assert!(preserved.iter().all(|p| want.contains(&p.as_str().unwrap().to_string())));
+    assert!(preserved
+        .iter()
+        .all(|p| want.contains(&p.as_str().unwrap().to_string())));
     for i in 0..6 {
         let (status, _, body) = chat(&gw.url).await;
         assert_eq!(status, 200, "request {i}: {body}");
     }
     assert!(sim.epoch().is_poc(), "the chain was still in PoC");
     let during = chats(&sim);
-    assert_eq!((during[1], during[3]), (0, 0), "non-preserved hosts got {during:?}");
+    assert_eq!(
+        (during[1], during[3]),
+        (0, 0),
+        "non-preserved hosts got {during:?}"
+    );
     assert!(during[0] + during[2] >= 6, "{during:?}");
-    assert!(nonce(&gw.url).await > 6, "the other hosts' nonces were passed over");
+    assert!(
+        nonce(&gw.url).await > 6,
+        "the other hosts' nonces were passed over"
+    );
 
     wait_for_admission_within(&gw.url, &model, "serve", Duration::from_secs(30)).await;
     for i in 0..8 {
@@ -53,7 +62,10 @@ async fn during_poc_only_preserved_hosts_get_requests_and_afterwards_all_do() {
         assert_eq!(status, 200, "request {i} after PoC: {body}");
     }
     let after = chats(&sim);
-    assert!((0..4).all(|i| after[i] > during[i]), "{during:?} → {after:?}");
+    assert!(
+        (0..4).all(|i| after[i] > during[i]),
+        "{during:?} → {after:?}"
+    );
     gw.stop(true).await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

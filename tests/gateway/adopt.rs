@@ -15,7 +15,12 @@ const ADOPT: &str = r#"{"escrow_id":"42","adopt":true}"#;
 async fn serve(url: &str, n: usize) {
     for i in 0..n {
         let (status, _, body) = chat(url, CHAT).await;
-        assert_eq!(status, 200, "request {i}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            status,
+            200,
+            "request {i}: {}",
+            String::from_utf8_lossy(&body)
+        );
     }
 }
 
@@ -46,7 +51,10 @@ async fn an_adopting_gateway_resumes_the_session_and_reports_the_lying_host() {
     assert_eq!(adoption["quorum"], json!({"weight": 3, "threshold": 3}));
     let rejected = adoption["rejected"].as_array().unwrap();
     assert!(!rejected.is_empty(), "{adoption}");
-    assert!(rejected.iter().all(|r| r["host"] == json!(liar)), "{adoption}");
+    assert!(
+        rejected.iter().all(|r| r["host"] == json!(liar)),
+        "{adoption}"
+    );
     assert_eq!(
         (rejected[0]["nonce"].clone(), rejected[0]["reason"].clone()),
         (json!(5), json!("user_sig"))
@@ -55,9 +63,16 @@ async fn an_adopting_gateway_resumes_the_session_and_reports_the_lying_host() {
         .iter()
         .all(|r| r["reason"] == json!("after_rejected")));
     let hosts = adoption["hosts"].as_array().unwrap();
-    let agreeing: Vec<&Value> = hosts.iter().filter(|h| h["agrees"] == json!(true)).collect();
+    let agreeing: Vec<&Value> = hosts
+        .iter()
+        .filter(|h| h["agrees"] == json!(true))
+        .collect();
     assert_eq!(agreeing.len(), 3, "{adoption}");
-    assert_eq!(v["snapshot"]["nonce"], json!(last), "the actor restored the log");
+    assert_eq!(
+        v["snapshot"]["nonce"],
+        json!(last),
+        "the actor restored the log"
+    );
 
     // B continues the same session: its first diff is the next nonce, and every host applies
     // what B sends (the lying host only lies about its history).
@@ -102,7 +117,9 @@ async fn without_a_quorum_of_agreeing_hosts_nothing_is_adopted() {
     let rejected = v["rejected"].as_array().unwrap();
     let liars = [0, 3].map(|i| json!(b.sim.hosts()[i].address.to_string()));
     assert!(rejected.iter().all(|r| liars.contains(&r["host"])), "{v}");
-    assert!(rejected.iter().any(|r| r["host"] == liars[0] && r["nonce"] == json!(2)));
+    assert!(rejected
+        .iter()
+        .any(|r| r["host"] == liars[0] && r["nonce"] == json!(2)));
     let (status, _) = admin_get(b.url(), "/v1/admin/escrows/42").await;
     assert_eq!(status, 404, "nothing registered");
     b.stop().await;

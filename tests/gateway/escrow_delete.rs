@@ -64,14 +64,28 @@ async fn a_used_escrow_is_deleted_only_once_settled_and_its_spend_stays_in_the_l
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     }
     let (status, v) = admin_delete(&url, "/v1/admin/escrows/42").await;
-    assert_eq!((status, &v["error"]["code"]), (409, &json!("escrow_not_settled")), "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("settlement state: active"));
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (409, &json!("escrow_not_settled")),
+        "{v}"
+    );
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("settlement state: active"));
     let (status, v) = admin_delete(&url, "/v1/admin/escrows/42?force=true").await;
-    assert_eq!((status, &v["error"]["code"]), (409, &json!("escrow_in_use")), "{v}");
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (409, &json!("escrow_in_use")),
+        "{v}"
+    );
 
     let (status, v) = admin_post(&url, "/v1/admin/escrows/42/settle", "").await;
     assert_eq!(status, 202, "{v}");
-    wait_for(&url, "/v1/admin/escrows/42/settlement", |r| r["state"] == "settled").await;
+    wait_for(&url, "/v1/admin/escrows/42/settlement", |r| {
+        r["state"] == "settled"
+    })
+    .await;
     let rows = wait_for(&url, "/v1/admin/escrows/42", |_| true).await;
     let nonce = rows["snapshot"]["nonce"].as_u64().unwrap();
     let (status, v) = admin_delete(&url, "/v1/admin/escrows/42?purge=true").await;
@@ -95,7 +109,12 @@ async fn a_used_escrow_is_deleted_only_once_settled_and_its_spend_stays_in_the_l
     assert_ne!(status, 200, "no longer served");
 
     let (_, metrics) = live::metrics(&url).await;
-    for result in ["refused_not_settled", "refused_in_use", "refused_purge", "deleted_settled"] {
+    for result in [
+        "refused_not_settled",
+        "refused_in_use",
+        "refused_purge",
+        "deleted_settled",
+    ] {
         let line = format!("devshard_escrow_deletions_total{{result=\"{result}\"}} 1");
         assert!(metrics.contains(&line), "{line}");
     }
@@ -104,11 +123,15 @@ async fn a_used_escrow_is_deleted_only_once_settled_and_its_spend_stays_in_the_l
     // without the escrow's registration), and the escrow stays deleted.
     let l = l.restart(&[("DEVSHARD_ESCROWS", "")]).await;
     let url = l.url().to_string();
-    let ids = |rows: &[Value]| -> Vec<Value> { rows.iter().map(|r| r["request_id"].clone()).collect() };
+    let ids =
+        |rows: &[Value]| -> Vec<Value> { rows.iter().map(|r| r["request_id"].clone()).collect() };
     let mut rows = Vec::new();
     for _ in 0..600 {
         rows = ledger(&url).await;
-        if rows.iter().all(|r| r["total_cost"].as_u64().is_some_and(|c| c > 0)) {
+        if rows
+            .iter()
+            .all(|r| r["total_cost"].as_u64().is_some_and(|c| c > 0))
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -116,7 +139,8 @@ async fn a_used_escrow_is_deleted_only_once_settled_and_its_spend_stays_in_the_l
     assert_eq!(ids(&rows), ids(&spend_before), "{rows:?}");
     assert!(rows.iter().all(|r| r["escrow_id"] == "42"));
     assert!(
-        rows.iter().all(|r| r["total_cost"].as_u64().is_some_and(|c| c > 0)),
+        rows.iter()
+            .all(|r| r["total_cost"].as_u64().is_some_and(|c| c > 0)),
         "{rows:?}"
     );
     let (status, _) = admin_get(&url, "/v1/admin/escrows/42").await;
@@ -129,12 +153,20 @@ async fn an_escrow_that_never_granted_a_nonce_goes_with_force() {
     let l = live::start("delete-unused", 3, &[], |_| {}).await;
     let url = l.url().to_string();
     let (status, v) = admin_delete(&url, "/v1/admin/escrows/42").await;
-    assert_eq!((status, &v["error"]["code"]), (409, &json!("escrow_not_settled")), "{v}");
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (409, &json!("escrow_not_settled")),
+        "{v}"
+    );
     let (status, v) = admin_delete(&url, "/v1/admin/escrows/42?force=true").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!((&v["reason"], &v["nonce"]), (&json!("unused"), &json!(0)));
     let (status, v) = admin_delete(&url, "/v1/admin/escrows/42?force=true").await;
-    assert_eq!((status, &v["error"]["code"]), (404, &json!("escrow_not_found")), "{v}");
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (404, &json!("escrow_not_found")),
+        "{v}"
+    );
     let (_, list) = admin_get(&url, "/v1/admin/escrows").await;
     assert_eq!(list["data"], json!([]));
     l.stop().await;

@@ -250,5 +250,8 @@ pub async fn metrics(url: &str) -> (u16, String) {
         .await
         .unwrap();
     let body = resp.body().limit(16 << 20).await.unwrap();
-    (resp.status().as_u16(), String::from_utf8_lossy(&body).into_owned())
+    (
+        resp.status().as_u16(),
+        String::from_utf8_lossy(&body).into_owned(),
+    )
 }

@@ -41,11 +41,11 @@ use crate::{
     store::{ns, SharedStore, StoreError},
 };
 pub use messages::*;
-pub use warm::GetWarmChecker;
 pub use participants::{
     AdminParticipants, GetHealthSettings, ListParticipants, ParticipantOp, SetHealthSettings,
     HEALTH_SETTINGS_KEY,
 };
+pub use warm::GetWarmChecker;
 
 /// Errors of directory operations.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

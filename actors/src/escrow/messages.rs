@@ -34,7 +34,9 @@ pub struct InferenceParams {
 impl InferenceParams {
     /// May `host` serve this request (relaxed PoC routing)?
     pub fn allows(&self, host: &Address) -> bool {
-        self.only_hosts.as_ref().is_none_or(|only| only.contains(host))
+        self.only_hosts
+            .as_ref()
+            .is_none_or(|only| only.contains(host))
     }
 }
 

@@ -16,8 +16,8 @@ use crate::protocol::{
     proto::DevshardTx,
     sse::{self, HostEvent, SseParser},
     wire::{
-        DiffRecord, InferenceRequest, MempoolResponse, ReceiptBody, SignaturesResponse, VerifyTimeoutRequest,
-        VerifyTimeoutResponse,
+        DiffRecord, InferenceRequest, MempoolResponse, ReceiptBody, SignaturesResponse,
+        VerifyTimeoutRequest, VerifyTimeoutResponse,
     },
 };
 

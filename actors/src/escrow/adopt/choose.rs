@@ -143,7 +143,14 @@ mod tests {
         let chains = vec![chain(0, 10, 0), chain(1, 10, 7), gone];
         let err = choose("42", chains, 2).unwrap_err();
         assert!(
-            matches!(err, AdoptError::NoQuorum { best: 1, unreachable: 1, .. }),
+            matches!(
+                err,
+                AdoptError::NoQuorum {
+                    best: 1,
+                    unreachable: 1,
+                    ..
+                }
+            ),
             "{err}"
         );
         // A host without a session holds the empty chain: it agrees with any chain.

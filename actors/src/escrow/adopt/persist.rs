@@ -12,8 +12,8 @@ use crate::store::{ns, SharedStore};
 pub async fn persist(store: &SharedStore, adoption: &Adoption) -> Result<(), AdoptError> {
     let id = &adoption.escrow_id;
     let held = store.load_diffs(id)?;
-    let prefix = held.len() <= adoption.diffs.len()
-        && held.iter().zip(&adoption.diffs).all(|(a, b)| a == b);
+    let prefix =
+        held.len() <= adoption.diffs.len() && held.iter().zip(&adoption.diffs).all(|(a, b)| a == b);
     if !prefix {
         return Err(AdoptError::StoreDiffers(id.clone()));
     }

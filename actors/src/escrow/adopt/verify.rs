@@ -48,7 +48,10 @@ pub async fn verify(
     for record in records {
         let nonce = record.diff.nonce;
         let verdict = if broken {
-            Err((RejectReason::AfterRejected, "a previous diff was rejected".into()))
+            Err((
+                RejectReason::AfterRejected,
+                "a previous diff was rejected".into(),
+            ))
         } else {
             check(&mut session, &info.creator, record, warm).await
         };
@@ -100,8 +103,12 @@ async fn check(
         return Err((RejectReason::NonceGap, detail));
     }
     let escrow_id = session.info().escrow_id.clone();
-    diff.verify_user_sig(&escrow_id, creator)
-        .map_err(|e| (RejectReason::UserSig, format!("not signed by {creator}: {e}")))?;
+    diff.verify_user_sig(&escrow_id, creator).map_err(|e| {
+        (
+            RejectReason::UserSig,
+            format!("not signed by {creator}: {e}"),
+        )
+    })?;
     // Warm keys of finish proposers the cache does not know yet are asked of the chain first.
     for signer in session.mempool_signers_to_check(&diff.txs) {
         if signer.acceptance == Acceptance::Unresolved {

@@ -32,8 +32,8 @@ mod restore;
 mod unsettled;
 mod warm;
 
-pub use warm::WarmSigner;
 pub use restore::ReplayFault;
+pub use warm::WarmSigner;
 
 pub use crate::protocol::session_error::SessionError;
 

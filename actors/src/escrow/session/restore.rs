@@ -7,12 +7,7 @@ use std::sync::Arc;
 use super::{Session, SessionError};
 use crate::{
     escrow::info::EscrowInfo,
-    protocol::{
-        diff::Diff,
-        proto::Tx,
-        state::StateError,
-        warm::WarmBinding,
-    },
+    protocol::{diff::Diff, proto::Tx, state::StateError, warm::WarmBinding},
     store::WarmDeltas,
 };
 
@@ -63,10 +58,10 @@ impl Session {
     /// must be discarded.
     pub fn replay(&mut self, diff: Diff) -> Result<Vec<WarmBinding>, ReplayFault> {
         let nonce = diff.nonce;
-        let applied =
-            self.sm
-                .apply_best_effort(nonce, diff.txs.clone())
-                .map_err(ReplayFault::Refused)?;
+        let applied = self
+            .sm
+            .apply_best_effort(nonce, diff.txs.clone())
+            .map_err(ReplayFault::Refused)?;
         if let Some((tx, reason)) = applied.skipped.into_iter().next() {
             let index = diff.txs.iter().position(|t| *t == tx).unwrap_or_default();
             return Err(ReplayFault::TxFails { index, reason });
