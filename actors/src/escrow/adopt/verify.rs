@@ -126,3 +126,7 @@ async fn check(
     })?;
     Ok((diff, delta))
 }
+
+#[cfg(test)]
+#[path = "verify_tests.rs"]
+mod tests;
