@@ -13,9 +13,10 @@
 //! the store, and an archive row `escrow_deleted/{id}` records the registration, the nonce it
 //! reached, why it was deleted and when. The cost ledger (`GET /v1/admin/ledger`,
 //! `GET /v1/requests/{id}`) is a separate store and is never touched, so a deleted escrow's
-//! spend is still reported. Only the registration (and its key reference) goes: the escrow is
-//! no longer served, listed or settled. `purge=true` also removes the (empty) log and session
-//! record of an unused escrow.
+//! spend is still reported (its settle tail reads the archived registration). Only the
+//! registration (and its key reference) goes: the escrow is no longer served, listed or
+//! settled, and a deactivation of it is cleared. `purge=true` also removes the (empty) log and
+//! session record of an unused escrow.
 //!
 //! Log stage `escrow_removed` (refusals: `escrow_delete_refused`); metric
 //! `devshard_escrow_deletions_total{result}`.
@@ -33,7 +34,7 @@ use super::error::ApiError;
 use crate::{
     escrow_archive::{Archived, Deletable, NS_DELETED},
     escrows,
-    state::{AppState, ACTOR_TIMEOUT},
+    state::{AppState, ACTOR_TIMEOUT, NS_DEACTIVATED},
 };
 
 /// Why a deletion is refused.
@@ -179,6 +180,15 @@ pub async fn delete_escrow(
         })
         .timeout(ACTOR_TIMEOUT)
         .await??;
+    // A deactivation dies with the registration (a later registration starts active).
+    state
+        .store
+        .delete(NS_DEACTIVATED, &id)
+        .await
+        .map_err(|e| ApiError::Internal(format!("clearing escrow {id}'s deactivation: {e}")))?;
+    if let Ok(mut set) = state.deactivated.lock() {
+        set.remove(&id);
+    }
     count(match reason {
         Deletable::Settled => "deleted_settled",
         Deletable::Unused => "deleted_unused",
