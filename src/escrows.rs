@@ -102,23 +102,7 @@ pub async fn register(
             });
         }
     }
-    let listed = match model {
-        Some(_) => None,
-        None => polling
-            .participants(PARTICIPANTS_WAIT)
-            .await
-            .and_then(|v| listed(&v)),
-    };
-    // An escrow naming its own key must have been created by that key (checked before any
-    // host hears of the escrow).
-    let own = match &key {
-        Some(k) => Some(k.load().map_err(ApiError::EscrowKey)?),
-        None => None,
-    };
-    let signer = own.as_ref().map_or(signer, |k| k.address());
-    let info = chain
-        .lookup_escrow_listed(id, signer, model, listed.as_deref(), protocol)
-        .await?;
+    let info = lookup(chain, signer, polling, id, model, protocol, key.as_ref()).await?;
     directory
         .send(AddEscrow {
             info: info.clone(),
@@ -130,6 +114,35 @@ pub async fn register(
         info,
         created: true,
     })
+}
+
+/// Reads `id` from the chain and checks that `key` (absent: the gateway key, `signer`) created
+/// it, before any host hears of the escrow. The participants (for the escrow's model) come from
+/// the chain poller's snapshot when no `model` is given.
+pub async fn lookup(
+    chain: &ChainClient,
+    signer: &Address,
+    polling: &ChainPolling,
+    id: &str,
+    model: Option<&str>,
+    protocol: Option<ProtocolVersion>,
+    key: Option<&KeySource>,
+) -> Result<EscrowInfo, ApiError> {
+    let listed = match model {
+        Some(_) => None,
+        None => polling
+            .participants(PARTICIPANTS_WAIT)
+            .await
+            .and_then(|v| listed(&v)),
+    };
+    let own = match key {
+        Some(k) => Some(k.load().map_err(ApiError::EscrowKey)?),
+        None => None,
+    };
+    let signer = own.as_ref().map_or(signer, |k| k.address());
+    Ok(chain
+        .lookup_escrow_listed(id, signer, model, listed.as_deref(), protocol)
+        .await?)
 }
 
 /// The version a registration call asks for; an unsupported one is a 400 naming it.

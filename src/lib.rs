@@ -5,7 +5,7 @@
 //! - [`logging`]: slog JSON logger (async, with a guard kept until exit).
 //! - [`metrics`]: the Prometheus registry and the HTTP metrics.
 //! - [`chain`]: chain REST client used when an escrow is registered.
-//! - [`escrows`]: escrow registration and admin summaries.
+//! - [`escrows`]: escrow registration and admin summaries; [`escrow_archive`]: deleted escrows.
 //! - [`http`]: the actix-web edge (OpenAI routes, ops, admin, error mapping).
 //! - [`state`]: `AppState`, what every handler gets (request accounting, chain polling).
 //! - [`app`]: process wiring: `build_app`, `start`, `run`, `serve`.
@@ -16,6 +16,7 @@ pub mod chain;
 pub mod chaos;
 pub mod config;
 pub mod demo;
+pub mod escrow_archive;
 pub mod escrows;
 #[doc(hidden)]
 pub mod fuzzing;

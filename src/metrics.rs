@@ -11,6 +11,9 @@
 //! | `devshard_gateway_race_errors_total` | counter: races failed before the first byte | `status` |
 //! | `devshard_gateway_limit_rejections_total` | counter: requests refused by a limit | `reason` |
 //! | `devshard_gateway_escrow_replacements_total` | counter: requests whose escrow closed before they started there | `result` (`replaced`, `no_other_escrow`) |
+//! | `devshard_escrow_adoptions_total` | counter: `POST /v1/admin/escrows {"adopt": true}` calls | `result` (`adopted`, `no_quorum`, `refused`) |
+//! | `devshard_escrow_adopt_rejected_diffs_total` | counter: diffs a host served that an adoption rejected | `reason` (`RejectReason`) |
+//! | `devshard_escrow_deletions_total` | counter: `DELETE /v1/admin/escrows/{id}` calls | `result` (`deleted_settled`, `deleted_unused`, `refused_not_settled`, `refused_in_use`, `refused_purge`) |
 //! | `devshard_escrow_pick_refusals_total` | counter: escrows passed over by admission (one per escrow refused, on a request no escrow could take) | `reason` (`PickRefusal`) |
 //!
 //! Labels are bounded: `path` is the matched route pattern (`/v1/admin/escrows/{id}`, or
@@ -60,6 +63,12 @@ pub struct HttpMetrics {
     pub replacements: IntCounterVec,
     /// Escrows refused by admission when no escrow could take a request, by typed reason.
     pub pick_refusals: IntCounterVec,
+    /// Adoptions of live escrows, by result.
+    pub adoptions: IntCounterVec,
+    /// Diffs rejected by adoptions, by typed reason.
+    pub adopt_rejected: IntCounterVec,
+    /// Escrow deletions, by result.
+    pub deletions: IntCounterVec,
 }
 
 impl HttpMetrics {
@@ -108,6 +117,30 @@ impl HttpMetrics {
             &["reason"],
         )?;
         registry.register(Box::new(pick_refusals.clone()))?;
+        let adoptions = IntCounterVec::new(
+            Opts::new(
+                "escrow_adoptions_total",
+                "Adoptions of live escrows, by result",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(adoptions.clone()))?;
+        let adopt_rejected = IntCounterVec::new(
+            Opts::new(
+                "escrow_adopt_rejected_diffs_total",
+                "Diffs served by hosts that an adoption rejected, by reason",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(adopt_rejected.clone()))?;
+        let deletions = IntCounterVec::new(
+            Opts::new(
+                "escrow_deletions_total",
+                "Escrow deletions by an admin, by result",
+            ),
+            &["result"],
+        )?;
+        registry.register(Box::new(deletions.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(races_in_flight.clone()))?;
@@ -121,6 +154,9 @@ impl HttpMetrics {
             rejections,
             replacements,
             pick_refusals,
+            adoptions,
+            adopt_rejected,
+            deletions,
         })
     }
 

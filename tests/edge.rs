@@ -31,6 +31,8 @@ mod persist;
 mod poc;
 #[path = "edge/poc_paused.rs"]
 mod poc_paused;
+#[path = "edge/poc_routing.rs"]
+mod poc_routing;
 #[path = "edge/settings.rs"]
 mod settings;
 #[path = "edge/support.rs"]

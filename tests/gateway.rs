@@ -7,10 +7,14 @@ pub const WARM_KEYS: devshard_gateway::sim::WarmMode = devshard_gateway::sim::Wa
 
 #[path = "gateway/admission.rs"]
 mod admission;
+#[path = "gateway/adopt.rs"]
+mod adopt;
 #[path = "gateway/catch_up.rs"]
 mod catch_up;
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
+#[path = "gateway/escrow_delete.rs"]
+mod escrow_delete;
 #[path = "gateway/fidelity.rs"]
 mod fidelity;
 #[path = "gateway/flow.rs"]

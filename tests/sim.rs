@@ -14,6 +14,8 @@ mod cli;
 mod control;
 #[path = "sim/faults.rs"]
 mod faults;
+#[path = "sim/forged_diffs.rs"]
+mod forged_diffs;
 #[path = "sim/latency.rs"]
 mod latency;
 #[path = "sim/protocol.rs"]

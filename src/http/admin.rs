@@ -6,8 +6,10 @@
 //!   "key_file"?|"key_env"?:"…"}` → 201 with the registered escrow (200 when it was registered
 //!   already); an unsupported `protocol` → 400; a key that cannot be read, or that did not
 //!   create the escrow → 400 (`escrow_key_unreadable`, `escrow_creator_mismatch`);
+//! - `POST /v1/admin/escrows` `{"escrow_id":"42","adopt":true,…}` → 201, the escrow adopted
+//!   from its hosts' diffs ([`super::escrow_adopt`]);
 //! - `GET /v1/admin/escrows` → every registered escrow with a live snapshot;
-//! - `GET /v1/admin/escrows/{id}`, `DELETE /v1/admin/escrows/{id}[?purge=true]`.
+//! - `GET /v1/admin/escrows/{id}`; `DELETE` of it is in [`super::escrow_delete`].
 
 use actix_web::{
     body::{BoxBody, MessageBody},
@@ -15,7 +17,7 @@ use actix_web::{
     middleware::Next,
     web, Error, HttpRequest, HttpResponse, ResponseError,
 };
-use devshard_actors::{directory::RemoveEscrow, escrow::key::KeySource};
+use devshard_actors::escrow::key::KeySource;
 use serde::Deserialize;
 use serde_json::json;
 use slog::info;
@@ -84,6 +86,9 @@ pub async fn add_escrow(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let raw = read_body(&req, payload, ADMIN_BODY_LIMIT).await?;
+    if super::escrow_adopt::is_adoption(&raw) {
+        return super::escrow_adopt::adopt(&state, &raw).await;
+    }
     let body: AddEscrowBody = serde_json::from_slice(&raw).map_err(|e| ApiError::BadRequest {
         message: format!("expected {{\"escrow_id\": \"<id>\", \"model\"?: \"<model>\", \"protocol\"?: \"v2|v4.1\", \"key_file\"?: \"<path>\", \"key_env\"?: \"<VAR>\"}}: {e}"),
         param: Some("escrow_id"),
@@ -140,35 +145,6 @@ pub async fn get_escrow(
         _ => return Err(ApiError::NotFound(format!("escrow {id} is not registered"))),
     };
     Ok(HttpResponse::Ok().json(escrows::summary(&state.directory, &info, status).await))
-}
-
-/// True for `purge=true|1|yes|on` in a query string.
-fn purge_requested(query: &str) -> bool {
-    query.split('&').any(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, "true"));
-        k == "purge" && matches!(v.to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on")
-    })
-}
-
-/// `DELETE /v1/admin/escrows/{id}[?purge=true]`.
-pub async fn delete_escrow(
-    req: HttpRequest,
-    path: web::Path<String>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let id = path.into_inner();
-    let purge = purge_requested(req.query_string());
-    state
-        .directory
-        .send(RemoveEscrow {
-            escrow_id: id.clone(),
-            purge,
-        })
-        .timeout(ACTOR_TIMEOUT)
-        .await??;
-    info!(state.log, "escrow removed by an admin"; "stage" => "escrow_removed",
-        "escrow" => &id, "purge" => purge);
-    Ok(HttpResponse::Ok().json(json!({"escrow_id": id, "deleted": true, "purged": purge})))
 }
 
 /// How long a sync of every host may take before the admin call gives up waiting.

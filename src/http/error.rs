@@ -33,6 +33,9 @@
 //! | winner broke mid-stream (SSE error event, status already 200) | — | `upstream_error` | `502` |
 //! | escrow disabled / actor busy | 503 | `service_unavailable` | `escrow_failed`, `actor_timeout`, `actor_unavailable` |
 //! | escrow settled / registered differently | 409 | `invalid_request_error` | `escrow_settled`, `conflict` |
+//! | adopt: escrow already registered; delete: escrow not settled or already used (`EscrowConflict`) | 409 | `invalid_request_error` | `escrow_already_registered`, `escrow_not_settled`, `escrow_in_use` |
+//! | adopt: no chain of diffs held by a quorum of hosts | 502 | `upstream_error` | `adopt_no_quorum` |
+//! | adopt: the store holds another diff log of the escrow | 409 | `invalid_request_error` | `adopt_store_conflict` |
 //! | escrow created by another key | 400 | `invalid_request_error` | `escrow_creator_mismatch` |
 //! | escrow's own key unreadable (registration / settlement) | 400 / 500 | `invalid_request_error` / `server_error` | `escrow_key_unreadable` |
 //! | settle: unknown escrow / already settled / not ours | 404 / 409 / 403 | `invalid_request_error` | `escrow_not_found`, `escrow_settled`, `escrow_not_ours` |
@@ -47,7 +50,7 @@ use actix_web::{
 use bytes::Bytes;
 use devshard_actors::{
     directory::{pick, DirectoryError},
-    escrow::key::KeyError,
+    escrow::{adopt::AdoptError, key::KeyError},
     outcome::OutcomeClass,
     policy::reason::PickRefusal,
     protocol::sse,
@@ -106,6 +109,11 @@ pub enum ApiError {
     Saturated,
     #[error("{0}")]
     Conflict(String),
+    /// An escrow admin call the escrow's state forbids (adopt, delete), with its own code.
+    #[error("{message}")]
+    EscrowConflict { code: &'static str, message: String },
+    #[error(transparent)]
+    Adopt(#[from] AdoptError),
     #[error(transparent)]
     Race(#[from] RaceError),
     #[error("the request's race ended without an answer")]
@@ -302,6 +310,13 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => parts(405, INVALID, "method_not_allowed"),
             ApiError::Saturated => parts(429, "rate_limit_error", "rate_limit_exceeded"),
             ApiError::Conflict(_) => parts(409, INVALID, "conflict"),
+            ApiError::EscrowConflict { code, .. } => parts(409, INVALID, code),
+            ApiError::Adopt(e) => match e {
+                AdoptError::NoQuorum { .. } => parts(502, UPSTREAM, "adopt_no_quorum"),
+                AdoptError::StoreDiffers(_) => parts(409, INVALID, "adopt_store_conflict"),
+                AdoptError::Session(..) => parts(502, UPSTREAM, "chain_data_invalid"),
+                AdoptError::Store(_) => parts(500, SERVER, "store_error"),
+            },
             ApiError::Race(e) => race_parts(e),
             ApiError::RaceLost => parts(502, UPSTREAM, UPSTREAM),
             ApiError::PhaseRefused { retry_after_s, .. } => ErrorParts {

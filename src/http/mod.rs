@@ -17,6 +17,8 @@
 //! - [`operator`]: `GET /v1/admin/state`, escrow deactivate/activate, the escrow choice;
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`, `/v1/models`;
 //! - [`admin`]: `/v1/admin/escrows…` and the admin-key guard;
+//! - [`escrow_delete`]: `DELETE /v1/admin/escrows/{id}` (settled, or never used with `force`);
+//! - [`escrow_adopt`]: adopting a live escrow from its hosts' diffs (`"adopt": true`);
 //! - [`participants`]: `/v1/admin/participants…` (health, unquarantine, forget, eject);
 //! - [`settings`]: `GET/PUT /v1/admin/settings` (admin);
 //! - [`debug`]: every `/v1/debug/…` route (actors, escrows, chain, series; admin);
@@ -31,6 +33,8 @@ pub mod debug;
 pub mod debug_chain;
 pub mod debug_settlement;
 pub mod error;
+pub mod escrow_adopt;
+pub mod escrow_delete;
 pub mod filter;
 pub mod gate;
 pub mod ledger;
@@ -99,7 +103,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .service(
                     resource("/escrows/{id}")
                         .route(web::get().to(admin::get_escrow))
-                        .route(web::delete().to(admin::delete_escrow)),
+                        .route(web::delete().to(escrow_delete::delete_escrow)),
                 )
                 .service(resource("/participants").route(web::get().to(participants::list)))
                 .service(

@@ -176,9 +176,10 @@ async fn chat_inner(
     }
     info!(log, "request received"; "stage" => "request_received", "model" => &chat.model,
         "stream" => chat.stream, "input_length" => chat.body.len(), "max_tokens" => chat.max_tokens);
-    if let Some(refused) = gate::admit(state, &chat.model, log) {
-        return Ok(refused.error_response());
-    }
+    let relaxed = match gate::admit(state, &chat.model, log) {
+        Ok(r) => r,
+        Err(refused) => return Ok(refused.error_response()),
+    };
 
     let Ok(permit) = state.races.clone().try_acquire_owned() else {
         state
@@ -198,8 +199,11 @@ async fn chat_inner(
         prompt_hash: chat.prompt_hash,
         max_tokens: chat.max_tokens,
         stream,
+        only_hosts: relaxed.as_ref().map(|r| r.only.clone()),
     };
-    let started = placement::place(state, Arc::new(params), escrow, log).await?;
+    let started = placement::place(state, Arc::new(params), escrow, log)
+        .await
+        .map_err(|e| gate::during_poc(relaxed.as_ref(), e, log))?;
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
     Ok(match started {
         RaceStart::Stream(rx) => accounting::recording_stream(rx, in_flight, state, rid, strip),

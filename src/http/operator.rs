@@ -41,6 +41,9 @@ pub struct Ask<'a> {
     pub max_tokens: u64,
     /// Escrows that already refused this request because they closed (`http/placement.rs`).
     pub closed: &'a [String],
+    /// Relaxed PoC: the participants whose hosts may serve it (`http/gate.rs`).
+    pub only_hosts:
+        Option<&'a std::sync::Arc<BTreeSet<devshard_actors::protocol::crypto::Address>>>,
 }
 
 /// The escrow for a new request: the directory's pick among the escrows that can take it
@@ -58,6 +61,7 @@ pub async fn pick_escrow(state: &AppState, ask: Ask<'_>) -> Result<PickedEscrow,
                 exclude.extend(ask.closed.iter().cloned());
                 exclude
             },
+            only_hosts: ask.only_hosts.cloned(),
         })
         .timeout(ACTOR_TIMEOUT)
         .await?;

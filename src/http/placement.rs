@@ -46,6 +46,7 @@ pub async fn place(
             input_bytes: u64::try_from(params.body.len()).unwrap_or(u64::MAX),
             max_tokens: params.max_tokens,
             closed: &closed,
+            only_hosts: params.only_hosts.as_ref(),
         };
         let picked = match operator::pick_escrow(state, ask).await {
             Ok(p) if !closed.contains(&p.escrow_id) => p,

@@ -33,6 +33,7 @@
 //! | `signatures_wrong_root` | `GET /signatures?nonce=N` answers, for each of the host's slots, a signature by its own key over a wrong root (`sha256("wrong-root" ‖ N)`) at `N`: a forged final-state signature |
 //! | `inject_foreign_txs` | the meta event's mempool also carries a `MsgFinalizeRound` and a `MsgStartInference` (txs only the escrow's creator may sequence: a byzantine host) |
 //! | `oversize_meta_bytes` | the meta event (after `[DONE]`) carries a `padding` string of that many bytes beside the mempool (a huge meta line) |
+//! | `forge_diffs_from_nonce` | `GET …/diffs` serves every stored diff with nonce ≥ K forged: its `post_state_root` replaced by `sha256(root ‖ "forged")` and signed by the host's own key (a host rewriting history cannot sign as the creator); the host's own state is untouched |
 //! | `sign_with_ungranted_key` | every signature (receipt, state, finish, validation, timeout vote) is made with a key the chain holds no grant for |
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,6 +102,8 @@ pub struct Faults {
     pub inject_foreign_txs: bool,
     #[serde(skip_serializing_if = "is_false")]
     pub sign_with_ungranted_key: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forge_diffs_from_nonce: Option<u64>,
     /// Number of `chat/completions` requests this set applies to (absent = until replaced).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub times: Option<u32>,

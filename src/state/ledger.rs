@@ -44,7 +44,7 @@ use slog::{info, warn, Logger};
 use super::accounting::{Outcome, Record};
 use crate::{
     config::{operator::LedgerConfig, Secret},
-    escrows,
+    escrow_archive,
     store::ledger::{AttemptRow, LedgerStore, RequestRow, Settlement},
 };
 
@@ -307,7 +307,8 @@ impl Tail {
     /// Applies the escrow's new durable diffs.
     fn advance(&mut self, escrow_id: &str) -> Result<(), String> {
         if !self.escrows.contains_key(escrow_id) {
-            let info = escrows::stored_info(&self.deps.store, escrow_id)
+            // A deleted escrow's kept log still settles, from its archived registration.
+            let info = escrow_archive::registration(&self.deps.store, escrow_id)
                 .map_err(|e| e.to_string())?
                 .ok_or("escrow not registered")?;
             self.escrows

@@ -107,12 +107,16 @@ async fn list_get_and_delete_escrows() {
     let (status, _, body) = call(&app, del.to_request()).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(error_fields(&body).1, "escrow_not_found");
-    let del = authed(test::TestRequest::delete().uri("/v1/admin/escrows/42?purge=true"));
+    let del = authed(test::TestRequest::delete().uri("/v1/admin/escrows/42"));
+    let (status, _, body) = call(&app, del.to_request()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(error_fields(&body).1, "escrow_not_settled");
+    let del = authed(test::TestRequest::delete().uri("/v1/admin/escrows/42?force=true&purge=true"));
     let (status, _, body) = call(&app, del.to_request()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         body,
-        json!({"escrow_id": ESCROW, "deleted": true, "purged": true})
+        json!({"escrow_id": ESCROW, "deleted": true, "purged": true, "reason": "unused", "nonce": 0})
     );
     let (_, _, body) = call(
         &app,

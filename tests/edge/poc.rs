@@ -23,7 +23,7 @@ const ADMIN: &str = "poc-admin";
 const CHAT: &str = r#"{"max_tokens":8,"messages":[{"role":"user","content":"during PoC?"}]}"#;
 
 /// A chain that starts at the first block of a 50-block PoC of 100 ms blocks.
-fn sim_config(seed: &str) -> SimConfig {
+pub(crate) fn sim_config(seed: &str) -> SimConfig {
     let mut cfg = SimConfig::with_seed(seed);
     cfg.hosts = 3;
     cfg.profile = Profile::Zero;
@@ -41,10 +41,17 @@ fn sim_config(seed: &str) -> SimConfig {
 }
 
 async fn start(seed: &str, mode: &str) -> (SimNetwork, RunningGateway, PathBuf) {
+    start_with(sim_config(seed), mode).await
+}
+
+/// [`start`] over a simulated network configured by the caller.
+pub(crate) async fn start_with(
+    cfg: SimConfig,
+    mode: &str,
+) -> (SimNetwork, RunningGateway, PathBuf) {
     let clock = TokioClock::new().shared();
-    let sim = SimNetwork::start(sim_config(seed), clock.clone())
-        .await
-        .unwrap();
+    let seed = cfg.seed.clone();
+    let sim = SimNetwork::start(cfg, clock.clone()).await.unwrap();
     let dir = std::env::temp_dir().join(format!("edge-poc-{seed}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let pairs = [
@@ -81,7 +88,7 @@ fn client() -> awc::Client {
         .finish()
 }
 
-async fn chat(url: &str) -> (u16, Option<String>, Value) {
+pub(crate) async fn chat(url: &str) -> (u16, Option<String>, Value) {
     let mut res = client()
         .post(format!("{url}/v1/chat/completions"))
         .insert_header(("content-type", "application/json"))
@@ -110,14 +117,24 @@ async fn admin_get(url: &str, path: &str) -> (u16, Value) {
     )
 }
 
-async fn nonce(url: &str) -> u64 {
+pub(crate) async fn nonce(url: &str) -> u64 {
     let (_, v) = admin_get(url, "/v1/admin/escrows/42").await;
     v["snapshot"]["nonce"].as_u64().unwrap()
 }
 
 /// Polls `/v1/debug/chain` until the admission of the escrow's model is `want`.
-async fn wait_for_admission(url: &str, model: &str, want: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
+pub(crate) async fn wait_for_admission(url: &str, model: &str, want: &str) -> Value {
+    wait_for_admission_within(url, model, want, Duration::from_secs(10)).await
+}
+
+/// [`wait_for_admission`] with its own deadline.
+pub(crate) async fn wait_for_admission_within(
+    url: &str,
+    model: &str,
+    want: &str,
+    within: Duration,
+) -> Value {
+    let deadline = Instant::now() + within;
     loop {
         let (status, view) = admin_get(url, "/v1/debug/chain").await;
         assert_eq!(status, 200, "{view}");

@@ -287,6 +287,7 @@ impl Harness {
             body: Bytes::from(raw),
             max_tokens,
             stream,
+            only_hosts: None,
         };
         let (escrow_id, addr) = match escrow {
             Some(id) => {
@@ -316,6 +317,7 @@ impl Harness {
                         input_bytes: params.body.len() as u64,
                         max_tokens,
                         exclude: Default::default(),
+                        only_hosts: None,
                     })
                     .await
                     .expect("directory");

@@ -125,6 +125,35 @@ impl Live {
     }
 }
 
+impl Live {
+    /// Stops this gateway and starts another on the same simulated network with an empty data
+    /// directory and no configured escrow (a migration to a new gateway), `env` overriding
+    /// [`start`]'s environment. The old data directory is removed.
+    pub async fn successor(self, env: &[(&str, &str)]) -> Live {
+        let Live {
+            sim,
+            gw,
+            dir,
+            clock,
+        } = self;
+        gw.stop(false).await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let dir = dir.with_extension("successor");
+        let mut vars = base_vars(&sim, &dir);
+        vars.remove("DEVSHARD_ESCROWS");
+        for (k, v) in env {
+            vars.insert((*k).to_string(), (*v).to_string());
+        }
+        let gw = start_gateway(&vars, clock.clone(), |c| c.escrows.clear()).await;
+        Live {
+            sim,
+            gw,
+            dir,
+            clock,
+        }
+    }
+}
+
 fn base_vars(sim: &SimNetwork, dir: &std::path::Path) -> BTreeMap<String, String> {
     [
         ("DEVSHARD_LISTEN", "127.0.0.1:0".to_string()),
@@ -211,4 +240,18 @@ pub fn request_id(headers: &awc::http::header::HeaderMap) -> String {
         .to_str()
         .unwrap()
         .to_string()
+}
+
+/// `GET /metrics` → (status, Prometheus text).
+pub async fn metrics(url: &str) -> (u16, String) {
+    let mut resp = client(2)
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    let body = resp.body().limit(16 << 20).await.unwrap();
+    (
+        resp.status().as_u16(),
+        String::from_utf8_lossy(&body).into_owned(),
+    )
 }

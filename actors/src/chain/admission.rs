@@ -103,6 +103,17 @@ pub fn preserved_for(view: &ChainView, model: &str, now_ms: i64) -> BTreeSet<Str
         .collect()
 }
 
+/// `Retry-After` and message of a refused new request (`extra` is appended to the message).
+/// Also the answer of a relaxed-mode request whose escrows have no preserved host (the edge
+/// builds it from the view it routed with).
+pub fn refusal(view: &ChainView, now_ms: i64, extra: &str) -> (u64, String) {
+    let message = format!(
+        "devshard temporarily unavailable during {}{extra}",
+        phase_text(view)
+    );
+    (retry_after_s(view, now_ms), message)
+}
+
 /// What a new request for `model` gets at `now_ms` (see the module docs).
 pub fn admission(view: &ChainView, mode: PocMode, model: &str, now_ms: i64) -> Admission {
     if view.epoch_stale(now_ms) {
@@ -112,13 +123,13 @@ pub fn admission(view: &ChainView, mode: PocMode, model: &str, now_ms: i64) -> A
         None | Some(PhaseKind::Inference) => return Admission::Serve,
         Some(kind) => kind,
     };
-    let refuse = |extra: &str| Admission::Refuse {
-        retry_after_s: retry_after_s(view, now_ms),
-        phase,
-        message: format!(
-            "devshard temporarily unavailable during {}{extra}",
-            phase_text(view)
-        ),
+    let refuse = |extra: &str| {
+        let (retry_after_s, message) = refusal(view, now_ms, extra);
+        Admission::Refuse {
+            retry_after_s,
+            phase,
+            message,
+        }
     };
     match mode {
         PocMode::Off => refuse(""),

@@ -44,6 +44,8 @@ pub struct PickEscrow {
     pub max_tokens: u64,
     /// Escrows an admin deactivated.
     pub exclude: BTreeSet<String>,
+    /// Relaxed PoC: only escrows with a host among these participants qualify (`None`: any).
+    pub only_hosts: Option<std::sync::Arc<BTreeSet<Address>>>,
 }
 
 /// The escrow chosen for a request. Dropping it ends the request's reservation (the escrow ends

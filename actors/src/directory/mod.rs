@@ -16,6 +16,7 @@ mod messages;
 mod participants;
 pub mod pick;
 mod spawn;
+mod warm;
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -44,6 +45,7 @@ pub use participants::{
     AdminParticipants, GetHealthSettings, ListParticipants, ParticipantOp, SetHealthSettings,
     HEALTH_SETTINGS_KEY,
 };
+pub use warm::GetWarmChecker;
 
 /// Errors of directory operations.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

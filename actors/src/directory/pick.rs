@@ -3,7 +3,8 @@
 //! it is more than `N + 1` nonces (plus one per request already on its way there) below its
 //! serving limit, it has a routable host, and its balance less what requests in flight reserved
 //! covers this request's reserve, `(input_bytes + ADMISSION_MARGIN_BYTES + max_tokens) ·
-//! token_price + fee_per_nonce`. Among candidates the one with the most spare capacity wins
+//! token_price + fee_per_nonce`, and, during PoC in relaxed mode, one of its hosts is among the
+//! participants the chain keeps preserved. Among candidates the one with the most spare capacity wins
 //! (races in flight relative to its participants' chain weight); ties rotate. The winner's
 //! reserve is held ([`Reservation`]) until the escrow starts the request or the request ends.
 //! With no candidate, the error names every escrow's typed refusal ([`PickRefusal`]).
@@ -38,6 +39,9 @@ pub struct Standing {
     pub group: u64,
     /// `max_nonce − (N + 1)`.
     pub serving_limit: u64,
+    /// False when the request may go only to preserved participants (relaxed PoC) and none of
+    /// the escrow's hosts is one.
+    pub preserved_host: bool,
 }
 
 /// Whether an escrow may take a request costing `cost` (pure; the first refusal that applies).
@@ -59,6 +63,9 @@ pub fn admit(s: Standing, b: &BudgetView, cost: u64) -> Result<(), PickRefusal> 
     if b.nonce.saturating_add(margin) >= s.serving_limit {
         return Err(PickRefusal::NonceLimit);
     }
+    if !s.preserved_host {
+        return Err(PickRefusal::NoPreservedHost);
+    }
     if !b.routable {
         return Err(PickRefusal::NoRoutableHost);
     }
@@ -76,6 +83,10 @@ fn standing(id: &str, e: &EscrowSlot, msg: &PickEscrow) -> Standing {
         alive: e.slot.addr.as_ref().is_some_and(|a| a.connected()),
         group: u64::try_from(e.info.group_size()).unwrap_or(u64::MAX),
         serving_limit: e.info.last_active_nonce(),
+        preserved_host: msg
+            .only_hosts
+            .as_ref()
+            .is_none_or(|only| e.info.hosts.iter().any(|h| only.contains(&h.address))),
     }
 }
 
@@ -191,6 +202,7 @@ mod tests {
             alive: true,
             group: 3,
             serving_limit: 100,
+            preserved_host: true,
         }
     }
 
@@ -245,6 +257,13 @@ mod tests {
                     ..ok_standing()
                 },
                 PickRefusal::Unavailable,
+            ),
+            (
+                Standing {
+                    preserved_host: false,
+                    ..ok_standing()
+                },
+                PickRefusal::NoPreservedHost,
             ),
         ];
         for (s, want) in cases {

@@ -254,6 +254,11 @@ impl EscrowActor {
                         return;
                     }
                 }
+                Step::Pass => {
+                    if !self.withhold(EmptyDiffReason::NoTaker, ctx) {
+                        return;
+                    }
+                }
                 Step::Hold => return self.arm_hold(ctx),
                 Step::Idle => return self.cancel_hold(ctx),
                 Step::Stop => return,

@@ -17,6 +17,9 @@ pub enum EscrowError {
     NoRoutableHost(String),
     #[error("every host of escrow {0} was tried")]
     AllHostsTried(String),
+    /// Relaxed PoC: none of the hosts the request may use (the preserved ones) is routable.
+    #[error("no host of escrow {0} that the chain keeps preserved during PoC can be routed to")]
+    NoPreservedHost(String),
     #[error("escrow {0} is saturated; retry later")]
     Saturated(String),
     #[error("could not make the diff durable: {0}")]

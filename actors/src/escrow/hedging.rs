@@ -59,7 +59,7 @@ fn upcoming(
     routing: &Routing,
     session: &Session,
     settings: &HealthSettings,
-    exclude: &[Address],
+    w: &Waiter,
     input_bytes: u64,
     now: i64,
 ) -> Vec<(u64, CandidateView)> {
@@ -71,8 +71,9 @@ fn upcoming(
             let host = session.info().host_for_nonce(nonce)?.address.clone();
             let mut c = candidate(routing, settings, &host, input_bytes, now);
             c.skip_nonces = u32::try_from(k).unwrap_or(u32::MAX);
-            c.in_race = exclude.contains(&host);
-            c.routable = c.routable && !routing.is_withheld(&host);
+            c.in_race = w.exclude.contains(&host);
+            // Relaxed PoC: a host the request may not use is no candidate.
+            c.routable = c.routable && !routing.is_withheld(&host) && w.params.allows(&host);
             Some((nonce, c))
         })
         .collect()
@@ -97,7 +98,7 @@ pub(super) fn hedge(
         got_first_content: req.got_first_content,
         attempts: req.attempts,
     };
-    let upcoming = upcoming(routing, session, settings, &w.exclude, input, now);
+    let upcoming = upcoming(routing, session, settings, &w, input, now);
     let views: Vec<CandidateView> = upcoming.iter().map(|(_, c)| *c).collect();
     let decision = hedge::hedge_decision(
         &primary,
@@ -167,7 +168,7 @@ pub(super) fn pair(
     w: Waiter,
 ) -> Option<SkipThenGrant> {
     let input = u64::try_from(w.params.body.len()).unwrap_or(u64::MAX);
-    let upcoming = upcoming(routing, session, &deps.settings, &w.exclude, input, now);
+    let upcoming = upcoming(routing, session, &deps.settings, &w, input, now);
     let skip = upcoming
         .iter()
         .find(|(_, c)| c.routable && !c.in_race && c.preference == Preference::Healthy)

@@ -1,6 +1,6 @@
 //! Messages of the `EscrowActor`, one struct each.
 
-use std::sync::Arc;
+use std::{collections::BTreeSet, sync::Arc};
 
 use actix::Message;
 use bytes::Bytes;
@@ -27,6 +27,17 @@ pub struct InferenceParams {
     pub prompt_hash: [u8; 32],
     pub max_tokens: u64,
     pub stream: bool,
+    /// Relaxed PoC: the only participants whose hosts may serve it (`None`: any host).
+    pub only_hosts: Option<Arc<BTreeSet<Address>>>,
+}
+
+impl InferenceParams {
+    /// May `host` serve this request (relaxed PoC routing)?
+    pub fn allows(&self, host: &Address) -> bool {
+        self.only_hosts
+            .as_ref()
+            .is_none_or(|only| only.contains(host))
+    }
 }
 
 /// A race asks for the next nonce it may send. Answered once the nonce's diff is durable.

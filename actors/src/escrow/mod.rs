@@ -35,6 +35,7 @@
 //! `actor/settling.rs` and `actor/voting.rs` (timeout votes).
 
 mod actor;
+pub mod adopt;
 pub mod attempt;
 mod book;
 pub mod budget;

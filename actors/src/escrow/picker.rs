@@ -5,6 +5,10 @@
 //! host takes it. A nonce whose host is withheld by our choice (ejected, under repair) becomes a
 //! diff without `MsgStartInference`; one whose repair gave up becomes a ghost inference. A nonce
 //! every waiting race already tried waits `picker_hold_ms` for a new taker, then is withheld too.
+//! During PoC in relaxed mode a request may go only to the preserved participants' hosts
+//! ([`InferenceParams::allows`]): a nonce whose host no waiting race may use is passed over at
+//! once (a diff without inference), and a race none of whose hosts is routable is answered
+//! `NoPreservedHost`.
 //! [`Picker::next_step`] says what to do with the next nonce; the actor carries it out.
 
 use std::{collections::VecDeque, sync::Arc};
@@ -38,6 +42,8 @@ pub(super) enum Step {
     Withhold,
     /// Every waiter tried its host: arm the hold and stop.
     Hold,
+    /// No waiter may use its host (relaxed PoC): sequence a diff without inference at once.
+    Pass,
     /// Nobody waits any more: cancel the hold and stop.
     Idle,
     /// Nothing can be handed out (waiters were answered, or the nonce has no host): stop.
@@ -131,26 +137,36 @@ impl Picker {
             return Step::Withhold;
         }
         self.fail_exhausted(session, routing);
-        match self.waiting.iter().position(|w| !w.exclude.contains(&host)) {
+        let takes = |w: &Waiter| !w.exclude.contains(&host) && w.params.allows(&host);
+        match self.waiting.iter().position(takes) {
             Some(i) => match self.waiting.remove(i) {
                 Some(w) => Step::Grant(w),
                 None => Step::Stop,
             },
+            None if self.waiting.iter().all(|w| !w.params.allows(&host)) => Step::Pass,
             None => Step::Hold,
         }
     }
 
-    /// Races that tried every routable host get a clear error instead of waiting forever.
+    /// Races that tried every routable host they may use get a clear error instead of waiting
+    /// forever.
     fn fail_exhausted(&mut self, session: &Session, routing: &Routing) {
         let routable = routing.routable_hosts();
         let id = session.info().escrow_id.clone();
-        let (exhausted, keep): (Vec<_>, Vec<_>) = self
-            .waiting
-            .drain(..)
-            .partition(|w| routable.iter().all(|h| w.exclude.contains(h)));
+        let (exhausted, keep): (Vec<_>, Vec<_>) = self.waiting.drain(..).partition(|w| {
+            routable
+                .iter()
+                .filter(|h| w.params.allows(h))
+                .all(|h| w.exclude.contains(h))
+        });
         self.waiting = keep.into();
         for w in exhausted {
-            let _ = w.reply.send(Err(EscrowError::AllHostsTried(id.clone())));
+            let err = if routable.iter().any(|h| w.params.allows(h)) {
+                EscrowError::AllHostsTried(id.clone())
+            } else {
+                EscrowError::NoPreservedHost(id.clone())
+            };
+            let _ = w.reply.send(Err(err));
         }
     }
 
@@ -163,7 +179,11 @@ impl Picker {
             .host_for_nonce(next)
             .map(|h| h.address.clone());
         host.is_some_and(|h| {
-            !self.waiting.is_empty() && self.waiting.iter().all(|w| w.exclude.contains(&h))
+            !self.waiting.is_empty()
+                && self
+                    .waiting
+                    .iter()
+                    .all(|w| w.exclude.contains(&h) || !w.params.allows(&h))
         })
     }
 

@@ -16,8 +16,8 @@ use crate::protocol::{
     proto::DevshardTx,
     sse::{self, HostEvent, SseParser},
     wire::{
-        InferenceRequest, MempoolResponse, ReceiptBody, SignaturesResponse, VerifyTimeoutRequest,
-        VerifyTimeoutResponse,
+        DiffRecord, InferenceRequest, MempoolResponse, ReceiptBody, SignaturesResponse,
+        VerifyTimeoutRequest, VerifyTimeoutResponse,
     },
 };
 
@@ -268,4 +268,9 @@ pub async fn get_signatures(url: &str, timeout: Duration) -> Result<SignaturesRe
 pub async fn get_mempool(url: &str, timeout: Duration) -> Result<Vec<DevshardTx>, HostError> {
     let m: MempoolResponse = get_json(url, timeout).await?;
     m.decode_txs().map_err(|e| HostError::Decode(e.to_string()))
+}
+
+/// `GET …/diffs?from=A&to=B` (inclusive), as the host serves them (signatures not checked).
+pub async fn get_diffs(url: &str, timeout: Duration) -> Result<Vec<DiffRecord>, HostError> {
+    get_json(url, timeout).await
 }

@@ -208,6 +208,8 @@ reasons! {
         NonceLimit => "nonce_limit",
         /// No host of its group can be routed to.
         NoRoutableHost => "no_routable_host",
+        /// Relaxed PoC: none of its hosts is kept preserved by the chain.
+        NoPreservedHost => "no_preserved_host",
         /// Its balance, less what requests in flight reserved, cannot pay this request's reserve.
         OutOfBalance => "out_of_balance",
         /// Disabled by its restart budget.
@@ -225,6 +227,7 @@ impl PickRefusal {
             PickRefusal::Draining => "draining or settling",
             PickRefusal::NonceLimit => "at their nonce limit",
             PickRefusal::NoRoutableHost => "without a routable host",
+            PickRefusal::NoPreservedHost => "without a host preserved during PoC",
             PickRefusal::OutOfBalance => "out of balance",
             PickRefusal::Failed => "disabled after failing too often",
             PickRefusal::Unavailable => "restarting",

@@ -5,6 +5,7 @@ use http::StatusCode;
 
 use devshard_actors::protocol::{
     crypto::sha256,
+    diff::Diff,
     state::sign_state,
     wire::{DiffJson, DiffRecord, MempoolResponse, SignaturesResponse},
 };
@@ -36,9 +37,16 @@ fn parse_u64(query: Option<&str>, name: &str) -> Result<Option<u64>, Reject> {
     }
 }
 
+/// `diff` as a lying host serves it (`forge_diffs_from_nonce`): a rewritten root it signs itself.
+fn forged(host: &HostState, escrow_id: &str, diff: &Diff) -> Diff {
+    let root = sha256(&[diff.post_state_root.as_slice(), b"forged"].concat());
+    Diff::sign(diff.nonce, diff.txs.clone(), escrow_id, root, &host.key)
+}
+
 /// `GET …/diffs?from=A&to=B` (inclusive; defaults 1 and the latest nonce).
 pub(crate) async fn diffs(host: &HostState, escrow_id: &str, query: Option<&str>) -> Resp {
     AtomicCounters::bump(&host.counters.diffs);
+    let forge_from = host.faults().forge_diffs_from_nonce;
     with_rtt(host, || {
         let (from, to) = match (parse_u64(query, "from"), parse_u64(query, "to")) {
             (Ok(f), Ok(t)) => (f.unwrap_or(1), t),
@@ -47,9 +55,15 @@ pub(crate) async fn diffs(host: &HostState, escrow_id: &str, query: Option<&str>
         let records = host.with_session(escrow_id, |s| {
             let to = to.unwrap_or_else(|| s.sm.latest_nonce());
             s.diffs_in(from, to)
-                .map(|d| DiffRecord {
-                    diff: DiffJson::from_diff(&d.diff),
-                    state_hash: d.state_hash.to_vec(),
+                .map(|d| {
+                    let diff = match forge_from {
+                        Some(k) if d.diff.nonce >= k => forged(host, escrow_id, &d.diff),
+                        _ => d.diff.clone(),
+                    };
+                    DiffRecord {
+                        diff: DiffJson::from_diff(&diff),
+                        state_hash: d.state_hash.to_vec(),
+                    }
                 })
                 .collect::<Vec<_>>()
         });

@@ -32,6 +32,7 @@ mod restore;
 mod unsettled;
 mod warm;
 
+pub use restore::ReplayFault;
 pub use warm::WarmSigner;
 
 pub use crate::protocol::session_error::SessionError;

@@ -1,0 +1,47 @@
+//! Archive rows of deleted escrows (`DELETE /v1/admin/escrows/{id}`, `http::escrow_delete`):
+//! the registration record moves to [`NS_DELETED`], so whatever must still read a deleted
+//! escrow's chain data (the cost ledger's tail replaying its kept diff log) finds it there.
+
+use devshard_actors::{escrow::EscrowInfo, store::SharedStore};
+use serde::{Deserialize, Serialize};
+
+use crate::{escrows, http::error::ApiError};
+
+/// Store namespace of deleted escrows' archive rows: key = escrow id.
+pub const NS_DELETED: &str = "escrow_deleted";
+
+/// Why a deletion was allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Deletable {
+    /// Settled on chain.
+    Settled,
+    /// Never granted a nonce (`?force=true`).
+    Unused,
+}
+
+/// The archive row of a deleted escrow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Archived {
+    pub escrow_id: String,
+    pub reason: Deletable,
+    /// The nonces it had sequenced.
+    pub nonce: u64,
+    pub deleted_at_ms: i64,
+    pub registration: EscrowInfo,
+}
+
+/// The chain data of an escrow: its registration, else its archive row.
+pub fn registration(store: &SharedStore, escrow_id: &str) -> Result<Option<EscrowInfo>, ApiError> {
+    if let Some(info) = escrows::stored_info(store, escrow_id)? {
+        return Ok(Some(info));
+    }
+    let value = store
+        .get(NS_DELETED, escrow_id)
+        .map_err(|e| ApiError::Internal(format!("reading escrow {escrow_id}'s archive: {e}")))?;
+    value
+        .map(serde_json::from_value::<Archived>)
+        .transpose()
+        .map(|a| a.map(|a| a.registration))
+        .map_err(|e| ApiError::Internal(format!("escrow {escrow_id}'s archive is unreadable: {e}")))
+}
