@@ -6,6 +6,8 @@
 //!   "key_file"?|"key_env"?:"…"}` → 201 with the registered escrow (200 when it was registered
 //!   already); an unsupported `protocol` → 400; a key that cannot be read, or that did not
 //!   create the escrow → 400 (`escrow_key_unreadable`, `escrow_creator_mismatch`);
+//! - `POST /v1/admin/escrows` `{"model":"…","amount":A}` → creates the escrow on chain first
+//!   ([`super::escrow_create`]);
 //! - `GET /v1/admin/escrows` → every registered escrow with a live snapshot;
 //! - `GET /v1/admin/escrows/{id}`, `DELETE /v1/admin/escrows/{id}[?purge=true]`.
 
@@ -84,6 +86,9 @@ pub async fn add_escrow(
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let raw = read_body(&req, payload, ADMIN_BODY_LIMIT).await?;
+    if super::escrow_create::is_creation(&raw) {
+        return super::escrow_create::create(&state, &raw).await;
+    }
     let body: AddEscrowBody = serde_json::from_slice(&raw).map_err(|e| ApiError::BadRequest {
         message: format!("expected {{\"escrow_id\": \"<id>\", \"model\"?: \"<model>\", \"protocol\"?: \"v2|v4.1\", \"key_file\"?: \"<path>\", \"key_env\"?: \"<VAR>\"}}: {e}"),
         param: Some("escrow_id"),
