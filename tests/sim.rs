@@ -10,6 +10,8 @@ mod client;
 mod chain;
 #[path = "sim/cli.rs"]
 mod cli;
+#[path = "sim/create.rs"]
+mod create;
 #[path = "sim/control.rs"]
 mod control;
 #[path = "sim/faults.rs"]

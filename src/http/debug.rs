@@ -247,7 +247,7 @@ fn entry(s: &StatsView, p: &Probed, races: usize, now: i64) -> Value {
 }
 
 fn kind_rank(v: &Value) -> usize {
-    const ORDER: [&str; 7] = [
+    const ORDER: [&str; 8] = [
         "directory",
         "escrow",
         "settlement",
