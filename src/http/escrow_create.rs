@@ -2,7 +2,8 @@
 //! `GET /v1/admin/rotation` (admin key), docs/lifecycle.md §4.
 //!
 //! Creation answers synchronously within a deadline: the intent is persisted, the tx broadcast,
-//! and its commit awaited for up to [`CREATE_WAIT_MS`]:
+//! and its commit awaited for up to [`CREATE_WAIT_MS`] (45 s; the body's optional `wait_ms`
+//! shortens it, `0` answers after the first look-up):
 //! - committed and registered → **201** with the escrow (as `GET /v1/admin/escrows/{id}`) and
 //!   its `tx_hash`;
 //! - refused or failed on chain → **502** `escrow_creation_failed` with the chain's log;
@@ -35,6 +36,9 @@ pub const CREATE_WAIT_MS: i64 = CONFIRM_WINDOW_MS;
 pub struct CreateBody {
     pub model: String,
     pub amount: u64,
+    /// How long to wait for the commit (at most [`CREATE_WAIT_MS`]; 0 = answer 202 at once).
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
 }
 
 /// True when a `POST /v1/admin/escrows` body asks for a creation (it names an `amount`).
@@ -62,7 +66,10 @@ pub async fn create(state: &AppState, raw: &[u8]) -> Result<HttpResponse, ApiErr
     }
     let creator = &state.rotation.creator;
     let intent = creator.create(model, body.amount, Origin::Admin).await?;
-    let deadline = state.clock.now_ms() + CREATE_WAIT_MS;
+    let wait = body
+        .wait_ms
+        .map_or(CREATE_WAIT_MS, |w| i64::try_from(w).unwrap_or(i64::MAX).min(CREATE_WAIT_MS));
+    let deadline = state.clock.now_ms() + wait;
     match creator.wait(&intent.tx_hash, deadline).await {
         Reconciled::Registered(id) => {
             let info = escrows::stored_info(&state.store, &id)?
