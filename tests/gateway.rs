@@ -35,6 +35,8 @@ mod lifecycle;
 mod live;
 #[path = "gateway/load.rs"]
 mod load;
+#[path = "gateway/rotation.rs"]
+mod rotation;
 #[path = "gateway/repair.rs"]
 mod repair;
 #[path = "gateway/requests.rs"]

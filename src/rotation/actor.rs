@@ -7,8 +7,9 @@
 //!   [`super::deposits`]); escrow budgets come from the settlement tick, roles from the
 //!   settlement records. The back-off starts again from zero after a restart (bounded: the daily
 //!   cap still holds).
-//! - **Timers**: one — the check, every `rotation.check_interval_ms` (read again at each check);
-//!   the first runs at start. Each check first reconciles every open intent (also when rotation
+//! - **Timers**: one — a 100 ms tick that starts the check once `rotation.check_interval_ms`
+//!   (as in force at that tick) has passed since the last one; the first runs at start, and a
+//!   settings change runs one at once. Each check first reconciles every open intent (also when rotation
 //!   is off: admin creations need it), then, per rotating model, creates a replacement when too
 //!   few escrows are active (before any runs dry: see [`super::plan::role`]) and retires the
 //!   running-low ones once their replacements serve (drain + settle by the settlement actors).
@@ -36,6 +37,8 @@ use crate::state::{
     Deactivated,
 };
 
+/// How often the actor looks whether a check is due (the smallest `check_interval_ms`).
+const TICK: Duration = Duration::from_millis(100);
 /// How long a check waits for the settlement views.
 const VIEW_DEADLINE: Duration = Duration::from_secs(1);
 
@@ -94,6 +97,8 @@ pub struct RotationActor {
     backoff: BTreeMap<String, Backoff>,
     view: RotationView,
     busy: bool,
+    /// When the last check started.
+    started_ms: Option<i64>,
 }
 
 /// The last check's view.
@@ -128,15 +133,17 @@ impl RotationActor {
             backoff: BTreeMap::new(),
             view: RotationView::default(),
             busy: false,
+            started_ms: None,
         }
     }
 
-    fn schedule(&self, ctx: &mut Context<Self>) {
-        let every = self.rotation.settings().check_interval_ms.max(100);
-        ctx.run_later(Duration::from_millis(every), |act, ctx| {
-            act.check(ctx);
-            act.schedule(ctx);
-        });
+    /// Runs a check when `check_interval_ms` (as in force now) has passed since the last one.
+    fn due(&mut self, ctx: &mut Context<Self>) {
+        let every = i64::try_from(self.rotation.settings().check_interval_ms).unwrap_or(i64::MAX);
+        let now = self.rotation.creator.clock.now_ms();
+        if self.started_ms.is_none_or(|at| now - at >= every) {
+            self.check(ctx);
+        }
     }
 
     fn check(&mut self, ctx: &mut Context<Self>) {
@@ -144,6 +151,7 @@ impl RotationActor {
             return;
         }
         self.busy = true;
+        self.started_ms = Some(self.rotation.creator.clock.now_ms());
         let settings = self.rotation.settings();
         let rotation = self.rotation.clone();
         let settlements = self.settlements.clone();
@@ -357,7 +365,7 @@ impl Actor for RotationActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.check(ctx);
-        self.schedule(ctx);
+        ctx.run_interval(TICK, |act, ctx| act.due(ctx));
     }
 }
 
