@@ -4,6 +4,8 @@
 
 #[path = "process/child.rs"]
 mod child;
+#[path = "process/create.rs"]
+mod create;
 #[path = "process/crash.rs"]
 mod crash;
 #[path = "process/settle.rs"]
