@@ -195,11 +195,6 @@ impl AppState {
             },
             parts.log.clone(),
         );
-        rotation.start(
-            settlements.clone(),
-            deactivated.clone(),
-            config.max_tokens_cap,
-        );
         AppState {
             directory: parts.directory,
             actors: parts.actors,
