@@ -35,12 +35,12 @@ mod lifecycle;
 mod live;
 #[path = "gateway/load.rs"]
 mod load;
-#[path = "gateway/rotation.rs"]
-mod rotation;
 #[path = "gateway/repair.rs"]
 mod repair;
 #[path = "gateway/requests.rs"]
 mod requests;
+#[path = "gateway/rotation.rs"]
+mod rotation;
 #[path = "gateway/settle.rs"]
 mod settle;
 #[path = "gateway/settle_edges.rs"]

@@ -4,10 +4,10 @@
 
 #[path = "process/child.rs"]
 mod child;
-#[path = "process/create.rs"]
-mod create;
 #[path = "process/crash.rs"]
 mod crash;
+#[path = "process/create.rs"]
+mod create;
 #[path = "process/settle.rs"]
 mod settle;
 #[path = "process/warm.rs"]

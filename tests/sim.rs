@@ -10,10 +10,10 @@ mod client;
 mod chain;
 #[path = "sim/cli.rs"]
 mod cli;
-#[path = "sim/create.rs"]
-mod create;
 #[path = "sim/control.rs"]
 mod control;
+#[path = "sim/create.rs"]
+mod create;
 #[path = "sim/faults.rs"]
 mod faults;
 #[path = "sim/latency.rs"]

@@ -277,8 +277,7 @@ async fn all_actors(state: &AppState, kind: Option<&str>) -> Vec<Value> {
             Vec::new()
         }
     };
-    let (probed, settlements, rotation) =
-        futures::join!(probe(state, kind), settlements, rotation);
+    let (probed, settlements, rotation) = futures::join!(probe(state, kind), settlements, rotation);
     let now = state.clock.now_ms();
     // Read after the probes: participants the directory started for them are listed too.
     let all = state.actors.list();

@@ -59,16 +59,24 @@ pub async fn create(state: &AppState, raw: &[u8]) -> Result<HttpResponse, ApiErr
     })?;
     let model = body.model.trim();
     if model.is_empty() {
-        return Err(ApiError::invalid("model", "invalid_value", "`model` must name a model"));
+        return Err(ApiError::invalid(
+            "model",
+            "invalid_value",
+            "`model` must name a model",
+        ));
     }
     if body.amount == 0 {
-        return Err(ApiError::invalid("amount", "invalid_value", "`amount` must be > 0"));
+        return Err(ApiError::invalid(
+            "amount",
+            "invalid_value",
+            "`amount` must be > 0",
+        ));
     }
     let creator = &state.rotation.creator;
     let intent = creator.create(model, body.amount, Origin::Admin).await?;
-    let wait = body
-        .wait_ms
-        .map_or(CREATE_WAIT_MS, |w| i64::try_from(w).unwrap_or(i64::MAX).min(CREATE_WAIT_MS));
+    let wait = body.wait_ms.map_or(CREATE_WAIT_MS, |w| {
+        i64::try_from(w).unwrap_or(i64::MAX).min(CREATE_WAIT_MS)
+    });
     let deadline = state.clock.now_ms() + wait;
     match creator.wait(&intent.tx_hash, deadline).await {
         Reconciled::Registered(id) => {
@@ -118,6 +126,8 @@ pub async fn debug_entries(state: &AppState) -> Vec<serde_json::Value> {
     } else {
         "off"
     };
-    vec![json!({"kind": "rotation", "id": "rotation", "state": status, "alive": alive,
-        "detail": v})]
+    vec![
+        json!({"kind": "rotation", "id": "rotation", "state": status, "alive": alive,
+        "detail": v}),
+    ]
 }

@@ -248,7 +248,13 @@ pub async fn put_settings(
         chain_patch.and_then(|p| merge(CHAIN_POLL, &chain_now, chain_reset, p, &mut errors));
     let rotation_now = state.rotation.settings();
     let rotation = section(&body, ROTATION, &mut errors).and_then(|p| {
-        merge(ROTATION, &rotation_now, &RotationSettings::default(), p, &mut errors)
+        merge(
+            ROTATION,
+            &rotation_now,
+            &RotationSettings::default(),
+            p,
+            &mut errors,
+        )
     });
     if let Some(Err(list)) = rotation.as_ref().map(RotationSettings::validate) {
         errors.extend(

@@ -18,10 +18,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use actix::prelude::*;
 use devshard_actors::{
-    directory::pick::reserved_cost,
-    escrow::EscrowInfo,
-    settlement::SettlementState,
-    store::ns,
+    directory::pick::reserved_cost, escrow::EscrowInfo, settlement::SettlementState, store::ns,
 };
 use serde::Serialize;
 use slog::{info, warn};
@@ -243,10 +240,7 @@ async fn gather(
         .into_iter()
         .filter_map(|(id, v)| Some((id, serde_json::from_value(v).ok()?)))
         .collect();
-    let off = deactivated
-        .lock()
-        .map(|d| d.clone())
-        .unwrap_or_default();
+    let off = deactivated.lock().map(|d| d.clone()).unwrap_or_default();
     let mut by_model: BTreeMap<String, Vec<EscrowFacts>> = BTreeMap::new();
     for v in settlements.views(VIEW_DEADLINE).await {
         let Some(info) = infos.get(&v.escrow_id) else {
@@ -260,18 +254,21 @@ async fn gather(
             c.fee_per_nonce,
         );
         let state = v.record.as_ref().map(|r| &r.state);
-        by_model.entry(info.model.clone()).or_default().push(EscrowFacts {
-            escrow_id: v.escrow_id.clone(),
-            nonce: v.budget.map_or(0, |b| b.nonce),
-            serving_limit: v
-                .budget
-                .map_or_else(|| info.last_active_nonce(), |b| b.serving_limit),
-            spendable: v.budget.map_or(info.amount, |b| b.balance),
-            worst_cost,
-            closed: state.is_some_and(SettlementState::is_closed),
-            settled: matches!(state, Some(SettlementState::Settled { .. })),
-            deactivated: off.contains(&v.escrow_id),
-        });
+        by_model
+            .entry(info.model.clone())
+            .or_default()
+            .push(EscrowFacts {
+                escrow_id: v.escrow_id.clone(),
+                nonce: v.budget.map_or(0, |b| b.nonce),
+                serving_limit: v
+                    .budget
+                    .map_or_else(|| info.last_active_nonce(), |b| b.serving_limit),
+                spendable: v.budget.map_or(info.amount, |b| b.balance),
+                worst_cost,
+                closed: state.is_some_and(SettlementState::is_closed),
+                settled: matches!(state, Some(SettlementState::Settled { .. })),
+                deactivated: off.contains(&v.escrow_id),
+            });
     }
     by_model
 }
@@ -309,7 +306,9 @@ async fn check_model(
         info!(log, "replacement escrow being created"; "stage" => "escrow_rotation_started",
             "model" => &rule.model, "amount" => rule.amount, "running_low" => low.join(","),
             "deposited_today" => deposited, "cap" => rule.max_deposit_per_day);
-        let r = creator.create(&rule.model, rule.amount, Origin::Rotation).await;
+        let r = creator
+            .create(&rule.model, rule.amount, Origin::Rotation)
+            .await;
         created = Some(match r {
             Ok(intent) => {
                 if let Some(m) = &creator.metrics {

@@ -95,8 +95,7 @@ impl Creator {
     }
 
     async fn save(&self, intent: &CreateIntent) -> Result<(), CreateError> {
-        let value =
-            serde_json::to_value(intent).map_err(|e| CreateError::Store(e.to_string()))?;
+        let value = serde_json::to_value(intent).map_err(|e| CreateError::Store(e.to_string()))?;
         self.store
             .put(NS_CREATE_INTENTS, &intent.tx_hash, value)
             .await
@@ -163,7 +162,11 @@ impl Creator {
         }
     }
 
-    async fn sign(&self, model: &str, amount: u64) -> Result<devshard_actors::protocol::cosmos::SignedTx, CreateError> {
+    async fn sign(
+        &self,
+        model: &str,
+        amount: u64,
+    ) -> Result<devshard_actors::protocol::cosmos::SignedTx, CreateError> {
         let unavailable = |e: devshard_actors::settlement::chain::ChainTxError| {
             CreateError::ChainUnavailable(e.to_string())
         };
@@ -179,7 +182,9 @@ impl Creator {
             model_id: model.to_owned(),
         };
         let now_s = self.clock.now_unix();
-        Ok(create_tx(&self.key, &msg, &self.tx, &chain_id, account, now_s))
+        Ok(create_tx(
+            &self.key, &msg, &self.tx, &chain_id, account, now_s,
+        ))
     }
 
     /// Reconciles every open intent once; answers how each ended.
@@ -232,7 +237,9 @@ impl Creator {
                 Reconciled::Cleared { why, log }
             }
             IntentNext::NoEscrowId => {
-                intent.last_error = Some("committed, but no devshard_escrow_created event names an escrow_id".into());
+                intent.last_error = Some(
+                    "committed, but no devshard_escrow_created event names an escrow_id".into(),
+                );
                 error!(self.log, "escrow creation committed without an escrow id";
                     "stage" => "escrow_create_intent", "tx_hash" => tx_hash);
                 let _ = self.save(&intent).await;
@@ -282,7 +289,10 @@ impl Creator {
                     "created_at_ms": intent.created_at_ms,
                     "registered_at_ms": self.clock.now_ms()});
                 // The creations record first: a crash in between re-registers (a no-op).
-                let _ = self.store.put(super::NS_CREATED, &intent.tx_hash, record).await;
+                let _ = self
+                    .store
+                    .put(super::NS_CREATED, &intent.tx_hash, record)
+                    .await;
                 self.clear(&intent, None).await;
                 self.count("created");
                 info!(self.log, "escrow created on chain and registered";

@@ -58,7 +58,8 @@ impl Deposits {
         let value = serde_json::to_value(d).map_err(|e| CreateError::Store(e.to_string()))?;
         self.store
             .put(NS_DEPOSITS, model, value)
-            .await.map_err(|e| CreateError::Store(e.to_string()))?;
+            .await
+            .map_err(|e| CreateError::Store(e.to_string()))?;
         self.publish(model, d.total);
         Ok(())
     }

@@ -96,11 +96,12 @@ pub enum IntentNext {
 /// The decision for one intent (`now_unix_s` by the gateway's clock).
 pub fn next(lookup: &Lookup, tx: &SignedTx, now_unix_s: i64) -> IntentNext {
     match lookup {
-        Lookup::Committed(c) if c.code == 0 => match c.attribute(EVENT_ESCROW_CREATED, ATTR_ESCROW_ID)
-        {
-            Some(id) if !id.trim().is_empty() => IntentNext::Register(id.trim().to_owned()),
-            _ => IntentNext::NoEscrowId,
-        },
+        Lookup::Committed(c) if c.code == 0 => {
+            match c.attribute(EVENT_ESCROW_CREATED, ATTR_ESCROW_ID) {
+                Some(id) if !id.trim().is_empty() => IntentNext::Register(id.trim().to_owned()),
+                _ => IntentNext::NoEscrowId,
+            }
+        }
         Lookup::Committed(_) => IntentNext::Clear(Cleared::Failed),
         Lookup::NotFound if now_unix_s > tx.timeout_unix_s + TIMEOUT_MARGIN_S => {
             IntentNext::Clear(Cleared::Expired)

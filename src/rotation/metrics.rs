@@ -22,7 +22,10 @@ impl RotationMetrics {
     pub fn register(registry: &Registry) -> Result<RotationMetrics, prometheus::Error> {
         let m = RotationMetrics {
             creations: IntCounterVec::new(
-                Opts::new("escrow_creations_total", "Escrow creations ended, by result"),
+                Opts::new(
+                    "escrow_creations_total",
+                    "Escrow creations ended, by result",
+                ),
                 &["result"],
             )?,
             deposit_today: IntGaugeVec::new(

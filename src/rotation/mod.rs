@@ -142,7 +142,8 @@ impl Rotation {
 
     /// Persists `settings` (valid), applies them and runs a check now.
     pub async fn apply(&self, settings: RotationSettings) -> Result<(), CreateError> {
-        let value = serde_json::to_value(&settings).map_err(|e| CreateError::Store(e.to_string()))?;
+        let value =
+            serde_json::to_value(&settings).map_err(|e| CreateError::Store(e.to_string()))?;
         self.creator
             .store
             .put(ns::SETTINGS, ROTATION_KEY, value)
@@ -155,7 +156,10 @@ impl Rotation {
         if let Some(a) = self.addr.get() {
             a.do_send(Kick);
         } else {
-            warn!(self.creator.log, "rotation settings applied before the actor started");
+            warn!(
+                self.creator.log,
+                "rotation settings applied before the actor started"
+            );
         }
         Ok(())
     }

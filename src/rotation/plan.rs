@@ -79,9 +79,14 @@ pub enum Create {
     NotNeeded,
     Now,
     /// The deposit would go past `max_deposit_per_day`.
-    CapReached { deposited_today: u64, cap: u64 },
+    CapReached {
+        deposited_today: u64,
+        cap: u64,
+    },
     /// An earlier creation failed; the next try waits.
-    BackingOff { until_ms: i64 },
+    BackingOff {
+        until_ms: i64,
+    },
 }
 
 /// What one check decides for one model.

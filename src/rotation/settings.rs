@@ -167,7 +167,12 @@ mod tests {
             models: vec![model(10, 5), model(0, 5)],
             ..RotationSettings::default()
         };
-        let fields: Vec<String> = bad.validate().unwrap_err().into_iter().map(|e| e.field).collect();
+        let fields: Vec<String> = bad
+            .validate()
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
         assert_eq!(
             fields,
             [

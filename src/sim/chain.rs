@@ -228,7 +228,12 @@ impl Chain {
 
     fn params_json(&self) -> Value {
         // Every escrow shares one config; report the first (defaults when there is none).
-        let first = self.ledger().escrows.values().next().map(|b| b.info.clone());
+        let first = self
+            .ledger()
+            .escrows
+            .values()
+            .next()
+            .map(|b| b.info.clone());
         let cfg = first.as_ref().map(|e| (&e.session_config, e.slots.len()));
         let (refusal, execution, rate, factor) = match cfg {
             Some((c, n)) => {

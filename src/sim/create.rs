@@ -8,7 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use devshard_actors::protocol::{cosmos::MsgCreateDevshardEscrow, crypto::Address, state::SessionConfig};
+use devshard_actors::protocol::{
+    cosmos::MsgCreateDevshardEscrow, crypto::Address, state::SessionConfig,
+};
 
 use super::{
     chain::EscrowInfo,

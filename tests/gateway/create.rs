@@ -45,7 +45,8 @@ async fn an_admin_creates_an_escrow_on_chain_and_it_serves() {
     let (s, _) = admin_post(&url, "/v1/admin/escrows/42/deactivate", "").await;
     assert_eq!(s, 200);
     let req = serde_json::json!({"messages": [{"role": "user", "content": "hi"}],
-        "max_tokens": 8}).to_string();
+        "max_tokens": 8})
+    .to_string();
     let (s, headers, _) = chat(&url, &req).await;
     assert_eq!(s, 200);
     assert_eq!(headers.get("x-devshard-escrow").unwrap(), id.as_str());
@@ -59,13 +60,22 @@ async fn an_admin_creates_an_escrow_on_chain_and_it_serves() {
     let (status, v) = admin_post(&url, "/v1/admin/escrows", &body(&model, 1_000_000_000)).await;
     assert_eq!(status, 502, "{v}");
     assert_eq!(v["error"]["code"], "escrow_creation_failed");
-    assert!(v["error"]["message"].as_str().unwrap().contains("code 13"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("code 13"),
+        "{v}"
+    );
     assert!(intents(&url).await.is_empty());
 
     // Committed with a code ≠ 0 (the deposit cannot be funded): 502, cleared.
     let (status, v) = admin_post(&url, "/v1/admin/escrows", &body(&model, u64::MAX / 2)).await;
     assert_eq!(status, 502, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("insufficient funds"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("insufficient funds"),
+        "{v}"
+    );
 
     // Dropped from the mempool: the same bytes are sent again and commit once.
     l.sim.set_tx_faults(TxFaults {

@@ -65,6 +65,17 @@ async fn metric(url: &str, prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// `PUT /v1/admin/settings` → (status, JSON).
+async fn put_settings(url: &str, body: &Value) -> (u16, Value) {
+    let mut resp = live::client(2)
+        .put(format!("{url}/v1/admin/settings"))
+        .insert_header(("Authorization", format!("Bearer {}", live::ADMIN)))
+        .send_json(body)
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
 /// `STREAMS` request loops until `done` holds (bounded by `max` requests); (sent, failed).
 async fn load(url: &str, max: usize, done: impl Fn() -> bool) -> (usize, usize) {
     let sent = Rc::new(Cell::new(0usize));
@@ -135,7 +146,11 @@ async fn rotation_under_steady_load_replaces_escrows_before_they_run_dry() {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(settled, "retired escrow {id} settled on chain: {}", view(&url).await);
+        assert!(
+            settled,
+            "retired escrow {id} settled on chain: {}",
+            view(&url).await
+        );
     }
     // Deposits within the cap: the chain's own record of each creation, and the gauge.
     let deposited: u64 = created
@@ -143,19 +158,26 @@ async fn rotation_under_steady_load_replaces_escrows_before_they_run_dry() {
         .map(|id| l.sim.escrow(id).unwrap().amount)
         .sum();
     assert!(deposited <= cap, "{deposited} within {cap}");
-    let gauge = metric(&url, "devshard_rotation_deposit_today{").await.unwrap();
+    let gauge = metric(&url, "devshard_rotation_deposit_today{")
+        .await
+        .unwrap();
     assert_eq!(gauge as u64, deposited);
     let ok = metric(&url, "devshard_escrow_creations_total{result=\"created\"}").await;
     assert_eq!(ok.unwrap() as usize, created.len());
     // The debug listing shows the rotation and each escrow's role.
     let actors = live::actors(&url, "").await;
-    assert!(actors.iter().any(|a| a["kind"] == "rotation" && a["state"] == "rotating"));
+    assert!(actors
+        .iter()
+        .any(|a| a["kind"] == "rotation" && a["state"] == "rotating"));
     let roles: Vec<&str> = actors
         .iter()
         .filter(|a| a["kind"] == "settlement")
         .map(|a| a["detail"]["role"].as_str().unwrap())
         .collect();
-    assert!(roles.contains(&"active") && roles.contains(&"settled"), "{roles:?}");
+    assert!(
+        roles.contains(&"active") && roles.contains(&"settled"),
+        "{roles:?}"
+    );
     l.stop().await;
 }
 
@@ -168,16 +190,28 @@ async fn the_daily_deposit_cap_is_never_exceeded_even_across_a_restart() {
     let cap = 2 * amount + amount / 2;
     let l = live::start_with(cfg, &[], |_| {}).await;
     let url = l.url().to_string();
+    // An invalid rotation is refused field by field.
+    let bad = serde_json::json!({"rotation": {"models": [{"model": "", "target_count": 0,
+        "amount": 5, "max_deposit_per_day": 5}]}});
+    let (status, body) = put_settings(&url, &bad).await;
+    assert_eq!(status, 400, "{body}");
+    let fields: Vec<&str> = body["error"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "rotation.models[0].model",
+            "rotation.models[0].target_count"
+        ]
+    );
     // Turned on by the admin (persisted: it holds after the restart below).
     let patch = serde_json::json!({"rotation": rotation(&model, amount, cap, 30)});
-    let mut resp = live::client(2)
-        .put(format!("{url}/v1/admin/settings"))
-        .insert_header(("Authorization", format!("Bearer {}", live::ADMIN)))
-        .send_json(&patch)
-        .await
-        .unwrap();
-    let body: Value = resp.json().await.unwrap();
-    assert_eq!(resp.status().as_u16(), 200, "{body}");
+    let (status, body) = put_settings(&url, &patch).await;
+    assert_eq!(status, 200, "{body}");
     assert_eq!(body["rotation"]["models"][0]["max_deposit_per_day"], cap);
     let (_, failed) = load(&url, 400, || l.sim.created_escrows().len() >= 2).await;
     assert_eq!(failed, 0);
@@ -196,7 +230,11 @@ async fn the_daily_deposit_cap_is_never_exceeded_even_across_a_restart() {
     let v = view(&url).await;
     assert_eq!(v["models"][0]["decision"]["decision"], "cap_reached", "{v}");
     assert_eq!(v["models"][0]["deposited_today"], 2 * amount);
-    assert_eq!(l.sim.created_escrows().len(), 2, "the cap holds after a restart");
+    assert_eq!(
+        l.sim.created_escrows().len(),
+        2,
+        "the cap holds after a restart"
+    );
     let total: u64 = l
         .sim
         .created_escrows()

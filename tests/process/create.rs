@@ -23,10 +23,7 @@ async fn create(url: &str, model: &str, amount: u64) -> (u16, Value) {
         .send_json(&body)
         .await
     {
-        Ok(mut r) => (
-            r.status().as_u16(),
-            r.json().await.unwrap_or(Value::Null),
-        ),
+        Ok(mut r) => (r.status().as_u16(), r.json().await.unwrap_or(Value::Null)),
         Err(_) => (0, Value::Null),
     }
 }
@@ -90,7 +87,11 @@ async fn sigkill_around_an_escrow_creation_funds_exactly_one_escrow() {
     gw = Gateway::start(&sim, &dir, port, &["42"]).await;
     let (hash, first) = created.into_iter().next().unwrap();
     registered(&gw, &first).await;
-    assert_eq!(sim.created_escrows().len(), 1, "no second escrow after the restart");
+    assert_eq!(
+        sim.created_escrows().len(),
+        1,
+        "no second escrow after the restart"
+    );
     let e = gw.admin("GET", &format!("/v1/admin/escrows/{first}")).await;
     assert_eq!(e["amount"], 1_000_000_000u64, "{e}");
     assert_eq!(e["model"], model.as_str());

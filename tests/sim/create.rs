@@ -25,7 +25,14 @@ fn create(net: &TestNet, key: &SigningKey, account: u64, amount: u64, model: &st
         model_id: model.to_owned(),
     };
     let now = devshard_actors::clock::Clock::now_unix(&net.clock);
-    create_tx(key, &msg, &TxSettings::default(), net.chain_id(), account, now)
+    create_tx(
+        key,
+        &msg,
+        &TxSettings::default(),
+        net.chain_id(),
+        account,
+        now,
+    )
 }
 
 fn created_id(committed: &Value) -> String {
@@ -55,7 +62,10 @@ async fn a_creation_takes_the_deposit_and_the_new_escrow_serves() {
     let r = broadcast(&net, &tx).await;
     assert_eq!(r["tx_response"]["code"], 0, "{r}");
     let (status, committed) = tx_result(&net, &tx.hash).await;
-    assert_eq!((status, &committed["tx_response"]["code"]), (200, &0.into()));
+    assert_eq!(
+        (status, &committed["tx_response"]["code"]),
+        (200, &0.into())
+    );
     let id = created_id(&committed);
     assert_eq!(id, "43", "the next id after the configured 42");
     assert_eq!(net.balance(&creator), before - 1_000_000 - 5_000_000);
@@ -99,13 +109,19 @@ async fn a_creation_the_chain_cannot_fund_or_allow_fails_with_a_code() {
     assert_eq!(broadcast(&net, &tx).await["tx_response"]["code"], 0);
     let (_, c) = tx_result(&net, &tx.hash).await;
     assert_eq!(c["tx_response"]["code"], 5, "{c}");
-    assert!(c["tx_response"]["raw_log"].as_str().unwrap().contains("insufficient funds"));
+    assert!(c["tx_response"]["raw_log"]
+        .as_str()
+        .unwrap()
+        .contains("insufficient funds"));
     assert_eq!(net.balance(key.address()), balance - 1_000_000);
 
     // A model no group serves.
     let tx = create(&net, &key, account, 10, "no/such-model");
     broadcast(&net, &tx).await;
-    assert_eq!(tx_result(&net, &tx.hash).await.1["tx_response"]["code"], 1109);
+    assert_eq!(
+        tx_result(&net, &tx.hash).await.1["tx_response"]["code"],
+        1109
+    );
 
     // A funded account that is not on the creator allow-list.
     let other = SigningKey::derive("outsider", 1);
@@ -116,10 +132,17 @@ async fn a_creation_the_chain_cannot_fund_or_allow_fails_with_a_code() {
         other.address()
     ))
     .await;
-    let n: u64 = v["account"]["account_number"].as_str().unwrap().parse().unwrap();
+    let n: u64 = v["account"]["account_number"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let tx = create(&net, &other, n, 10_000, &model);
     broadcast(&net, &tx).await;
-    assert_eq!(tx_result(&net, &tx.hash).await.1["tx_response"]["code"], 1108);
+    assert_eq!(
+        tx_result(&net, &tx.hash).await.1["tx_response"]["code"],
+        1108
+    );
 
     // A signature over another account number is refused by CheckTx.
     let tx = create(&net, &key, account + 1, 10_000, &model);

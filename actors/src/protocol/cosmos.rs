@@ -251,7 +251,14 @@ pub fn settle_tx(
     account_number: u64,
     now_unix_s: i64,
 ) -> SignedTx {
-    unordered_tx(key, settle_any(msg), settings, chain_id, account_number, now_unix_s)
+    unordered_tx(
+        key,
+        settle_any(msg),
+        settings,
+        chain_id,
+        account_number,
+        now_unix_s,
+    )
 }
 
 /// The signed, unordered escrow creation tx (same envelope, fee and timeout as settlement).
