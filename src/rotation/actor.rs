@@ -8,8 +8,9 @@
 //!   settlement records. The back-off starts again from zero after a restart (bounded: the daily
 //!   cap still holds).
 //! - **Timers**: one — a 100 ms tick that starts the check once `rotation.check_interval_ms`
-//!   (as in force at that tick) has passed since the last one; the first runs at start, and a
-//!   settings change runs one at once. Each check first reconciles every open intent (also when rotation
+//!   (as in force at that tick) has passed since the last one, or 2 s (the confirmation poll)
+//!   while a creation intent is open; the first runs at start, and a settings change runs one
+//!   at once. Each check first reconciles every open intent (also when rotation
 //!   is off: admin creations need it), then, per rotating model, creates a replacement when too
 //!   few escrows are active (before any runs dry: see [`super::plan::role`]) and retires the
 //!   running-low ones once their replacements serve (drain + settle by the settlement actors).
@@ -18,7 +19,10 @@ use std::{collections::BTreeMap, time::Duration};
 
 use actix::prelude::*;
 use devshard_actors::{
-    directory::pick::reserved_cost, escrow::EscrowInfo, settlement::SettlementState, store::ns,
+    directory::pick::reserved_cost,
+    escrow::EscrowInfo,
+    settlement::{machine::CONFIRM_POLL_MS, SettlementState},
+    store::ns,
 };
 use serde::Serialize;
 use slog::{info, warn};
@@ -134,9 +138,14 @@ impl RotationActor {
         }
     }
 
-    /// Runs a check when `check_interval_ms` (as in force now) has passed since the last one.
+    /// Runs a check when `check_interval_ms` (as in force now) has passed since the last one,
+    /// or the confirmation poll interval while a creation is open.
     fn due(&mut self, ctx: &mut Context<Self>) {
-        let every = i64::try_from(self.rotation.settings().check_interval_ms).unwrap_or(i64::MAX);
+        let mut every =
+            i64::try_from(self.rotation.settings().check_interval_ms).unwrap_or(i64::MAX);
+        if !self.view.intents.is_empty() {
+            every = every.min(CONFIRM_POLL_MS);
+        }
         let now = self.rotation.creator.clock.now_ms();
         if self.started_ms.is_none_or(|at| now - at >= every) {
             self.check(ctx);

@@ -244,3 +244,60 @@ async fn the_daily_deposit_cap_is_never_exceeded_even_across_a_restart() {
     assert!(total <= cap);
     l.stop().await;
 }
+
+#[actix_rt::test]
+async fn failed_creations_back_off_and_are_visible() {
+    let cfg = sim_config("rotation-backoff", 20_000);
+    let model = cfg.model.clone();
+    let l = live::start_with(cfg, &[], |_| {}).await;
+    let url = l.url().to_string();
+    // The chain refuses the next two creation txs.
+    l.sim.set_tx_faults(devshard_gateway::sim::TxFaults {
+        reject_code: 13,
+        reject_times: 2,
+        ..Default::default()
+    });
+    // Two escrows wanted, one registered: a creation is due at once.
+    let mut r = rotation(&model, 1_000_000_000, 10_000_000_000, 30);
+    r.models[0].target_count = 2;
+    r.backoff_first_ms = 1_000;
+    r.backoff_max_ms = 4_000;
+    let (status, body) = put_settings(&url, &serde_json::json!({"rotation": r})).await;
+    assert_eq!(status, 200, "{body}");
+    let mut seen = Value::Null;
+    for _ in 0..100 {
+        let v = view(&url).await;
+        if v["models"][0]["failures"].as_u64().unwrap_or(0) >= 1 {
+            seen = v;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let m = &seen["models"][0];
+    assert!(m["backoff_until_ms"].as_i64().unwrap() > 0, "{seen}");
+    assert!(
+        m["last_error"].as_str().unwrap().contains("code 13"),
+        "{seen}"
+    );
+    assert_eq!(
+        metric(&url, "devshard_rotation_backing_off{").await,
+        Some(1.0)
+    );
+    // After the back-off the third try succeeds; the failures reset.
+    for _ in 0..200 {
+        if l.sim.created_escrows().len() == 1 && view(&url).await["models"][0]["failures"] == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(l.sim.created_escrows().len(), 1);
+    assert_eq!(
+        metric(&url, "devshard_escrow_creations_total{result=\"refused\"}").await,
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(&url, "devshard_rotation_backing_off{").await,
+        Some(0.0)
+    );
+    l.stop().await;
+}

@@ -1,6 +1,6 @@
 //! `kill -9` of the real gateway binary around an escrow creation (docs/lifecycle.md §4): right
-//! after the create tx is broadcast and before its result is recorded, and again after it is
-//! recorded. After each restart on the same data directory, the chain holds exactly one escrow
+//! after the create tx is broadcast and before its result is recorded, while the tx waits in the
+//! mempool, and after the creation is recorded. After each restart on the same data directory, the chain holds exactly one escrow
 //! for the creation, and the gateway has it registered with no intent left open.
 
 use std::time::Duration;
@@ -96,6 +96,36 @@ async fn sigkill_around_an_escrow_creation_funds_exactly_one_escrow() {
     assert_eq!(e["amount"], 1_000_000_000u64, "{e}");
     assert_eq!(e["model"], model.as_str());
 
+    // Killed while the tx waits in the mempool (the intent is durable, the chain has not
+    // committed): the restart re-sends the same bytes (a duplicate), and registers it once.
+    sim.set_tx_faults(TxFaults {
+        commit_delay_ms: 1_500,
+        ..TxFaults::default()
+    });
+    let url = gw.url.clone();
+    let m = model.clone();
+    let waiting = actix_rt::spawn(async move { create(&url, &m, 3_000_000_000).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sim.created_escrows().len(), 1, "not committed yet");
+    gw.kill9();
+    waiting.abort();
+    gw = Gateway::start(&sim, &dir, port, &["42"]).await;
+    let mut third = None;
+    for _ in 0..400 {
+        third = sim
+            .created_escrows()
+            .into_iter()
+            .find(|(h, _)| *h != hash)
+            .map(|(_, id)| id);
+        if third.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let third = third.expect("the mempool tx committed");
+    registered(&gw, &third).await;
+    sim.set_tx_faults(TxFaults::default());
+
     // Killed after the creation is recorded: nothing is created again.
     let (status, v) = create(&gw.url, &model, 2_000_000_000).await;
     assert_eq!(status, 201, "{v}");
@@ -104,12 +134,13 @@ async fn sigkill_around_an_escrow_creation_funds_exactly_one_escrow() {
     gw = Gateway::start(&sim, &dir, port, &["42"]).await;
     registered(&gw, &second).await;
     registered(&gw, &first).await;
+    registered(&gw, &third).await;
     let all = sim.created_escrows();
-    assert_eq!(all.len(), 2, "one escrow per creation: {all:?}");
+    assert_eq!(all.len(), 3, "one escrow per creation: {all:?}");
     assert_eq!(all.get(&hash), Some(&first));
     assert_eq!(sim.escrow(&second).unwrap().amount, 2_000_000_000);
     // Both serve after the restarts: the chain and the gateway agree on them.
-    for id in [&first, &second] {
+    for id in [&first, &second, &third] {
         let e = gw.admin("GET", &format!("/v1/admin/escrows/{id}")).await;
         assert_eq!(e["actor"]["alive"], true, "{e}");
     }
