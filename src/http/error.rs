@@ -331,7 +331,7 @@ impl ApiError {
                 use crate::rotation::CreateError as C;
                 match e {
                     C::ChainUnavailable(_) => parts(502, UPSTREAM, "chain_unavailable"),
-                    C::Refused { .. } | C::Failed { .. } => {
+                    C::Refused { .. } | C::Failed(_) => {
                         parts(502, UPSTREAM, "escrow_creation_failed")
                     }
                     C::Store(_) => parts(500, SERVER, "internal_error"),

@@ -90,7 +90,9 @@ pub async fn create(state: &AppState, raw: &[u8]) -> Result<HttpResponse, ApiErr
             }
             Ok(HttpResponse::Created().json(summary))
         }
-        Reconciled::Cleared { log, .. } => Err(CreateError::Failed { code: 0, log }.into()),
+        Reconciled::Cleared { why, log } => {
+            Err(CreateError::Failed(format!("{} ({log})", why.label())).into())
+        }
         Reconciled::Pending(open) => Ok(HttpResponse::Accepted().json(json!({
             "object": "escrow.create_intent",
             "tx_hash": open.tx_hash,

@@ -211,7 +211,7 @@ impl Creator {
                 Some(id) => Reconciled::Registered(id),
                 None => Reconciled::Cleared {
                     why: Cleared::Failed,
-                    log: "the intent is no longer open".into(),
+                    log: "cleared by an earlier reconcile without an escrow".into(),
                 },
             };
         };
@@ -226,7 +226,7 @@ impl Creator {
             IntentNext::Register(id) => self.register(intent, id).await,
             IntentNext::Clear(why) => {
                 let log = match &lookup {
-                    Lookup::Committed(c) => c.log.clone(),
+                    Lookup::Committed(c) => format!("code {}: {}", c.code, c.log),
                     _ => "not committed before its timeout".to_owned(),
                 };
                 self.clear(&intent, Some(why)).await;

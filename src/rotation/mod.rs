@@ -55,8 +55,8 @@ pub enum CreateError {
     ChainUnavailable(String),
     #[error("the chain refused the creation tx (code {code}): {log}")]
     Refused { code: u32, log: String },
-    #[error("the creation tx failed on chain (code {code}): {log}")]
-    Failed { code: u32, log: String },
+    #[error("the creation tx did not create an escrow: {0}")]
+    Failed(String),
     #[error("the creation intent was not persisted: {0}")]
     Store(String),
     #[error("{0}")]

@@ -183,7 +183,7 @@ async fn rotation_under_steady_load_replaces_escrows_before_they_run_dry() {
 
 #[actix_rt::test]
 async fn the_daily_deposit_cap_is_never_exceeded_even_across_a_restart() {
-    let cfg = sim_config("rotation-cap", 60);
+    let cfg = sim_config("rotation-cap", 100);
     let model = cfg.model.clone();
     let amount = 1_000_000_000;
     // Room for two creations a day.
@@ -209,7 +209,7 @@ async fn the_daily_deposit_cap_is_never_exceeded_even_across_a_restart() {
         ]
     );
     // Turned on by the admin (persisted: it holds after the restart below).
-    let patch = serde_json::json!({"rotation": rotation(&model, amount, cap, 30)});
+    let patch = serde_json::json!({"rotation": rotation(&model, amount, cap, 50)});
     let (status, body) = put_settings(&url, &patch).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["rotation"]["models"][0]["max_deposit_per_day"], cap);
