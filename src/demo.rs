@@ -21,6 +21,7 @@ use crate::{
         Config, ConfigError, EnvMap,
     },
     logging, metrics,
+    rotation::settings::{ModelRotation, RotationSettings},
     sim::{Profile, SimConfig, SimNetwork, WarmMode, DEFAULT_SEED},
 };
 
@@ -53,6 +54,40 @@ pub struct DemoArgs {
     /// default about half of them, so both kinds of key are always exercised.
     #[arg(long)]
     pub warm_keys: Option<WarmMode>,
+    /// Rotate escrows: the chain's `max_nonce` becomes small (`--max-nonce`) and the gateway
+    /// keeps as many escrows active as `--escrow` names, creating each replacement on the
+    /// simulated chain before the old one runs out and settling the old one.
+    #[arg(long)]
+    pub rotation: bool,
+    /// The chain's `max_nonce` with `--rotation` (each escrow then lasts about 30 s at four
+    /// concurrent streams with the default profile).
+    #[arg(long, default_value_t = ROTATION_MAX_NONCE)]
+    pub max_nonce: u64,
+}
+
+/// `max_nonce` of `demo --rotation`.
+pub const ROTATION_MAX_NONCE: u64 = 100;
+/// Nonces before the serving limit at which `demo --rotation` creates the replacement.
+pub const ROTATION_NONCE_MARGIN: u64 = 24;
+/// Deposits a day `demo --rotation` allows, in escrow amounts.
+pub const ROTATION_DAILY_ESCROWS: u64 = 100;
+
+/// The rotation `demo --rotation` runs: every escrow's model, as many active as were given,
+/// each replacement funded like the simulator's escrows, checked every second.
+pub fn rotation_settings(args: &DemoArgs, sim: &SimConfig) -> RotationSettings {
+    RotationSettings {
+        enabled: true,
+        check_interval_ms: 1_000,
+        models: vec![ModelRotation {
+            model: sim.model.clone(),
+            target_count: u32::try_from(args.escrows.len().max(1)).unwrap_or(1),
+            amount: sim.amount,
+            max_deposit_per_day: sim.amount.saturating_mul(ROTATION_DAILY_ESCROWS),
+            nonce_margin: ROTATION_NONCE_MARGIN,
+            reserve_requests: crate::rotation::settings::DEFAULT_RESERVE_REQUESTS,
+        }],
+        ..RotationSettings::default()
+    }
 }
 
 /// The simulator a demo runs.
@@ -66,6 +101,9 @@ pub fn sim_config(args: &DemoArgs) -> SimConfig {
     cfg.warm_keys = args
         .warm_keys
         .unwrap_or_else(|| WarmMode::mixed(args.hosts));
+    if args.rotation {
+        cfg.max_nonce = args.max_nonce;
+    }
     cfg
 }
 
@@ -121,10 +159,23 @@ async fn demo(args: DemoArgs) -> ExitCode {
             .get(crate::config::ENV_CONFIG)
             .map(PathBuf::from)
     });
-    let config = match Config::load(path.as_deref(), &environment) {
+    let mut config = match Config::load(path.as_deref(), &environment) {
         Ok(c) => c,
         Err(e) => return fail(ConfigError::EXIT_CODE, &format!("demo: {e}")),
     };
+    if args.rotation && !config.rotation.active() {
+        config.rotation = rotation_settings(&args, sim.config());
+    }
+    let rotation = config.rotation.active().then(|| {
+        let m = config.rotation.models.first();
+        format!(
+            "on (max_nonce {}, target {}, deposit {}, cap {}/day): GET /v1/admin/rotation",
+            sim.config().max_nonce,
+            m.map_or(0, |m| m.target_count),
+            m.map_or(0, |m| m.amount),
+            m.map_or(0, |m| m.max_deposit_per_day)
+        )
+    });
     let admin = config.admin_api_key.is_some();
     let (log, _guard) = logging::init(config.log_level);
     let registry = match metrics::new_registry() {
@@ -153,6 +204,9 @@ async fn demo(args: DemoArgs) -> ExitCode {
         ("data_dir".to_string(), data_dir.display().to_string()),
         ("metrics".to_string(), format!("{url}/metrics")),
     ];
+    if let Some(r) = rotation {
+        lines.push(("rotation".to_string(), r));
+    }
     match (&generated_admin, admin) {
         (Some(key), _) => {
             lines.push(("debug".to_string(), format!("{url}/debug/ui#key={key}")));

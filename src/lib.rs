@@ -23,6 +23,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod rotation;
 pub mod sim;
 pub mod state;
 pub mod store;

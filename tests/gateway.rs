@@ -11,6 +11,8 @@ mod admission;
 mod adopt;
 #[path = "gateway/catch_up.rs"]
 mod catch_up;
+#[path = "gateway/create.rs"]
+mod create;
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
 #[path = "gateway/escrow_delete.rs"]
@@ -41,6 +43,8 @@ mod load;
 mod repair;
 #[path = "gateway/requests.rs"]
 mod requests;
+#[path = "gateway/rotation.rs"]
+mod rotation;
 #[path = "gateway/settle.rs"]
 mod settle;
 #[path = "gateway/settle_edges.rs"]

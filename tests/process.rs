@@ -6,6 +6,8 @@
 mod child;
 #[path = "process/crash.rs"]
 mod crash;
+#[path = "process/create.rs"]
+mod create;
 #[path = "process/settle.rs"]
 mod settle;
 #[path = "process/warm.rs"]

@@ -12,6 +12,8 @@ mod chain;
 mod cli;
 #[path = "sim/control.rs"]
 mod control;
+#[path = "sim/create.rs"]
+mod create;
 #[path = "sim/faults.rs"]
 mod faults;
 #[path = "sim/forged_diffs.rs"]

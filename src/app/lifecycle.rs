@@ -258,6 +258,12 @@ pub async fn start_with(
     )
     .await;
     state.polling.refresh_scope();
+    // After the configured escrows are registered: the first check counts them.
+    state.rotation.start(
+        state.settlements.clone(),
+        state.deactivated.clone(),
+        config.max_tokens_cap,
+    );
 
     let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
         addr: config.listen,

@@ -145,6 +145,8 @@ pub struct Config {
     pub escrow: EscrowConfig,
     /// `[settlement]`: auto-settle, fee, gas, denom.
     pub settlement: devshard_actors::settlement::machine::SettlementSettings,
+    /// `[rotation]`: escrows created and rotated per model.
+    pub rotation: crate::rotation::settings::RotationSettings,
     pub budget: RestartBudget,
     /// `[chain_poll]` with the environment applied (persisted admin changes come at start).
     pub chain_poll: ChainPollConfig,

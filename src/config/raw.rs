@@ -127,6 +127,9 @@ pub struct RawConfig {
     pub race: RawRace,
     #[serde(default)]
     pub settlement: devshard_actors::settlement::machine::SettlementSettings,
+    /// `[rotation]`: escrows created and rotated per model (off without models).
+    #[serde(default)]
+    pub rotation: crate::rotation::settings::RotationSettings,
     #[serde(default)]
     pub escrow: EscrowConfig,
     #[serde(default)]
@@ -184,6 +187,7 @@ impl Default for RawConfig {
             escrows: Vec::new(),
             race: RawRace::default(),
             settlement: Default::default(),
+            rotation: Default::default(),
             escrow: EscrowConfig::default(),
             host: RawHost::default(),
             supervisor: RawSupervisor::default(),

@@ -235,6 +235,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         },
         escrow,
         settlement: raw.settlement.clone(),
+        rotation: rotation_settings(&raw.rotation)?,
         budget: RestartBudget {
             max_restarts: raw.supervisor.max_restarts,
             window_ms: raw.supervisor.window_ms,
@@ -257,5 +258,22 @@ fn protocol_setting(protocol: &str, prefix: &str) -> Result<Option<ProtocolVersi
             .map(Some)
             .map_err(|e| invalid("protocol", e.to_string())),
         None => Ok(named),
+    }
+}
+
+/// `[rotation]`, validated (the first problem names its field).
+fn rotation_settings(
+    r: &crate::rotation::settings::RotationSettings,
+) -> Result<crate::rotation::settings::RotationSettings, ConfigError> {
+    match r.validate() {
+        Ok(()) => Ok(r.clone()),
+        Err(errors) => Err(invalid(
+            "rotation",
+            errors
+                .iter()
+                .map(|e| format!("rotation.{}: {}", e.field, e.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )),
     }
 }

@@ -8,6 +8,8 @@
 //!   create the escrow → 400 (`escrow_key_unreadable`, `escrow_creator_mismatch`);
 //! - `POST /v1/admin/escrows` `{"escrow_id":"42","adopt":true,…}` → 201, the escrow adopted
 //!   from its hosts' diffs ([`super::escrow_adopt`]);
+//! - `POST /v1/admin/escrows` `{"model":"…","amount":A}` → creates the escrow on chain first
+//!   ([`super::escrow_create`]);
 //! - `GET /v1/admin/escrows` → every registered escrow with a live snapshot;
 //! - `GET /v1/admin/escrows/{id}`; `DELETE` of it is in [`super::escrow_delete`].
 
@@ -88,6 +90,9 @@ pub async fn add_escrow(
     let raw = read_body(&req, payload, ADMIN_BODY_LIMIT).await?;
     if super::escrow_adopt::is_adoption(&raw) {
         return super::escrow_adopt::adopt(&state, &raw).await;
+    }
+    if super::escrow_create::is_creation(&raw) {
+        return super::escrow_create::create(&state, &raw).await;
     }
     let body: AddEscrowBody = serde_json::from_slice(&raw).map_err(|e| ApiError::BadRequest {
         message: format!("expected {{\"escrow_id\": \"<id>\", \"model\"?: \"<model>\", \"protocol\"?: \"v2|v4.1\", \"key_file\"?: \"<path>\", \"key_env\"?: \"<VAR>\"}}: {e}"),

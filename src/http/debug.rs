@@ -247,10 +247,11 @@ fn entry(s: &StatsView, p: &Probed, races: usize, now: i64) -> Value {
 }
 
 fn kind_rank(v: &Value) -> usize {
-    const ORDER: [&str; 7] = [
+    const ORDER: [&str; 8] = [
         "directory",
         "escrow",
         "settlement",
+        "rotation",
         "repair",
         "participant",
         "race",
@@ -269,7 +270,14 @@ async fn all_actors(state: &AppState, kind: Option<&str>) -> Vec<Value> {
             Vec::new()
         }
     };
-    let (probed, settlements) = futures::join!(probe(state, kind), settlements);
+    let rotation = async {
+        if kind.is_none_or(|k| k == "rotation") {
+            super::escrow_create::debug_entries(state).await
+        } else {
+            Vec::new()
+        }
+    };
+    let (probed, settlements, rotation) = futures::join!(probe(state, kind), settlements, rotation);
     let now = state.clock.now_ms();
     // Read after the probes: participants the directory started for them are listed too.
     let all = state.actors.list();
@@ -302,6 +310,7 @@ async fn all_actors(state: &AppState, kind: Option<&str>) -> Vec<Value> {
         }
     }
     out.extend(settlements);
+    out.extend(rotation);
     out.sort_by(|a, b| {
         kind_rank(a)
             .cmp(&kind_rank(b))

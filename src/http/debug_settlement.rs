@@ -6,10 +6,14 @@
 //! (a settlement actor is running), and `detail` with the attempts of the current step, the last
 //! error, the signature weight and threshold, the tx hashes, the final nonce, and the escrow's
 //! budget (`nonce`, `serving_limit`, `nonces_left`, `balance`) as the auto-settle tick saw it.
+//! `detail.role` is the escrow's role for new requests (`active`, `retiring` while it drains and
+//! settles, `settled`) and `detail.can_spend` its balance as last seen.
 //! A running actor is asked with the listing's probe deadline; one that misses it shows its
 //! last durable record.
 
 use serde_json::{json, Value};
+
+use devshard_actors::settlement::SettlementState;
 
 use crate::state::{settlements::SettlementView, AppState};
 
@@ -17,6 +21,12 @@ use crate::state::{settlements::SettlementView, AppState};
 pub fn entry(v: &SettlementView) -> Value {
     let r = v.record.as_ref();
     let state = r.map_or("active", |r| r.state.label());
+    // Its role for new requests: picked (active), draining and settling (retiring), or done.
+    let role = match r.map(|r| &r.state) {
+        None | Some(SettlementState::Active) => "active",
+        Some(SettlementState::Settled { .. }) => "settled",
+        Some(_) => "retiring",
+    };
     json!({
         "kind": "settlement",
         "id": v.escrow_id,
@@ -33,6 +43,8 @@ pub fn entry(v: &SettlementView) -> Value {
             "started_ms": r.map(|r| r.started_ms),
             "updated_ms": r.map(|r| r.updated_ms),
             "budget": v.budget,
+            "role": role,
+            "can_spend": v.budget.map(|b| b.balance),
         },
     })
 }

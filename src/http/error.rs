@@ -135,6 +135,8 @@ pub enum ApiError {
     Chain(#[from] ChainError),
     #[error(transparent)]
     Settle(#[from] SettleError),
+    #[error(transparent)]
+    Create(#[from] crate::rotation::CreateError),
     /// An escrow's own signing key cannot be read (the message never shows the key).
     #[error("the escrow's signing key cannot be read: {0}")]
     EscrowKey(KeyError),
@@ -340,6 +342,17 @@ impl ApiError {
                 SettleError::NotOurs { .. } => parts(403, INVALID, "escrow_not_ours"),
                 SettleError::Key(..) => parts(500, SERVER, "escrow_key_unreadable"),
             },
+            ApiError::Create(e) => {
+                use crate::rotation::CreateError as C;
+                match e {
+                    C::ChainUnavailable(_) => parts(502, UPSTREAM, "chain_unavailable"),
+                    C::Refused { .. } | C::Failed(_) => {
+                        parts(502, UPSTREAM, "escrow_creation_failed")
+                    }
+                    C::Store(_) => parts(500, SERVER, "internal_error"),
+                    C::Invalid(_) => parts(400, INVALID, "invalid_value"),
+                }
+            }
             ApiError::EscrowKey(_) => ErrorParts {
                 param: Some("key_file".into()),
                 ..parts(400, INVALID, "escrow_key_unreadable")

@@ -35,6 +35,7 @@ pub mod debug_settlement;
 pub mod error;
 pub mod escrow_adopt;
 pub mod escrow_delete;
+pub mod escrow_create;
 pub mod filter;
 pub mod gate;
 pub mod ledger;
@@ -129,6 +130,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                         .route(web::post().to(settlement::collect)),
                 )
                 .service(resource("/ledger").route(web::get().to(ledger::export)))
+                .service(resource("/rotation").route(web::get().to(escrow_create::rotation)))
                 .service(resource("/state").route(web::get().to(operator::admin_state)))
                 .service(
                     resource("/escrows/{id}/deactivate")

@@ -46,9 +46,14 @@ fn obj() -> Value {
 }
 
 fn escrow_body() -> Value {
-    json!({"type": "object", "required": ["escrow_id"], "properties": {
-        "escrow_id": {"type": "string"}, "model": {"type": "string"},
-        "adopt": {"type": "boolean"}}})
+    json!({"oneOf": [
+        {"type": "object", "required": ["escrow_id"], "properties": {
+            "escrow_id": {"type": "string"}, "model": {"type": "string"},
+            "adopt": {"type": "boolean"}}},
+        {"type": "object", "required": ["model", "amount"], "properties": {
+            "model": {"type": "string"}, "amount": {"type": "integer"},
+            "wait_ms": {"type": "integer"}}},
+    ]})
 }
 
 fn participant_body() -> Value {
@@ -102,7 +107,8 @@ fn ops() -> Vec<Op> {
         op("get", "/v1/admin/ledger", "Streams the cost ledger: ?since=&until= (unix ms, ended in [since, until)) &format=jsonl|csv", Admin, None, ("200", json!({"type": "string"}))),
         op("get", "/v1/admin/state", "Settings in force, escrows with snapshots, participants by state", Admin, None, ("200", obj())),
         op("get", "/v1/admin/escrows", "Registered escrows with live snapshots", Admin, None, ("200", list())),
-        op("post", "/v1/admin/escrows", "Register an escrow (201, 200 when already registered); with \"adopt\": true, rebuild its live session from the hosts' diffs (201, 409 when registered)", Admin, Some(escrow_body()), ("201", obj())),
+        op("post", "/v1/admin/escrows", "Register an escrow (201, 200 when already registered); with \"adopt\": true, rebuild its live session from the hosts' diffs (201, 409 when registered); with {model, amount} create one on chain (201 registered, 202 still pending)", Admin, Some(escrow_body()), ("201", obj())),
+        op("get", "/v1/admin/rotation", "Rotation: per model target, deposits today vs cap, decision, back-off, escrow roles; open creation intents", Admin, None, ("200", obj())),
         op("get", "/v1/admin/escrows/{id}", "One registered escrow", Admin, None, ("200", obj())),
         op("delete", "/v1/admin/escrows/{id}", "Unregister a settled escrow, or (?force=true) one that never granted a nonce; 409 otherwise. Its store rows are archived for accounting", Admin, None, ("200", obj())),
         op("post", "/v1/admin/escrows/{id}/deactivate", "Stop routing new requests to the escrow (running ones finish)", Admin, None, ("200", obj())),

@@ -77,10 +77,11 @@ pub async fn pick_escrow(state: &AppState, ask: Ask<'_>) -> Result<PickedEscrow,
                 info!(state.log, "escrow not picked"; "stage" => "escrow_not_picked",
                     "escrow" => escrow, "reason" => *reason, "model" => &model);
             }
+            let rotation = state.rotation.enabled_for(&model);
             Err(ApiError::NoEscrow {
                 model,
                 refusals,
-                rotation: false,
+                rotation,
             })
         }
         Err(e) => Err(e.into()),

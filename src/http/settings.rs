@@ -1,6 +1,10 @@
 //! `GET /v1/admin/settings` and `PUT /v1/admin/settings` (admin): the runtime settings.
 //!
-//! - `GET` → `{"health": HealthSettings, "chain_poll": ChainPollSettings}` (what is in force).
+//! - `GET` → `{"health": HealthSettings, "chain_poll": ChainPollSettings,
+//!   "rotation": RotationSettings}` (what is in force).
+//! - `rotation` (`crate::rotation::settings`) is merged like the others, validated (every
+//!   `rotation.models[i].field` named), stored as `settings`/`rotation` (it wins over the file
+//!   at the next start) and applied at once (the rotation actor checks immediately).
 //! - `PUT` with a partial object, e.g. `{"health": {"hedge_budget": 0.1}}`: each section present
 //!   is merged field by field into the settings in force (`null` resets a field: `health` to its
 //!   default, `chain_poll` to the file/environment value, dropping the persisted change), then
@@ -25,10 +29,14 @@ use serde_json::{json, Map, Value};
 use slog::info;
 
 use super::{admin::ADMIN_BODY_LIMIT, error::ApiError, read_body};
-use crate::state::{polling::CHAIN_POLL_KEY, AppState, ACTOR_TIMEOUT};
+use crate::{
+    rotation::settings::RotationSettings,
+    state::{polling::CHAIN_POLL_KEY, AppState, ACTOR_TIMEOUT},
+};
 
 const HEALTH: &str = "health";
 const CHAIN_POLL: &str = "chain_poll";
+const ROTATION: &str = "rotation";
 
 /// One rejected setting (`field` is `section.name`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,8 +67,13 @@ fn rejection(code: &str, errors: &[FieldError]) -> HttpResponse {
     }}))
 }
 
-fn full(health: &HealthSettings, chain_poll: &ChainPollSettings) -> HttpResponse {
-    HttpResponse::Ok().json(json!({"health": health, "chain_poll": chain_poll}))
+fn full(
+    health: &HealthSettings,
+    chain_poll: &ChainPollSettings,
+    rotation: &RotationSettings,
+) -> HttpResponse {
+    HttpResponse::Ok().json(json!({"health": health, "chain_poll": chain_poll,
+        "rotation": rotation}))
 }
 
 /// `GET /v1/admin/settings`.
@@ -70,7 +83,11 @@ pub async fn get_settings(state: web::Data<AppState>) -> Result<HttpResponse, Ap
         .send(GetHealthSettings)
         .timeout(ACTOR_TIMEOUT)
         .await?;
-    Ok(full(&health, &state.polling.settings()))
+    Ok(full(
+        &health,
+        &state.polling.settings(),
+        &state.rotation.settings(),
+    ))
 }
 
 /// `current` with the fields of `patch` (`null` = the field's value in `reset`), each checked
@@ -198,11 +215,14 @@ pub async fn put_settings(
     };
     let unknown: Vec<FieldError> = body
         .keys()
-        .filter(|k| *k != HEALTH && *k != CHAIN_POLL)
+        .filter(|k| *k != HEALTH && *k != CHAIN_POLL && *k != ROTATION)
         .map(|k| {
             field_error(
                 k,
-                format!("unknown settings section `{k}` (expected `{HEALTH}` or `{CHAIN_POLL}`)"),
+                format!(
+                    "unknown settings section `{k}` (expected `{HEALTH}`, `{CHAIN_POLL}` or \
+                     `{ROTATION}`)"
+                ),
             )
         })
         .collect();
@@ -226,6 +246,22 @@ pub async fn put_settings(
     let chain_reset = polling.configured();
     let chain =
         chain_patch.and_then(|p| merge(CHAIN_POLL, &chain_now, chain_reset, p, &mut errors));
+    let rotation_now = state.rotation.settings();
+    let rotation = section(&body, ROTATION, &mut errors).and_then(|p| {
+        merge(
+            ROTATION,
+            &rotation_now,
+            &RotationSettings::default(),
+            p,
+            &mut errors,
+        )
+    });
+    if let Some(Err(list)) = rotation.as_ref().map(RotationSettings::validate) {
+        errors.extend(
+            list.into_iter()
+                .map(|e| field_error(format!("{ROTATION}.{}", e.field), e.message)),
+        );
+    }
     if let Some(Err(list)) = health.as_ref().map(HealthSettings::validate) {
         errors.extend(
             list.into_iter()
@@ -299,6 +335,9 @@ pub async fn put_settings(
         }
         polling.set(c, overrides);
     }
+    if let Some(r) = rotation.filter(|r| *r != rotation_now) {
+        state.rotation.apply(r).await?;
+    }
     let sections: Vec<&str> = body.keys().map(String::as_str).collect();
     info!(state.log, "settings changed by an admin"; "stage" => "settings_updated",
         "sections" => sections.join(","), "body" => %Value::Object(body.clone()));
@@ -307,5 +346,9 @@ pub async fn put_settings(
         .send(GetHealthSettings)
         .timeout(ACTOR_TIMEOUT)
         .await?;
-    Ok(full(&health, &polling.settings()))
+    Ok(full(
+        &health,
+        &polling.settings(),
+        &state.rotation.settings(),
+    ))
 }

@@ -6,10 +6,7 @@
 //! Every request to a chain path (and every miner `GET /v1/versions`) passes the chain faults
 //! and is logged ([`super::traffic`]).
 
-use std::{
-    collections::BTreeMap,
-    sync::{Mutex, MutexGuard},
-};
+use std::sync::{Mutex, MutexGuard};
 
 use base64::{engine::general_purpose::STANDARD as B64, Engine};
 use http::{Method, StatusCode};
@@ -67,7 +64,6 @@ pub(crate) struct Chain {
     start_ms: i64,
     schedule: EpochSchedule,
     model: String,
-    escrows: BTreeMap<String, EscrowInfo>,
     participants: Vec<ParticipantInfo>,
     log: Mutex<ChainRequests>,
     gate: Mutex<ChainGate>,
@@ -79,7 +75,6 @@ impl Chain {
         clock: SharedClock,
         schedule: EpochSchedule,
         model: String,
-        escrows: Vec<EscrowInfo>,
         participants: Vec<ParticipantInfo>,
         ledger: Ledger,
     ) -> Chain {
@@ -89,10 +84,6 @@ impl Chain {
             start_ms,
             schedule,
             model,
-            escrows: escrows
-                .into_iter()
-                .map(|e| (e.escrow_id.clone(), e))
-                .collect(),
             participants,
             log: Mutex::new(ChainRequests::default()),
             gate: Mutex::new(ChainGate::default()),
@@ -113,8 +104,9 @@ impl Chain {
         self.clock.now_ms()
     }
 
-    pub(crate) fn escrow(&self, id: &str) -> Option<&EscrowInfo> {
-        self.escrows.get(id)
+    /// An escrow the chain holds: configured at start or created by a tx.
+    pub(crate) fn escrow(&self, id: &str) -> Option<EscrowInfo> {
+        self.ledger().escrows.get(id).map(|b| b.info.clone())
     }
 
     pub(crate) fn participants(&self) -> &[ParticipantInfo] {
@@ -236,11 +228,13 @@ impl Chain {
 
     fn params_json(&self) -> Value {
         // Every escrow shares one config; report the first (defaults when there is none).
-        let cfg = self
+        let first = self
+            .ledger()
             .escrows
             .values()
             .next()
-            .map(|e| (&e.session_config, e.slots.len()));
+            .map(|b| b.info.clone());
+        let cfg = first.as_ref().map(|e| (&e.session_config, e.slots.len()));
         let (refusal, execution, rate, factor) = match cfg {
             Some((c, n)) => {
                 let factor = if c.vote_threshold as usize == n / 2 {
@@ -266,15 +260,16 @@ impl Chain {
     }
 
     fn escrow_json(&self, id: &str) -> Value {
-        let Some(e) = self.escrows.get(id) else {
-            return json!({"found": false});
-        };
-        let c = &e.session_config;
-        let settled = self
+        let Some((e, status)) = self
             .ledger()
             .escrows
             .get(id)
-            .is_some_and(|b| b.status != EscrowStatus::Open);
+            .map(|b| (b.info.clone(), b.status.clone()))
+        else {
+            return json!({"found": false});
+        };
+        let c = &e.session_config;
+        let settled = status != EscrowStatus::Open;
         let app_hash = hex::encode_upper(devshard_actors::protocol::crypto::sha256(id.as_bytes()));
         json!({"found": true, "escrow": {
             "id": e.escrow_id,

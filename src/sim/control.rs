@@ -128,7 +128,7 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
         }
         (_, ["warm", rest @ ..]) => super::warm_api::control(core, &method, rest, req).await,
         (&Method::GET, ["escrows", id]) => match core.chain.escrow(id) {
-            Some(e) => server::json(StatusCode::OK, e),
+            Some(e) => server::json(StatusCode::OK, &e),
             None => server::message(StatusCode::NOT_FOUND, "escrow not found"),
         },
         (&Method::GET, ["chain", "faults"]) => server::json(StatusCode::OK, &core.chain.faults()),

@@ -116,6 +116,7 @@ fn answer(core: &NetCore, method: &Method, path: &str, body: &[u8], delay_ms: &m
                     "code": r.code,
                     "codespace": r.codespace,
                     "raw_log": r.raw_log,
+                    "events": r.events,
                 }}),
             ),
             None => grpc_not_found(&format!("tx not found: {hash}")),

@@ -85,6 +85,23 @@ pub struct TxResult {
     pub code: u32,
     pub codespace: String,
     pub raw_log: String,
+    /// Events of a successful tx (`devshard_escrow_created` of a creation).
+    pub events: Vec<TxEvent>,
+}
+
+/// One event of a committed tx: `{type, attributes: [{key, value}]}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TxEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub attributes: Vec<TxAttribute>,
+}
+
+/// `{key, value}` of an event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TxAttribute {
+    pub key: String,
+    pub value: String,
 }
 
 /// An accepted tx waiting for its block.
@@ -111,6 +128,8 @@ pub(crate) struct Ledger {
     /// The chain's warm-key grants: a state signature by a key its validator granted counts
     /// for that validator's slots (docs/lifecycle.md §2, §5).
     pub grants: Option<std::sync::Arc<super::warm::WarmRegistry>>,
+    /// What `MsgCreateDevshardEscrow` creates from (`super::create`).
+    pub creation: super::create::Creation,
     next_account: u64,
 }
 
@@ -126,6 +145,7 @@ impl Ledger {
             settle_hashes: BTreeMap::new(),
             faults: TxFaults::default(),
             grants: None,
+            creation: super::create::Creation::default(),
             next_account: FIRST_ACCOUNT_NUMBER,
         };
         for e in escrows {
@@ -145,7 +165,7 @@ impl Ledger {
         ledger
     }
 
-    fn open_account(&mut self, address: &Address, balance: u64) {
+    pub(crate) fn open_account(&mut self, address: &Address, balance: u64) {
         if self.accounts.contains_key(address) {
             return;
         }
@@ -187,12 +207,13 @@ impl Ledger {
                 continue;
             }
             let result = match super::txs::deliver(self, &tx.bytes, &tx.hash, height) {
-                Ok(()) => TxResult {
+                Ok(events) => TxResult {
                     hash: tx.hash.clone(),
                     height,
                     code: 0,
                     codespace: String::new(),
                     raw_log: String::new(),
+                    events,
                 },
                 Err(e) => TxResult {
                     hash: tx.hash.clone(),
@@ -200,6 +221,7 @@ impl Ledger {
                     code: e.code(),
                     codespace: e.codespace().to_owned(),
                     raw_log: e.to_string(),
+                    events: Vec::new(),
                 },
             };
             self.committed.insert(tx.hash, result);

@@ -46,6 +46,7 @@ pub mod cli;
 mod config;
 mod control;
 mod cosmos_api;
+mod create;
 mod epoch;
 mod faults;
 mod generator;

@@ -18,6 +18,7 @@ use super::{
     chain::{pubkey_b64, Chain, EscrowInfo, ParticipantInfo},
     config::SimConfig,
     control, cosmos_api,
+    create::{Creation, Template},
     epoch::{self, EpochView},
     faults::{Counters, Faults},
     host::{self, session::HostView, HostState},
@@ -163,11 +164,20 @@ impl SimNetwork {
         let warm_registry = Arc::new(WarmRegistry::new(clock.clone(), grants));
         let mut ledger = Ledger::new(&escrows, &host_addresses, cfg.creator_balance);
         ledger.grants = Some(Arc::clone(&warm_registry));
+        let template = Template {
+            model: cfg.model.clone(),
+            session_config: cfg.effective_session_config(slots.len()),
+            slots,
+            epoch_index,
+            max_nonce: cfg.max_nonce,
+        };
+        let creator = cfg.gateway_key.address().clone();
+        ledger.open_account(&creator, cfg.creator_balance);
+        ledger.creation = Creation::new(template, &[creator], &cfg.escrow_ids);
         let chain = Chain::new(
             clock.clone(),
             cfg.epochs.clone(),
             cfg.model.clone(),
-            escrows,
             participants,
             ledger,
         );
@@ -327,7 +337,18 @@ impl SimNetwork {
 
     /// The chain's record of an escrow.
     pub fn escrow(&self, id: &str) -> Option<EscrowInfo> {
-        self.core.chain.escrow(id).cloned()
+        self.core.chain.escrow(id)
+    }
+
+    /// Every escrow the chain holds, configured or created, by id.
+    pub fn escrow_ids(&self) -> Vec<String> {
+        self.core.chain.ledger().escrows.keys().cloned().collect()
+    }
+
+    /// The escrows created by `MsgCreateDevshardEscrow`: tx hash → escrow id. A gateway that
+    /// never funds twice shows one entry per creation it meant.
+    pub fn created_escrows(&self) -> std::collections::BTreeMap<String, String> {
+        self.core.chain.ledger().creation.by_tx.clone()
     }
 
     /// The chain id every SignDoc must name.

@@ -5,7 +5,8 @@
 //!   `SIGN_MODE_DIRECT`, the 64-byte low-S signature over the SignDoc rebuilt from the tx's own
 //!   bytes, this chain's id and the signer's account number; unordered with a timeout in
 //!   `(now, now + 10 min]`; fee denom and amount; dedupe by hash.
-//! - [`deliver`]: the fee, then `MsgSettleDevshardEscrow`: the settler signed the tx and created
+//! - [`deliver`]: the fee, then `MsgCreateDevshardEscrow` ([`super::create`]) or
+//!   `MsgSettleDevshardEscrow`: the settler signed the tx and created
 //!   the escrow, the escrow is open, the root recomputes from the message, every signature
 //!   recovers to its slot's validator (or a warm key that validator grants) over
 //!   `StateSignatureContent`, and the distinct signers'
@@ -26,12 +27,15 @@ use secp256k1::{ecdsa::Signature, Message as Digest, PublicKey, SECP256K1};
 use sha2::{Digest as _, Sha256};
 
 use devshard_actors::protocol::{
-    cosmos::{MsgSettleDevshardEscrow, TxBody, SECP256K1_PUBKEY_TYPE_URL, SETTLE_TYPE_URL},
+    cosmos::{
+        MsgCreateDevshardEscrow, MsgSettleDevshardEscrow, TxBody, CREATE_TYPE_URL,
+        SECP256K1_PUBKEY_TYPE_URL, SETTLE_TYPE_URL,
+    },
     crypto::{recover_address, sha256, Address},
     proto::{HostStatsMapProto, StateSignatureContent},
 };
 
-use super::ledger::{EscrowStatus, Ledger, DENOM, MAX_UNORDERED_TTL_S, SIM_CHAIN_ID};
+use super::ledger::{EscrowStatus, Ledger, TxEvent, DENOM, MAX_UNORDERED_TTL_S, SIM_CHAIN_ID};
 
 /// Why a tx was refused (`CheckTx`) or failed (`DeliverTx`); codes as the Cosmos SDK's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +83,12 @@ pub enum TxError {
     InvalidStateSignature(u32),
     #[error("insufficient signatures: {weight}/{threshold} weight")]
     QuorumShort { weight: u32, threshold: u32 },
+    #[error("spendable balance {balance}{DENOM} cannot fund a deposit of {amount}{DENOM}: insufficient funds")]
+    InsufficientDeposit { balance: u64, amount: u64 },
+    #[error("{0} may not create devshard escrows")]
+    CreatorNotAllowed(String),
+    #[error("invalid escrow creation: {0}")]
+    InvalidCreation(String),
 }
 
 impl TxError {
@@ -86,7 +96,7 @@ impl TxError {
         match self {
             TxError::Decode(_) => 2,
             TxError::BadSignature { .. } | TxError::Unauthorized(_) => 4,
-            TxError::InsufficientFunds { .. } => 5,
+            TxError::InsufficientFunds { .. } | TxError::InsufficientDeposit { .. } => 5,
             TxError::UnknownAccount(_) => 9,
             TxError::InsufficientFee { .. } => 13,
             TxError::Duplicate(_) => 19,
@@ -99,6 +109,8 @@ impl TxError {
             TxError::InvalidSettlement(_) => 1105,
             TxError::InvalidStateSignature(_) => 1106,
             TxError::QuorumShort { .. } => 1107,
+            TxError::CreatorNotAllowed(_) => 1108,
+            TxError::InvalidCreation(_) => 1109,
         }
     }
 
@@ -215,13 +227,14 @@ pub(crate) fn check(ledger: &Ledger, bytes: &[u8], now_s: Option<i64>) -> Result
     })
 }
 
-/// `DeliverTx`: charges the fee, then executes the message (all or nothing).
+/// `DeliverTx`: charges the fee, then executes the message (all or nothing); answers the
+/// events of a successful tx.
 pub(crate) fn deliver(
     ledger: &mut Ledger,
     bytes: &[u8],
     hash: &str,
     height: u64,
-) -> Result<(), TxError> {
+) -> Result<Vec<TxEvent>, TxError> {
     // The timeout was checked when the tx entered the mempool; a block does not re-check it.
     let checked = check(ledger, bytes, None)?;
     if let Some(a) = ledger.accounts.get_mut(&checked.signer) {
@@ -232,11 +245,15 @@ pub(crate) fn deliver(
             "exactly one message expected".into(),
         ));
     };
+    if msg.type_url == CREATE_TYPE_URL {
+        let create: MsgCreateDevshardEscrow = decode(&msg.value, "MsgCreateDevshardEscrow")?;
+        return super::create::create_escrow(ledger, &checked.signer, &create, hash);
+    }
     if msg.type_url != SETTLE_TYPE_URL {
         return Err(TxError::UnknownMessage(msg.type_url.clone()));
     }
     let settle: MsgSettleDevshardEscrow = decode(&msg.value, "MsgSettleDevshardEscrow")?;
-    settle_escrow(ledger, &checked.signer, &settle, hash, height)
+    settle_escrow(ledger, &checked.signer, &settle, hash, height).map(|()| Vec::new())
 }
 
 /// `sha256(host_stats_hash ‖ fees_be8 ‖ rest_hash ‖ sha256(version) ‖ 0x02)` from the message.

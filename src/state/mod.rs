@@ -137,6 +137,8 @@ pub struct AppState {
     pub series: series::Series,
     /// Settlement actors (`http::settlement`).
     pub settlements: settlements::Settlements,
+    /// Escrow creation and rotation (`crate::rotation`).
+    pub rotation: crate::rotation::Rotation,
 }
 
 impl std::fmt::Debug for AppState {
@@ -178,11 +180,26 @@ impl AppState {
         );
         settlements.resume();
         settlements.spawn_auto_settle();
+        let chain = ChainClient::new(config.chain.clone(), parts.log.clone());
+        let rotation = crate::rotation::Rotation::new(
+            config,
+            parts.store.clone(),
+            parts.clock.clone(),
+            &parts.registry,
+            crate::rotation::creator::Registrar {
+                chain: chain.clone(),
+                directory: parts.directory.clone(),
+                store: parts.store.clone(),
+                signer: config.key.address().clone(),
+                polling: polling.clone(),
+            },
+            parts.log.clone(),
+        );
         AppState {
             directory: parts.directory,
             actors: parts.actors,
             store: parts.store,
-            chain: ChainClient::new(config.chain.clone(), parts.log.clone()),
+            chain,
             limits: EdgeLimits {
                 chat: ChatLimits {
                     default_max_tokens: config.default_max_tokens,
@@ -215,6 +232,7 @@ impl AppState {
             ledger: None,
             series: series::Series::default(),
             settlements,
+            rotation,
         }
     }
 }

@@ -88,7 +88,7 @@ pub struct SettlementView {
 /// How often escrows are checked for auto-settlement (and their budget gauges updated).
 const AUTO_INTERVAL: Duration = Duration::from_millis(250);
 /// Input bytes assumed for the worst-case request of the balance rule.
-const WORST_CASE_INPUT_BYTES: u64 = 64 * 1024;
+pub const WORST_CASE_INPUT_BYTES: u64 = 64 * 1024;
 
 impl std::fmt::Debug for Settlements {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -69,6 +69,31 @@ fn example_file_lists_the_defaults() {
 }
 
 #[test]
+fn rotation_is_read_from_the_file_and_validated() {
+    let text = "[rotation]\ncheck_interval_ms = 1000\n[[rotation.models]]\nmodel = \"m\"\n\
+                target_count = 2\namount = 10\nmax_deposit_per_day = 30\n";
+    let c = from_toml(text, &with_key(&[])).unwrap();
+    assert!(c.rotation.active());
+    let m = c.rotation.model("m").unwrap();
+    assert_eq!(
+        (m.target_count, m.amount, m.max_deposit_per_day),
+        (2, 10, 30)
+    );
+    assert!(!Config::load(None, &with_key(&[]))
+        .unwrap()
+        .rotation
+        .active());
+    let capped = text.replace("max_deposit_per_day = 30", "max_deposit_per_day = 5");
+    let e = from_toml(&capped, &with_key(&[])).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("rotation.models[0].max_deposit_per_day"),
+        "{e}"
+    );
+    assert_eq!(invalid_key(e), "rotation");
+}
+
+#[test]
 fn file_values_apply_and_env_wins() {
     let toml = r#"
         listen = "0.0.0.0:9000"

@@ -34,6 +34,7 @@ const SERVED: &[(&str, &str)] = &[
     ("post", "/v1/admin/participants/unquarantine"),
     ("post", "/v1/admin/participants/forget"),
     ("post", "/v1/admin/participants/eject"),
+    ("get", "/v1/admin/rotation"),
     ("get", "/v1/admin/settings"),
     ("put", "/v1/admin/settings"),
     ("get", "/v1/debug/chain"),

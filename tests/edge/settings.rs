@@ -27,7 +27,8 @@ fn put(body: Value) -> test::TestRequest {
 }
 
 fn defaults() -> Value {
-    json!({"health": HealthSettings::default(), "chain_poll": ChainPollSettings::default()})
+    json!({"health": HealthSettings::default(), "chain_poll": ChainPollSettings::default(),
+        "rotation": devshard_gateway::rotation::settings::RotationSettings::default()})
 }
 
 /// The `field`s of a 400's `errors`, after checking the OpenAI shape and that the message lists

@@ -25,6 +25,8 @@ fn args(protocol: ProtocolVersion) -> DemoArgs {
         output_tokens: 8,
         protocol,
         warm_keys: None,
+        rotation: false,
+        max_nonce: devshard_gateway::demo::ROTATION_MAX_NONCE,
     }
 }
 

@@ -67,6 +67,17 @@ pub struct MsgSettleDevshardEscrow {
     pub state_root_and_protocol_version: String,
 }
 
+/// `MsgCreateDevshardEscrow` (docs/lifecycle.md §4): a deposit of `amount` for `model_id`.
+#[derive(Clone, PartialEq, Message)]
+pub struct MsgCreateDevshardEscrow {
+    #[prost(string, tag = "1")]
+    pub creator: String,
+    #[prost(uint64, tag = "2")]
+    pub amount: u64,
+    #[prost(string, tag = "3")]
+    pub model_id: String,
+}
+
 /// `cosmos.tx.v1beta1.TxBody` with the unordered-tx fields.
 #[derive(Clone, PartialEq, Message)]
 pub struct TxBody {
@@ -217,6 +228,20 @@ pub fn sign_tx(
     }
 }
 
+/// One message in a signed, unordered tx valid for `settings.timeout_s` from `now_unix_s`.
+fn unordered_tx(
+    key: &SigningKey,
+    message: Any,
+    settings: &TxSettings,
+    chain_id: &str,
+    account_number: u64,
+    now_unix_s: i64,
+) -> SignedTx {
+    let timeout = now_unix_s.saturating_add(i64::try_from(settings.timeout_s).unwrap_or(i64::MAX));
+    let body = unordered_body(message, timeout);
+    sign_tx(key, &body, settings, chain_id, account_number)
+}
+
 /// The signed, unordered settlement tx valid for `settings.timeout_s` from `now_unix_s`.
 pub fn settle_tx(
     key: &SigningKey,
@@ -226,9 +251,30 @@ pub fn settle_tx(
     account_number: u64,
     now_unix_s: i64,
 ) -> SignedTx {
-    let timeout = now_unix_s.saturating_add(i64::try_from(settings.timeout_s).unwrap_or(i64::MAX));
-    let body = unordered_body(settle_any(msg), timeout);
-    sign_tx(key, &body, settings, chain_id, account_number)
+    unordered_tx(
+        key,
+        settle_any(msg),
+        settings,
+        chain_id,
+        account_number,
+        now_unix_s,
+    )
+}
+
+/// The signed, unordered escrow creation tx (same envelope, fee and timeout as settlement).
+pub fn create_tx(
+    key: &SigningKey,
+    msg: &MsgCreateDevshardEscrow,
+    settings: &TxSettings,
+    chain_id: &str,
+    account_number: u64,
+    now_unix_s: i64,
+) -> SignedTx {
+    let any = Any {
+        type_url: CREATE_TYPE_URL.to_owned(),
+        value: msg.encode_to_vec(),
+    };
+    unordered_tx(key, any, settings, chain_id, account_number, now_unix_s)
 }
 
 #[cfg(test)]
@@ -273,6 +319,27 @@ mod tests {
             0x0a, 2, b'a', b'b', 0x10, 42, 0x20, 3, 0x40, 1, 0x4a, 2, b'v', b'2',
         ];
         assert_eq!(m.encode_to_vec(), want);
+    }
+
+    #[test]
+    fn create_message_bytes_follow_the_field_table() {
+        let m = MsgCreateDevshardEscrow {
+            creator: "ab".into(),
+            amount: 300,
+            model_id: "m".into(),
+        };
+        // 1:"ab", 2:300 (varint ac 02), 3:"m".
+        assert_eq!(
+            m.encode_to_vec(),
+            [0x0a, 2, b'a', b'b', 0x10, 0xac, 0x02, 0x1a, 1, b'm']
+        );
+        let key = SigningKey::derive("cosmos", 1);
+        let tx = create_tx(&key, &m, &TxSettings::default(), "c", 7, 1_000);
+        let raw = TxRaw::decode(tx.bytes.as_slice()).unwrap();
+        let body = TxBody::decode(raw.body_bytes.as_slice()).unwrap();
+        assert_eq!(body.messages[0].type_url, CREATE_TYPE_URL);
+        assert!(body.unordered);
+        assert_eq!(tx.timeout_unix_s, 1_540);
     }
 
     #[test]

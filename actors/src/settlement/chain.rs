@@ -59,6 +59,45 @@ struct TxResponse {
     code: u32,
     #[serde(default)]
     raw_log: String,
+    #[serde(default)]
+    events: Vec<TxEvent>,
+}
+
+/// One event of a committed tx (`tx_response.events[]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TxEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub attributes: Vec<TxAttribute>,
+}
+
+/// `{key, value}` of an event.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TxAttribute {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+}
+
+/// A committed tx: its code, log and events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedTx {
+    pub code: u32,
+    pub log: String,
+    pub events: Vec<TxEvent>,
+}
+
+impl CommittedTx {
+    /// The value of attribute `key` of the first event of type `kind`.
+    pub fn attribute(&self, kind: &str, key: &str) -> Option<&str> {
+        self.events
+            .iter()
+            .filter(|e| e.kind == kind)
+            .flat_map(|e| &e.attributes)
+            .find(|a| a.key == key)
+            .map(|a| a.value.as_str())
+    }
 }
 
 fn excerpt(b: &[u8]) -> String {
@@ -189,6 +228,26 @@ impl ChainTxClient {
                 Err(e) => Confirmation::Unreachable(format!("tx answer: {e}")),
             },
             Err(e) => Confirmation::Unreachable(e.to_string()),
+        }
+    }
+
+    /// `GET /cosmos/tx/v1beta1/txs/{hash}` with the events (`Ok(None)`: not committed).
+    pub async fn committed_tx(&self, hash: &str) -> Result<Option<CommittedTx>, ChainTxError> {
+        let path = format!("/cosmos/tx/v1beta1/txs/{hash}");
+        match self.call(&path, None).await? {
+            Answer::NotFound => Ok(None),
+            Answer::Ok(b) => serde_json::from_slice::<TxResponseBody>(&b)
+                .map(|r| {
+                    Some(CommittedTx {
+                        code: r.tx_response.code,
+                        log: r.tx_response.raw_log,
+                        events: r.tx_response.events,
+                    })
+                })
+                .map_err(|e| ChainTxError::Decode {
+                    url: path,
+                    reason: e.to_string(),
+                }),
         }
     }
 

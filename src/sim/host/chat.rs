@@ -101,7 +101,6 @@ pub(crate) async fn authenticate_owner(
     let escrow = core
         .chain
         .escrow(escrow_id)
-        .cloned()
         .ok_or_else(|| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, "escrow not found"))?;
     let signer = auth::verify_request(
         escrow_id,

@@ -1,0 +1,396 @@
+//! `RotationActor`: keeps `target_count` escrows active per model (docs/lifecycle.md §4).
+//!
+//! - **Owns**: each model's creation back-off (failures in a row, the time of the next try, the
+//!   last error) and the last check's view (roles, budgets, decisions) for the debug listing.
+//! - **Survives a restart**: nothing of its own in memory matters. Open creation intents, the
+//!   day's deposits and the creations record are in the store ([`super::creator`],
+//!   [`super::deposits`]); escrow budgets come from the settlement tick, roles from the
+//!   settlement records. The back-off starts again from zero after a restart (bounded: the daily
+//!   cap still holds).
+//! - **Timers**: one — a 100 ms tick that starts the check once `rotation.check_interval_ms`
+//!   (as in force at that tick) has passed since the last one, or 2 s (the confirmation poll)
+//!   while a creation intent is open; the first runs at start, and a settings change runs one
+//!   at once. Each check first reconciles every open intent (also when rotation
+//!   is off: admin creations need it), then, per rotating model, creates a replacement when too
+//!   few escrows are active (before any runs dry: see [`super::plan::role`]) and retires the
+//!   running-low ones once their replacements serve (drain + settle by the settlement actors).
+
+use std::{collections::BTreeMap, time::Duration};
+
+use actix::prelude::*;
+use devshard_actors::{
+    directory::pick::reserved_cost,
+    escrow::EscrowInfo,
+    settlement::{machine::CONFIRM_POLL_MS, SettlementState},
+    store::ns,
+};
+use serde::Serialize;
+use slog::{info, warn};
+
+use super::{
+    intent::{CreateIntent, Origin},
+    plan::{backoff_ms, decide, role, Create, EscrowFacts, Role},
+    settings::{ModelRotation, RotationSettings},
+    Rotation,
+};
+use crate::state::{
+    settlements::{Settlements, WORST_CASE_INPUT_BYTES},
+    Deactivated,
+};
+
+/// How often the actor looks whether a check is due (the smallest `check_interval_ms`).
+const TICK: Duration = Duration::from_millis(100);
+/// How long a check waits for the settlement views.
+const VIEW_DEADLINE: Duration = Duration::from_secs(1);
+
+/// One escrow in the view.
+#[derive(Debug, Clone, Serialize)]
+pub struct EscrowRole {
+    pub escrow_id: String,
+    pub role: Role,
+    pub nonce: u64,
+    pub nonces_left: u64,
+    /// What it can still spend (balance as the settlement tick saw it).
+    pub spendable: u64,
+}
+
+/// One model in the view.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelView {
+    pub model: String,
+    pub target_count: u32,
+    pub amount: u64,
+    pub max_deposit_per_day: u64,
+    pub deposited_today: u64,
+    pub pending_creations: u32,
+    pub decision: Option<Create>,
+    pub failures: u32,
+    pub backoff_until_ms: i64,
+    pub last_error: Option<String>,
+    pub rotations: u64,
+    pub escrows: Vec<EscrowRole>,
+}
+
+/// What `GET /v1/admin/rotation` and the debug listing show.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RotationView {
+    pub enabled: bool,
+    pub check_interval_ms: u64,
+    pub last_check_ms: Option<i64>,
+    pub checks: u64,
+    pub models: Vec<ModelView>,
+    pub intents: Vec<CreateIntent>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Backoff {
+    failures: u32,
+    until_ms: i64,
+    last_error: Option<String>,
+    rotations: u64,
+}
+
+pub struct RotationActor {
+    rotation: Rotation,
+    settlements: Settlements,
+    deactivated: Deactivated,
+    max_tokens_cap: u64,
+    backoff: BTreeMap<String, Backoff>,
+    view: RotationView,
+    busy: bool,
+    /// When the last check started.
+    started_ms: Option<i64>,
+}
+
+/// The last check's view.
+#[derive(Message)]
+#[rtype(result = "RotationView")]
+pub struct GetRotation;
+
+/// Run a check now (settings changed).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Kick;
+
+/// What one check did for one model.
+struct Checked {
+    view: ModelView,
+    /// `Some(Ok)`: a creation was broadcast; `Some(Err)`: it failed.
+    created: Option<Result<(), String>>,
+}
+
+impl RotationActor {
+    pub fn new(
+        rotation: Rotation,
+        settlements: Settlements,
+        deactivated: Deactivated,
+        max_tokens_cap: u64,
+    ) -> Self {
+        RotationActor {
+            rotation,
+            settlements,
+            deactivated,
+            max_tokens_cap,
+            backoff: BTreeMap::new(),
+            view: RotationView::default(),
+            busy: false,
+            started_ms: None,
+        }
+    }
+
+    /// Runs a check when `check_interval_ms` (as in force now) has passed since the last one,
+    /// or the confirmation poll interval while a creation is open.
+    fn due(&mut self, ctx: &mut Context<Self>) {
+        let mut every =
+            i64::try_from(self.rotation.settings().check_interval_ms).unwrap_or(i64::MAX);
+        if !self.view.intents.is_empty() {
+            every = every.min(CONFIRM_POLL_MS);
+        }
+        let now = self.rotation.creator.clock.now_ms();
+        if self.started_ms.is_none_or(|at| now - at >= every) {
+            self.check(ctx);
+        }
+    }
+
+    fn check(&mut self, ctx: &mut Context<Self>) {
+        if self.busy {
+            return;
+        }
+        self.busy = true;
+        self.started_ms = Some(self.rotation.creator.clock.now_ms());
+        let settings = self.rotation.settings();
+        let rotation = self.rotation.clone();
+        let settlements = self.settlements.clone();
+        let deactivated = self.deactivated.clone();
+        let backoff = self.backoff.clone();
+        let cap = self.max_tokens_cap;
+        let fut = async move {
+            rotation.creator.reconcile_all().await;
+            let mut out = Vec::new();
+            if settings.enabled {
+                let facts = gather(&rotation, &settlements, &deactivated, cap).await;
+                for rule in &settings.models {
+                    let b = backoff.get(&rule.model).cloned().unwrap_or_default();
+                    out.push(check_model(&rotation, &settlements, rule, &facts, &b).await);
+                }
+            }
+            (settings, out)
+        };
+        ctx.spawn(fut.into_actor(self).map(|(settings, out), act, _| {
+            act.busy = false;
+            act.apply(settings, out);
+        }));
+    }
+
+    fn apply(&mut self, settings: RotationSettings, out: Vec<Checked>) {
+        let now = self.rotation.creator.clock.now_ms();
+        let log = self.rotation.creator.log.clone();
+        let metrics = self.rotation.creator.metrics.clone();
+        let mut models = Vec::new();
+        for mut c in out {
+            let b = self.backoff.entry(c.view.model.clone()).or_default();
+            match c.created {
+                Some(Ok(())) => {
+                    b.failures = 0;
+                    b.until_ms = 0;
+                    b.last_error = None;
+                    b.rotations += 1;
+                }
+                Some(Err(e)) => {
+                    b.failures += 1;
+                    let wait = backoff_ms(
+                        b.failures,
+                        settings.backoff_first_ms,
+                        settings.backoff_max_ms,
+                    );
+                    b.until_ms = now + i64::try_from(wait).unwrap_or(i64::MAX);
+                    warn!(log, "replacement escrow not created; backing off";
+                        "stage" => "escrow_rotation_started", "model" => &c.view.model,
+                        "failures" => b.failures, "retry_in_ms" => wait, "error" => &e);
+                    b.last_error = Some(e);
+                }
+                None => {}
+            }
+            if let Some(m) = &metrics {
+                m.backing_off
+                    .with_label_values(&[&c.view.model])
+                    .set(i64::from(b.until_ms > now));
+            }
+            c.view.failures = b.failures;
+            c.view.backoff_until_ms = b.until_ms;
+            c.view.last_error = b.last_error.clone();
+            c.view.rotations = b.rotations;
+            models.push(c.view);
+        }
+        let names: Vec<String> = settings.models.iter().map(|m| m.model.clone()).collect();
+        self.rotation.creator.deposits.refresh(&names);
+        self.view = RotationView {
+            enabled: settings.active(),
+            check_interval_ms: settings.check_interval_ms,
+            last_check_ms: Some(now),
+            checks: self.view.checks + 1,
+            models,
+            intents: self.rotation.creator.intents(),
+        };
+    }
+}
+
+/// Every registered escrow's facts, by model.
+async fn gather(
+    rotation: &Rotation,
+    settlements: &Settlements,
+    deactivated: &Deactivated,
+    max_tokens_cap: u64,
+) -> BTreeMap<String, Vec<EscrowFacts>> {
+    let store = &rotation.creator.store;
+    let infos: BTreeMap<String, EscrowInfo> = store
+        .list(ns::ESCROWS)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(id, v)| Some((id, serde_json::from_value(v).ok()?)))
+        .collect();
+    let off = deactivated.lock().map(|d| d.clone()).unwrap_or_default();
+    let mut by_model: BTreeMap<String, Vec<EscrowFacts>> = BTreeMap::new();
+    for v in settlements.views(VIEW_DEADLINE).await {
+        let Some(info) = infos.get(&v.escrow_id) else {
+            continue;
+        };
+        let c = &info.config;
+        let worst_cost = reserved_cost(
+            WORST_CASE_INPUT_BYTES,
+            max_tokens_cap,
+            c.token_price,
+            c.fee_per_nonce,
+        );
+        let state = v.record.as_ref().map(|r| &r.state);
+        by_model
+            .entry(info.model.clone())
+            .or_default()
+            .push(EscrowFacts {
+                escrow_id: v.escrow_id.clone(),
+                nonce: v.budget.map_or(0, |b| b.nonce),
+                serving_limit: v
+                    .budget
+                    .map_or_else(|| info.last_active_nonce(), |b| b.serving_limit),
+                spendable: v.budget.map_or(info.amount, |b| b.balance),
+                worst_cost,
+                closed: state.is_some_and(SettlementState::is_closed),
+                settled: matches!(state, Some(SettlementState::Settled { .. })),
+                deactivated: off.contains(&v.escrow_id),
+            });
+    }
+    by_model
+}
+
+/// One model's check: decide, then create and retire as decided.
+async fn check_model(
+    rotation: &Rotation,
+    settlements: &Settlements,
+    rule: &ModelRotation,
+    facts: &BTreeMap<String, Vec<EscrowFacts>>,
+    b: &Backoff,
+) -> Checked {
+    let creator = &rotation.creator;
+    let now = creator.clock.now_ms();
+    let escrows = facts.get(&rule.model).cloned().unwrap_or_default();
+    let roles: Vec<(String, Role)> = escrows
+        .iter()
+        .map(|e| (e.escrow_id.clone(), role(e, rule)))
+        .collect();
+    let pending = creator
+        .intents()
+        .iter()
+        .filter(|i| i.model == rule.model)
+        .count() as u32;
+    let deposited = creator.deposits.today(&rule.model);
+    let d = decide(rule, &roles, pending, deposited, now, b.until_ms);
+    let log = &creator.log;
+    let mut created = None;
+    if d.create == Create::Now {
+        let low: Vec<&str> = roles
+            .iter()
+            .filter(|(_, r)| *r == Role::Low)
+            .map(|(id, _)| id.as_str())
+            .collect();
+        info!(log, "replacement escrow being created"; "stage" => "escrow_rotation_started",
+            "model" => &rule.model, "amount" => rule.amount, "running_low" => low.join(","),
+            "deposited_today" => deposited, "cap" => rule.max_deposit_per_day);
+        let r = creator
+            .create(&rule.model, rule.amount, Origin::Rotation)
+            .await;
+        created = Some(match r {
+            Ok(intent) => {
+                if let Some(m) = &creator.metrics {
+                    m.rotations.with_label_values(&[&rule.model]).inc();
+                }
+                creator.reconcile(&intent.tx_hash).await;
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        });
+    }
+    for id in &d.retire {
+        info!(log, "running-low escrow retires; its replacement serves";
+            "stage" => "escrow_retiring", "escrow" => id, "model" => &rule.model);
+        if let Err(e) = settlements.start(id, true).await {
+            warn!(log, "retiring escrow not settled"; "stage" => "escrow_retiring",
+                "escrow" => id, "error" => %e);
+        }
+    }
+    let view = ModelView {
+        model: rule.model.clone(),
+        target_count: rule.target_count,
+        amount: rule.amount,
+        max_deposit_per_day: rule.max_deposit_per_day,
+        deposited_today: creator.deposits.today(&rule.model),
+        pending_creations: pending,
+        decision: Some(d.create),
+        failures: 0,
+        backoff_until_ms: 0,
+        last_error: None,
+        rotations: 0,
+        escrows: escrows
+            .iter()
+            .zip(&roles)
+            .map(|(e, (_, r))| EscrowRole {
+                escrow_id: e.escrow_id.clone(),
+                role: if d.retire.contains(&e.escrow_id) {
+                    Role::Retiring
+                } else {
+                    *r
+                },
+                nonce: e.nonce,
+                nonces_left: e.serving_limit.saturating_sub(e.nonce),
+                spendable: e.spendable,
+            })
+            .collect(),
+    };
+    Checked { view, created }
+}
+
+impl Actor for RotationActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.check(ctx);
+        ctx.run_interval(TICK, |act, ctx| act.due(ctx));
+    }
+}
+
+impl Handler<GetRotation> for RotationActor {
+    type Result = MessageResult<GetRotation>;
+
+    fn handle(&mut self, _: GetRotation, _: &mut Self::Context) -> Self::Result {
+        let mut v = self.view.clone();
+        v.intents = self.rotation.creator.intents();
+        MessageResult(v)
+    }
+}
+
+impl Handler<Kick> for RotationActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Kick, ctx: &mut Self::Context) {
+        self.check(ctx);
+    }
+}

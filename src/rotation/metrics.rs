@@ -1,0 +1,56 @@
+//! Rotation metrics (registry prefix `devshard`). Labels are bounded: `result` takes the values
+//! below; `model` only the models of `[[rotation.models]]` and those escrows were created for.
+
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+
+/// Handles (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct RotationMetrics {
+    /// Creations ended, by result: `created`, `failed`, `refused`, `expired`, `error` (not
+    /// signed: the chain could not be read).
+    pub creations: IntCounterVec,
+    /// Deposited today, per model.
+    pub deposit_today: IntGaugeVec,
+    /// Replacements started, per model.
+    pub rotations: IntCounterVec,
+    /// 1 while a model's creations back off after failures.
+    pub backing_off: IntGaugeVec,
+}
+
+impl RotationMetrics {
+    /// Registers every metric; call once per registry.
+    pub fn register(registry: &Registry) -> Result<RotationMetrics, prometheus::Error> {
+        let m = RotationMetrics {
+            creations: IntCounterVec::new(
+                Opts::new(
+                    "escrow_creations_total",
+                    "Escrow creations ended, by result",
+                ),
+                &["result"],
+            )?,
+            deposit_today: IntGaugeVec::new(
+                Opts::new(
+                    "rotation_deposit_today",
+                    "Deposited in new escrows today (UTC), per model",
+                ),
+                &["model"],
+            )?,
+            rotations: IntCounterVec::new(
+                Opts::new("rotations_total", "Replacement escrows started, per model"),
+                &["model"],
+            )?,
+            backing_off: IntGaugeVec::new(
+                Opts::new(
+                    "rotation_backing_off",
+                    "1 while a model's escrow creations back off after a failure",
+                ),
+                &["model"],
+            )?,
+        };
+        registry.register(Box::new(m.creations.clone()))?;
+        registry.register(Box::new(m.deposit_today.clone()))?;
+        registry.register(Box::new(m.rotations.clone()))?;
+        registry.register(Box::new(m.backing_off.clone()))?;
+        Ok(m)
+    }
+}

@@ -1,0 +1,227 @@
+//! Pure decisions of the rotation (docs/lifecycle.md §4): each escrow's role, whether a model
+//! needs a new escrow now (within its daily cap, outside its back-off), which running-low escrows
+//! may retire (only once enough healthy ones serve), the back-off delay and the UTC day.
+
+use serde::Serialize;
+
+use super::settings::ModelRotation;
+
+/// What the rotation knows of one registered escrow of a model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EscrowFacts {
+    pub escrow_id: String,
+    pub nonce: u64,
+    /// Last nonce that may serve (`max_nonce − (N + 1)`).
+    pub serving_limit: u64,
+    /// Balance minus what requests on their way reserved.
+    pub spendable: u64,
+    /// Reserved cost of one worst-case request.
+    pub worst_cost: u64,
+    /// A settlement record exists (draining … settled).
+    pub closed: bool,
+    pub settled: bool,
+    /// Deactivated by an admin.
+    pub deactivated: bool,
+}
+
+/// An escrow's role in the rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Serves, with room left.
+    Active,
+    /// Serves, but needs a replacement (balance or nonces within the margin).
+    Low,
+    /// No new requests: draining and settling.
+    Retiring,
+    Settled,
+    /// Deactivated by an admin (not counted, not retired).
+    Inactive,
+}
+
+impl Role {
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::Low => "low",
+            Role::Retiring => "retiring",
+            Role::Settled => "settled",
+            Role::Inactive => "inactive",
+        }
+    }
+}
+
+/// The role of `e` under `rule`.
+pub fn role(e: &EscrowFacts, rule: &ModelRotation) -> Role {
+    if e.settled {
+        return Role::Settled;
+    }
+    if e.closed {
+        return Role::Retiring;
+    }
+    if e.deactivated {
+        return Role::Inactive;
+    }
+    let nonces_left = e.serving_limit.saturating_sub(e.nonce);
+    let reserve = e.worst_cost.saturating_mul(rule.reserve_requests);
+    if nonces_left <= rule.nonce_margin || e.spendable < reserve {
+        Role::Low
+    } else {
+        Role::Active
+    }
+}
+
+/// Whether a model gets a new escrow now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Create {
+    /// Enough active escrows (and creations on their way).
+    NotNeeded,
+    Now,
+    /// The deposit would go past `max_deposit_per_day`.
+    CapReached {
+        deposited_today: u64,
+        cap: u64,
+    },
+    /// An earlier creation failed; the next try waits.
+    BackingOff {
+        until_ms: i64,
+    },
+}
+
+/// What one check decides for one model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub create: Create,
+    /// Running-low escrows to drain and settle (their replacements serve).
+    pub retire: Vec<String>,
+}
+
+/// The decision for `rule` given each escrow's role and the creations still pending.
+pub fn decide(
+    rule: &ModelRotation,
+    roles: &[(String, Role)],
+    pending: u32,
+    deposited_today: u64,
+    now_ms: i64,
+    backoff_until_ms: i64,
+) -> Decision {
+    let active = roles.iter().filter(|(_, r)| *r == Role::Active).count() as u64;
+    let target = u64::from(rule.target_count);
+    let retire = if active >= target {
+        roles
+            .iter()
+            .filter(|(_, r)| *r == Role::Low)
+            .map(|(id, _)| id.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let create = if active + u64::from(pending) >= target {
+        Create::NotNeeded
+    } else if deposited_today.saturating_add(rule.amount) > rule.max_deposit_per_day {
+        Create::CapReached {
+            deposited_today,
+            cap: rule.max_deposit_per_day,
+        }
+    } else if now_ms < backoff_until_ms {
+        Create::BackingOff {
+            until_ms: backoff_until_ms,
+        }
+    } else {
+        Create::Now
+    };
+    Decision { create, retire }
+}
+
+/// `first · 2^(failures−1)`, capped at `max` (0 failures: no wait).
+pub fn backoff_ms(failures: u32, first: u64, max: u64) -> u64 {
+    if failures == 0 {
+        return 0;
+    }
+    let shift = (failures - 1).min(20);
+    first.saturating_mul(1u64 << shift).min(max)
+}
+
+/// The UTC day of a unix time in milliseconds (days since 1970-01-01).
+pub fn utc_day(unix_ms: i64) -> i64 {
+    unix_ms.div_euclid(86_400_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule() -> ModelRotation {
+        ModelRotation {
+            model: "m".into(),
+            target_count: 1,
+            amount: 100,
+            max_deposit_per_day: 250,
+            nonce_margin: 10,
+            reserve_requests: 3,
+        }
+    }
+
+    fn facts(nonce: u64, spendable: u64) -> EscrowFacts {
+        EscrowFacts {
+            escrow_id: "1".into(),
+            nonce,
+            serving_limit: 100,
+            spendable,
+            worst_cost: 10,
+            closed: false,
+            settled: false,
+            deactivated: false,
+        }
+    }
+
+    #[test]
+    fn an_escrow_runs_low_on_nonces_or_on_balance_before_it_is_exhausted() {
+        assert_eq!(role(&facts(89, 30), &rule()), Role::Active);
+        assert_eq!(role(&facts(90, 30), &rule()), Role::Low);
+        assert_eq!(role(&facts(1, 29), &rule()), Role::Low);
+        let closed = EscrowFacts {
+            closed: true,
+            ..facts(1, 1_000)
+        };
+        assert_eq!(role(&closed, &rule()), Role::Retiring);
+    }
+
+    #[test]
+    fn the_replacement_comes_first_and_the_low_escrow_retires_after() {
+        let low = vec![("1".to_owned(), Role::Low)];
+        let d = decide(&rule(), &low, 0, 0, 0, 0);
+        assert_eq!(d.create, Create::Now);
+        assert!(d.retire.is_empty(), "no replacement serves yet");
+        // Pending creation: not created twice.
+        assert_eq!(decide(&rule(), &low, 1, 0, 0, 0).create, Create::NotNeeded);
+        let both = vec![("1".to_owned(), Role::Low), ("2".to_owned(), Role::Active)];
+        let d = decide(&rule(), &both, 0, 100, 0, 0);
+        assert_eq!(d.create, Create::NotNeeded);
+        assert_eq!(d.retire, ["1"]);
+    }
+
+    #[test]
+    fn the_daily_cap_and_the_back_off_hold_creations() {
+        let none: Vec<(String, Role)> = Vec::new();
+        assert_eq!(decide(&rule(), &none, 0, 150, 0, 0).create, Create::Now);
+        assert_eq!(
+            decide(&rule(), &none, 0, 151, 0, 0).create,
+            Create::CapReached {
+                deposited_today: 151,
+                cap: 250
+            }
+        );
+        assert_eq!(
+            decide(&rule(), &none, 0, 0, 5, 9).create,
+            Create::BackingOff { until_ms: 9 }
+        );
+        assert_eq!(backoff_ms(0, 5, 60), 0);
+        assert_eq!(backoff_ms(1, 5, 60), 5);
+        assert_eq!(backoff_ms(3, 5, 60), 20);
+        assert_eq!(backoff_ms(30, 5, 60), 60);
+        assert_eq!(utc_day(86_400_000 - 1), 0);
+        assert_eq!(utc_day(86_400_000), 1);
+    }
+}
