@@ -92,7 +92,10 @@ pub(super) struct Load {
 
 /// How one request ended.
 enum Ended {
-    Served { first: Duration, total: Duration },
+    Served {
+        first: Duration,
+        total: Duration,
+    },
     /// 503 with `Retry-After` (seconds).
     Shed(u64),
     ServerError,

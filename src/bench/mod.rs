@@ -221,9 +221,7 @@ async fn measure(
     let cpu_before = cpu_seconds(child.id());
     let mut phase = drive(name, via, n, load).await;
     phase.peak_rss_kib = peak_rss_kib(child.id());
-    let cpu_s = cpu_seconds(child.id())
-        .zip(cpu_before)
-        .map(|(a, b)| a - b);
+    let cpu_s = cpu_seconds(child.id()).zip(cpu_before).map(|(a, b)| a - b);
     // Attempts settle (and count) as their races end: give the last ones a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let figures = Scrape::fetch(gateway).await.since(&before);

@@ -139,7 +139,9 @@ pub struct Limiter {
 
 impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Limiter").field("view", &self.view()).finish()
+        f.debug_struct("Limiter")
+            .field("view", &self.view())
+            .finish()
     }
 }
 

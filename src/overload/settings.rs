@@ -60,14 +60,26 @@ impl OverloadSettings {
     /// The first invalid key (`overload.…`) and why, if any.
     pub fn invalid(&self) -> Option<(&'static str, String)> {
         let checks: [(&'static str, bool, &str); 7] = [
-            ("overload.min_limit", self.min_limit >= 1, "must be at least 1"),
+            (
+                "overload.min_limit",
+                self.min_limit >= 1,
+                "must be at least 1",
+            ),
             (
                 "overload.initial_limit",
                 self.initial_limit >= self.min_limit,
                 "must be at least min_limit",
             ),
-            ("overload.queue_timeout_ms", self.queue_timeout_ms >= 1, "must be at least 1"),
-            ("overload.window_ms", self.window_ms >= 1, "must be at least 1"),
+            (
+                "overload.queue_timeout_ms",
+                self.queue_timeout_ms >= 1,
+                "must be at least 1",
+            ),
+            (
+                "overload.window_ms",
+                self.window_ms >= 1,
+                "must be at least 1",
+            ),
             (
                 "overload.tolerance",
                 self.tolerance.is_finite() && self.tolerance >= 1.0,
@@ -78,7 +90,11 @@ impl OverloadSettings {
                 self.smoothing > 0.0 && self.smoothing <= 1.0,
                 "must be in (0, 1]",
             ),
-            ("overload.long_window", self.long_window >= 1, "must be at least 1"),
+            (
+                "overload.long_window",
+                self.long_window >= 1,
+                "must be at least 1",
+            ),
         ];
         checks
             .into_iter()
@@ -113,7 +129,10 @@ mod tests {
         };
         assert_eq!(bad(|s| s.min_limit = 0), Some("overload.min_limit"));
         assert_eq!(bad(|s| s.initial_limit = 4), Some("overload.initial_limit"));
-        assert_eq!(bad(|s| s.queue_timeout_ms = 0), Some("overload.queue_timeout_ms"));
+        assert_eq!(
+            bad(|s| s.queue_timeout_ms = 0),
+            Some("overload.queue_timeout_ms")
+        );
         assert_eq!(bad(|s| s.tolerance = 0.5), Some("overload.tolerance"));
         assert_eq!(bad(|s| s.smoothing = 0.0), Some("overload.smoothing"));
         assert_eq!(bad(|s| s.long_window = 0), Some("overload.long_window"));

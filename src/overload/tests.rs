@@ -127,13 +127,27 @@ async fn the_queue_sheds_past_its_depth_and_past_its_deadline() {
     settle(&l, 2).await;
     assert_eq!(m.queued_requests.get(), 2);
     let full = l.acquire().await.unwrap_err();
-    assert_eq!((full.reason, full.retry_after_s), (ShedReason::QueueFull, 3));
+    assert_eq!(
+        (full.reason, full.retry_after_s),
+        (ShedReason::QueueFull, 3)
+    );
     tokio::time::sleep(Duration::from_millis(51)).await;
     for w in waiters {
-        assert_eq!(w.await.unwrap().unwrap_err().reason, ShedReason::QueueTimeout);
+        assert_eq!(
+            w.await.unwrap().unwrap_err().reason,
+            ShedReason::QueueTimeout
+        );
     }
     let v = l.view();
-    assert_eq!((v.queued, v.starting, v.shed_queue_full, v.shed_queue_timeout), (0, 2, 1, 2));
+    assert_eq!(
+        (
+            v.queued,
+            v.starting,
+            v.shed_queue_full,
+            v.shed_queue_timeout
+        ),
+        (0, 2, 1, 2)
+    );
     let shed = |r: &str| m.rejections.with_label_values(&[r]).get();
     assert_eq!((shed("queue_full"), shed("queue_timeout")), (1, 2));
     drop(held);

@@ -193,10 +193,7 @@ async fn a_nonce_gap_sends_the_same_nonce_again_from_what_the_host_holds() {
     );
     let resends = |r: &str| h.metrics.gap_resends.with_label_values(&[r]).get();
     assert_eq!((resends("ok"), resends("failed")), (1, 0));
-    let diffs = h
-        .metrics
-        .catch_up_diffs
-        .with_label_values(&["resend"]);
+    let diffs = h.metrics.catch_up_diffs.with_label_values(&["resend"]);
     assert_eq!(diffs.get_sample_count(), 1);
     assert_eq!(
         diffs.get_sample_sum() as u64,

@@ -29,9 +29,10 @@ async fn bodies_stay_small_with_120_in_flight_and_overtaken_ones_are_sent_again(
         h.sim.set_latency(i, jittery.clone()).unwrap();
     }
     for round in 0..3 {
-        let answers = join_all((0..IN_FLIGHT).map(|i| {
-            h.chat(Harness::body(&format!("round {round} request {i}"), false))
-        }))
+        let answers = join_all(
+            (0..IN_FLIGHT)
+                .map(|i| h.chat(Harness::body(&format!("round {round} request {i}"), false))),
+        )
         .await;
         let failed: Vec<_> = answers.iter().filter(|a| !a.is_success()).collect();
         assert!(failed.is_empty(), "{failed:?}");
@@ -42,9 +43,15 @@ async fn bodies_stay_small_with_120_in_flight_and_overtaken_ones_are_sent_again(
     let mean = first.get_sample_sum() / sends as f64;
     // Each host gets its own nonce's diff and the others' since its last request: about HOSTS.
     // Re-sending everything unacknowledged would carry about IN_FLIGHT.
-    assert!(mean <= 2.0 * HOSTS as f64, "mean diffs per request {mean:.1}");
+    assert!(
+        mean <= 2.0 * HOSTS as f64,
+        "mean diffs per request {mean:.1}"
+    );
     let resends = |r: &str| h.metrics.gap_resends.with_label_values(&[r]).get();
-    assert!(resends("ok") > 0, "no body overtook another: the test proves nothing");
+    assert!(
+        resends("ok") > 0,
+        "no body overtook another: the test proves nothing"
+    );
     assert_eq!(resends("failed"), 0);
     let resent = h.metrics.catch_up_diffs.with_label_values(&["resend"]);
     assert_eq!(resent.get_sample_count(), resends("ok"));
@@ -63,6 +70,13 @@ async fn bodies_stay_small_with_120_in_flight_and_overtaken_ones_are_sent_again(
             record.outcomes
         );
     }
-    let rewinds = h.metrics.host_sync_rewinds.with_label_values(&["nonce_gap"]);
-    assert_eq!(rewinds.get(), 0, "a resend that fits never rewinds the sync point");
+    let rewinds = h
+        .metrics
+        .host_sync_rewinds
+        .with_label_values(&["nonce_gap"]);
+    assert_eq!(
+        rewinds.get(),
+        0,
+        "a resend that fits never rewinds the sync point"
+    );
 }

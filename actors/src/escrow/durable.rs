@@ -221,9 +221,11 @@ impl Durable {
             primary: w.kind == AttemptKind::Primary,
         };
         let built = self.build_grant(session, routing, deps, attempt);
-        session.mark_sent(&host.address, nonce);
         let grant = match built {
-            Ok(g) => g,
+            Ok(g) => {
+                session.mark_sent(&host.address, nonce);
+                g
+            }
             Err(e) => {
                 let _ = w.reply.send(Err(e));
                 return None;

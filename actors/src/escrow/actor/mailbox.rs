@@ -13,8 +13,7 @@ use super::super::{
     hedging,
     messages::{
         AttemptEnded, AttemptKind, AttemptReceipt, EscrowSnapshot, GetSnapshot, GrantUnused,
-        InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Resend, ResendGrant,
-        Retire,
+        InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Resend, ResendGrant, Retire,
     },
     picker::{self, Waiter},
     repair,
