@@ -149,26 +149,27 @@ async fn the_limit_follows_latency_and_sheds_are_503_with_retry_after_and_nothin
             while Instant::now() < end {
                 i += 1;
                 let (status, headers, body) = call(app, chat(i).to_request()).await;
-                let mut s = seen.borrow_mut();
                 let v = limiter.view().limit;
-                (s.lo, s.hi) = (s.lo.min(v), s.hi.max(v));
-                if status == StatusCode::OK {
-                    s.ok += 1;
-                    continue;
-                }
                 let retry = headers.get("retry-after").and_then(|v| v.to_str().ok());
                 let code = body["error"]["code"].as_str().unwrap_or_default();
                 let message = body["error"]["message"].as_str().unwrap_or_default();
-                if status == StatusCode::SERVICE_UNAVAILABLE
+                let shed = status == StatusCode::SERVICE_UNAVAILABLE
                     && code == "gateway_saturated"
                     && message.contains("the gateway is saturated")
-                    && retry == Some("1")
+                    && retry == Some("1");
                 {
-                    s.shed += 1;
-                    drop(s);
+                    let mut s = seen.borrow_mut();
+                    (s.lo, s.hi) = (s.lo.min(v), s.hi.max(v));
+                    if status == StatusCode::OK {
+                        s.ok += 1;
+                    } else if shed {
+                        s.shed += 1;
+                    } else {
+                        s.other.push(format!("{status}: {body}"));
+                    }
+                }
+                if shed {
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                } else {
-                    s.other.push(format!("{status}: {body}"));
                 }
             }
         };
