@@ -92,7 +92,7 @@ impl Figures {
 
     pub fn line(&self) -> String {
         format!(
-            "gateway bodies: mean {:.2} diffs per request ({:.0} requests; first sends {:.2}, {:.0} nonce-gap resends of mean {:.1}); sheds: queue_full {:.0}, queue_timeout {:.0}, ceiling {:.0}; adaptive limit now {:.0}",
+            "gateway bodies: mean {:.2} diffs per inference request ({:.0} sent to hosts; first sends {:.2}, {:.0} nonce-gap resends of mean {:.1}); sheds: queue_full {:.0}, queue_timeout {:.0}, ceiling {:.0}; adaptive limit now {:.0}",
             self.diffs_per_request(),
             self.first_sends,
             self.first_diffs / self.first_sends.max(1.0),

@@ -1,9 +1,11 @@
-//! Optimistic catch-up (issue 16), in paused time over real loopback HTTP: with many requests in
-//! flight, each diff travels to a host once (a request's body does not grow with the number in
-//! flight), and a body that overtakes the one carrying the diffs before it (jittered links make
-//! requests to one host arrive out of order) gets the host's nonce gap and is sent again from
-//! what the host holds: every request is served, no host is blamed.
+//! Bounded request bodies (issue 16), in paused time over real loopback HTTP: with many requests
+//! in flight, a body carries at most `catch_up_window` diffs plus what its host was never sent
+//! (not every diff the host has not acknowledged yet), and a body that overtakes the ones
+//! carrying the diffs before it (jittered links make requests to one host arrive out of order)
+//! gets the host's nonce gap and is sent again from what the host holds: every request is
+//! served, no host is blamed.
 
+use devshard_actors::escrow::EscrowConfig;
 use devshard_gateway::sim::{LatencyProfile, Profile, SimConfig};
 use futures::future::join_all;
 
@@ -12,13 +14,23 @@ use super::{fidelity::no_hedging, harness::Harness};
 const HOSTS: usize = 3;
 const IN_FLIGHT: usize = 120;
 
-#[actix_rt::test]
-async fn bodies_stay_small_with_120_in_flight_and_overtaken_ones_are_sent_again() {
+/// What 3 rounds of `IN_FLIGHT` concurrent requests did: (requests, mean diffs per first send,
+/// resends that fitted).
+async fn rounds(seed: &str, window: usize) -> (u64, f64, u64) {
     tokio::time::pause();
-    let mut cfg = SimConfig::with_seed("optimistic-catch-up");
+    let mut cfg = SimConfig::with_seed(seed);
     cfg.hosts = HOSTS;
     cfg.profile = Profile::Zero;
-    let h = Harness::start(cfg).await;
+    let escrow = EscrowConfig {
+        catch_up_window: window,
+        ..EscrowConfig::default()
+    };
+    let h = Harness::start_with(
+        cfg,
+        std::sync::Arc::new(devshard_actors::store::MemoryStore::new()),
+        escrow,
+    )
+    .await;
     no_hedging(&h).await;
     let jittery = LatencyProfile {
         rtt_ms: 40,
@@ -41,22 +53,12 @@ async fn bodies_stay_small_with_120_in_flight_and_overtaken_ones_are_sent_again(
     let sends = first.get_sample_count();
     assert!(sends >= (3 * IN_FLIGHT) as u64, "{sends} first sends");
     let mean = first.get_sample_sum() / sends as f64;
-    // Each host gets its own nonce's diff and the others' since its last request: about HOSTS.
-    // Re-sending everything unacknowledged would carry about IN_FLIGHT.
-    assert!(
-        mean <= 2.0 * HOSTS as f64,
-        "mean diffs per request {mean:.1}"
-    );
     let resends = |r: &str| h.metrics.gap_resends.with_label_values(&[r]).get();
-    assert!(
-        resends("ok") > 0,
-        "no body overtook another: the test proves nothing"
-    );
     assert_eq!(resends("failed"), 0);
     let resent = h.metrics.catch_up_diffs.with_label_values(&["resend"]);
     assert_eq!(resent.get_sample_count(), resends("ok"));
     eprintln!(
-        "{sends} requests: mean {mean:.2} diffs per first send; {} resends (mean {:.1} diffs)",
+        "window {window}: {sends} requests, mean {mean:.2} diffs per first send; {} resends (mean {:.1} diffs)",
         resends("ok"),
         resent.get_sample_sum() / resent.get_sample_count().max(1) as f64
     );
@@ -78,5 +80,35 @@ async fn bodies_stay_small_with_120_in_flight_and_overtaken_ones_are_sent_again(
         rewinds.get(),
         0,
         "a resend that fits never rewinds the sync point"
+    );
+    (sends, mean, resends("ok"))
+}
+
+#[actix_rt::test]
+async fn with_a_window_of_one_each_diff_travels_once_and_overtaken_bodies_are_sent_again() {
+    let (_, mean, resends) = rounds("optimistic-window-1", 1).await;
+    // Each host gets its own nonce's diff and the others' since its last request: about HOSTS.
+    // Re-sending everything unacknowledged would carry about IN_FLIGHT.
+    assert!(
+        mean <= 2.0 * HOSTS as f64,
+        "mean diffs per request {mean:.1}"
+    );
+    assert!(
+        resends > 0,
+        "no body overtook another: the test proves nothing"
+    );
+}
+
+#[actix_rt::test]
+async fn the_default_window_bounds_bodies_and_absorbs_overtaking() {
+    let window = EscrowConfig::default().catch_up_window;
+    let (sends, mean, resends) = rounds("optimistic-window-default", window).await;
+    assert!(
+        mean <= (window + HOSTS) as f64,
+        "mean diffs per request {mean:.1}"
+    );
+    assert!(
+        resends * 100 <= sends,
+        "{resends} resends for {sends} requests"
     );
 }

@@ -258,9 +258,9 @@ impl Durable {
         Some((entry, Pending { nonce, ack, then }))
     }
 
-    /// Encoded request bodies for one attempt: the diffs no request carried to the host yet
-    /// (optimistic catch-up, `session/sync_points.rs`) as catch-up chunks first when they are more
-    /// than one chunk, then the inference request ending with this nonce's diff. They are signed
+    /// Encoded request bodies for one attempt: the newest `catch_up_window` diffs and any no
+    /// request carried to the host yet (`session/sync_points.rs`), as catch-up chunks first when
+    /// they are more than one chunk, then the inference request ending with this nonce's diff. They are signed
     /// when each leaves (the grant carries the signer, not signatures).
     fn build_grant(
         &self,
@@ -276,7 +276,7 @@ impl Durable {
             primary,
         } = attempt;
         let info = session.info();
-        let pending = session.optimistic_catch_up(&host.address);
+        let pending = session.windowed_catch_up(&host.address, nonce, deps.cfg.catch_up_window);
         deps.metrics
             .catch_up_diffs
             .with_label_values(&["first"])

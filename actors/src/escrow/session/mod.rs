@@ -3,8 +3,8 @@
 //!
 //! - `compose*` builds the next diff (`nonce + 1`): pending txs in priority order plus extras,
 //!   best-effort applied to the local state machine, signed over the applied subset.
-//! - `catch_up` is `diffsForHost`: every diff the host has not acknowledged; `optimistic_catch_up`
-//!   only what no request sent it yet (`sync_points.rs`).
+//! - `catch_up` is `diffsForHost`: every diff the host has not acknowledged; `windowed_catch_up`
+//!   is bounded by a window and what no request sent it yet (`sync_points.rs`).
 //! - `process_receipt` / `process_mempool` are `processResponse`: state-hash check
 //!   (`ErrStateHashMismatch`), state-signature verification (`ErrInvalidStateSig`), sync-nonce
 //!   advance, receipt → verified `MsgConfirmStart`, mempool txs queued with dedup, finished nonces.

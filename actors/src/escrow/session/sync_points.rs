@@ -1,10 +1,13 @@
 //! What each host holds, as far as the session knows: its *sync point* (the highest nonce it
 //! acknowledged in a receipt) and its *sent mark* (the highest nonce an inference request carried
-//! to it). Catch-up for votes, syncs and repairs starts at the sync point (`catch_up`); an
-//! inference request starts at the sent mark (`optimistic_catch_up`), so each diff travels to a
-//! host once, whatever the number of requests in flight. A host that did not get an earlier body
-//! yet (requests overtaking each other, one that failed) answers a nonce gap naming what it holds,
-//! and the same nonce is sent again from there (`EscrowActor`'s `ResendGrant`).
+//! to it). Catch-up for votes, syncs and repairs starts at the sync point (`catch_up`). An
+//! inference request for nonce `n` starts at `max(sync, min(sent, n − window))`
+//! (`windowed_catch_up`): every diff no request carried to the host yet, and at least the newest
+//! `window` diffs (or all above the sync point, when fewer), so it still fits when it overtakes
+//! a few earlier bodies on the way. Its size is bounded by `window` plus what the host was never
+//! sent, whatever the number of requests in flight. A body that overtook more (or followed one
+//! that was never sent) gets the host's nonce gap naming what it holds, and the same nonce is
+//! sent again from there (`EscrowActor`'s `ResendGrant`).
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -47,11 +50,14 @@ impl Session {
         self.diffs_after(self.host_sync(host), limit)
     }
 
-    /// Diffs no inference request carried to the host yet (above its sync point and its sent
-    /// mark), oldest first.
-    pub fn optimistic_catch_up(&self, host: &Address) -> Vec<Arc<Diff>> {
+    /// The diffs an inference request for `nonce` carries to the host (see the module docs).
+    pub fn windowed_catch_up(&self, host: &Address, nonce: u64, window: usize) -> Vec<Arc<Diff>> {
         let sent = self.host_sent.get(host).copied().unwrap_or(0);
-        self.diffs_after(self.host_sync(host).max(sent), usize::MAX)
+        let window = u64::try_from(window.max(1)).unwrap_or(u64::MAX);
+        let from = self
+            .host_sync(host)
+            .max(sent.min(nonce.saturating_sub(window)));
+        self.diffs_after(from, usize::MAX)
     }
 
     /// An inference request carrying diffs up to `nonce` is on its way to `host`.
