@@ -18,7 +18,9 @@ pub(super) struct Phase {
     pub shed: usize,
     /// Any other 5xx.
     pub server_errors: usize,
-    /// Everything else that failed (4xx, transport, broken streams).
+    /// Answered with a 4xx.
+    pub client_errors: usize,
+    /// Transport errors and broken streams.
     pub failures: usize,
     pub elapsed: Duration,
     pub peak_rss_kib: Option<u64>,
@@ -32,6 +34,7 @@ impl Phase {
             total_ms: Vec::with_capacity(n),
             shed: 0,
             server_errors: 0,
+            client_errors: 0,
             failures: 0,
             elapsed: Duration::ZERO,
             peak_rss_kib: None,
@@ -55,11 +58,12 @@ impl Phase {
 
     pub fn line(&self) -> String {
         format!(
-            "{:<8} requests={:<6} shed_503={:<5} other_5xx={:<4} failures={:<4} ttfb_p50={:>7.2}ms ttfb_p99={:>7.2}ms ttfb_p99.9={:>8.2}ms total_p50={:>7.2}ms total_p99={:>7.2}ms throughput={:>7.0}/s peak_rss={}",
+            "{:<8} requests={:<6} shed_503={:<5} other_5xx={:<4} 4xx={:<4} transport={:<4} ttfb_p50={:>7.2}ms ttfb_p99={:>7.2}ms ttfb_p99.9={:>8.2}ms total_p50={:>7.2}ms total_p99={:>7.2}ms throughput={:>7.0}/s peak_rss={}",
             self.name,
             self.served(),
             self.shed,
             self.server_errors,
+            self.client_errors,
             self.failures,
             self.ttfb(0.50),
             self.ttfb(0.99),
@@ -99,6 +103,7 @@ enum Ended {
     /// 503 with `Retry-After` (seconds).
     Shed(u64),
     ServerError,
+    ClientError,
     Failed,
 }
 
@@ -137,6 +142,10 @@ pub(super) async fn drive(name: &'static str, urls: &[String], n: usize, load: L
                         }
                         Ended::ServerError => {
                             p.server_errors += 1;
+                            None
+                        }
+                        Ended::ClientError => {
+                            p.client_errors += 1;
                             None
                         }
                         Ended::Failed => {
@@ -191,7 +200,7 @@ async fn one(client: &awc::Client, url: &str, i: usize) -> Ended {
         return Ended::ServerError;
     }
     if !status.is_success() {
-        return Ended::Failed;
+        return Ended::ClientError;
     }
     let mut first = None;
     while let Some(chunk) = resp.next().await {
