@@ -107,8 +107,9 @@ async fn the_default_window_bounds_bodies_and_absorbs_overtaking() {
         mean <= (window + HOSTS) as f64,
         "mean diffs per request {mean:.1}"
     );
+    // Window 1 had about 70 % of bodies overtaken (the other test); the window leaves a few.
     assert!(
-        resends * 100 <= sends,
+        resends * 20 <= sends,
         "{resends} resends for {sends} requests"
     );
 }
