@@ -7,6 +7,7 @@
 //! - [`chain`]: chain REST client used when an escrow is registered.
 //! - [`escrows`]: escrow registration and admin summaries; [`escrow_archive`]: deleted escrows.
 //! - [`http`]: the actix-web edge (OpenAI routes, ops, admin, error mapping).
+//! - [`overload`]: the adaptive concurrency limit and its queue at the edge.
 //! - [`state`]: `AppState`, what every handler gets (request accounting, chain polling).
 //! - [`app`]: process wiring: `build_app`, `start`, `run`, `serve`.
 //! - [`store`]: the SQLite store; [`sim`]: the simulated network.
@@ -24,6 +25,7 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod rotation;
+pub mod overload;
 pub mod sim;
 pub mod state;
 pub mod store;

@@ -9,7 +9,11 @@
 //! | `devshard_http_request_duration_seconds` | histogram (time to response head) | `path`, `method` |
 //! | `devshard_gateway_inflight_requests` | gauge: races in flight | — |
 //! | `devshard_gateway_race_errors_total` | counter: races failed before the first byte | `status` |
-//! | `devshard_gateway_limit_rejections_total` | counter: requests refused by a limit | `reason` |
+//! | `devshard_gateway_limit_rejections_total` | counter: requests refused by a limit (all answered 503 + `Retry-After`) | `reason` (`max_concurrent_requests`, `queue_full`, `queue_timeout`) |
+//! | `devshard_gateway_concurrency_limit` | gauge: the adaptive limit on races starting (`crate::overload`) | — |
+//! | `devshard_gateway_starting_races` | gauge: races admitted that have not started answering | — |
+//! | `devshard_gateway_queued_requests` | gauge: requests waiting for a starting slot | — |
+//! | `devshard_gateway_queue_wait_seconds` | histogram: time queued requests waited (admitted or shed) | — |
 //! | `devshard_gateway_escrow_replacements_total` | counter: requests whose escrow closed before they started there | `result` (`replaced`, `no_other_escrow`) |
 //! | `devshard_escrow_adoptions_total` | counter: `POST /v1/admin/escrows {"adopt": true}` calls | `result` (`adopted`, `no_quorum`, `refused`) |
 //! | `devshard_escrow_adopt_rejected_diffs_total` | counter: diffs a host served that an adoption rejected | `reason` (`RejectReason`) |
@@ -30,7 +34,7 @@ use actix_web::{
     web, Error,
 };
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
 
 /// Namespace (prefix) of every metric of the process.
@@ -44,7 +48,7 @@ const DURATION_BUCKETS: [f64; 17] = [
     120.0, 300.0,
 ];
 
-/// `reason` label of a rejection by the concurrent-race limit (upstream name).
+/// `reason` label of a rejection by the hard ceiling `max_concurrent_races` (upstream name).
 pub const REJECT_MAX_CONCURRENT: &str = "max_concurrent_requests";
 
 /// A registry with the process namespace.
@@ -69,6 +73,14 @@ pub struct HttpMetrics {
     pub adopt_rejected: IntCounterVec,
     /// Escrow deletions, by result.
     pub deletions: IntCounterVec,
+    /// The adaptive limit on races starting (`crate::overload`).
+    pub concurrency_limit: IntGauge,
+    /// Races admitted by the limiter that have not started answering.
+    pub starting_races: IntGauge,
+    /// Requests waiting in the limiter's queue.
+    pub queued_requests: IntGauge,
+    /// How long queued requests waited.
+    pub queue_wait: Histogram,
 }
 
 impl HttpMetrics {
@@ -141,6 +153,31 @@ impl HttpMetrics {
             &["result"],
         )?;
         registry.register(Box::new(deletions.clone()))?;
+        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let concurrency_limit = gauge(
+            "gateway_concurrency_limit",
+            "Adaptive limit on races starting (admission to first byte)",
+        )?;
+        let starting_races = gauge(
+            "gateway_starting_races",
+            "Races admitted that have not started answering",
+        )?;
+        let queued_requests = gauge(
+            "gateway_queued_requests",
+            "Requests waiting for a starting slot",
+        )?;
+        let queue_wait = Histogram::with_opts(
+            HistogramOpts::new(
+                "gateway_queue_wait_seconds",
+                "Time requests waited in the overload queue (admitted or shed)",
+            )
+            .buckets(DURATION_BUCKETS.to_vec()),
+        )?;
+        registry.register(Box::new(queue_wait.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(races_in_flight.clone()))?;
@@ -157,6 +194,10 @@ impl HttpMetrics {
             adoptions,
             adopt_rejected,
             deletions,
+            concurrency_limit,
+            starting_races,
+            queued_requests,
+            queue_wait,
         })
     }
 

@@ -25,6 +25,8 @@ mod openapi;
 mod operator;
 #[path = "edge/ops.rs"]
 mod ops;
+#[path = "edge/overload.rs"]
+mod overload;
 #[path = "edge/persist.rs"]
 mod persist;
 #[path = "edge/poc.rs"]

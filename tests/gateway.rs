@@ -39,6 +39,8 @@ mod lifecycle;
 mod live;
 #[path = "gateway/load.rs"]
 mod load;
+#[path = "gateway/optimistic.rs"]
+mod optimistic;
 #[path = "gateway/repair.rs"]
 mod repair;
 #[path = "gateway/requests.rs"]

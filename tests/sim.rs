@@ -28,6 +28,8 @@ mod rejections;
 mod settle;
 #[path = "sim/settle_chain.rs"]
 mod settle_chain;
+#[path = "sim/stragglers.rs"]
+mod stragglers;
 #[path = "sim/timeouts.rs"]
 mod timeouts;
 #[path = "sim/warm.rs"]

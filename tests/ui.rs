@@ -27,6 +27,10 @@ async fn debug_ui_is_html_without_auth() {
         body.contains("<svg") && body.contains("data-endpoint"),
         "charts and the chain table"
     );
+    assert!(
+        body.contains("data-limiter"),
+        "the overload limiter's table"
+    );
     // No external assets.
     assert!(!body.contains("src=\"http") && !body.contains("href=\"http"));
 

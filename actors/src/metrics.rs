@@ -60,6 +60,12 @@ pub struct ActorMetrics {
     /// Host sync points moved back, by cause (`nonce_gap`: to what the host says it holds;
     /// `session_lost`: to 0).
     pub host_sync_rewinds: IntCounterVec,
+    /// Diffs one attempt's bodies carry (prelude chunks and the inference request together), by
+    /// send (`first`: the grant's optimistic catch-up; `resend`: the same nonce again after the
+    /// host's nonce gap).
+    pub catch_up_diffs: HistogramVec,
+    /// Attempts sent again after the host's nonce gap, by result (`ok`, `failed`).
+    pub gap_resends: IntCounterVec,
     /// Timeout votes collecting now (parallel across nonces, bounded by
     /// `timeout_votes_parallel`).
     pub timeout_votes_running: IntGauge,
@@ -187,6 +193,23 @@ impl ActorMetrics {
                 ),
                 &["cause"],
             )?,
+            catch_up_diffs: HistogramVec::new(
+                HistogramOpts::new(
+                    "catch_up_diffs_per_request",
+                    "Diffs carried by one attempt's request bodies, by send (first, resend)",
+                )
+                .buckets(vec![
+                    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
+                ]),
+                &["send"],
+            )?,
+            gap_resends: IntCounterVec::new(
+                Opts::new(
+                    "gap_resends_total",
+                    "Attempts sent again from what the host holds after its nonce gap, by result",
+                ),
+                &["result"],
+            )?,
             timeout_votes_running: IntGauge::new(
                 "timeout_votes_running",
                 "Timeout votes collecting now (all verifiers asked in parallel)",
@@ -223,6 +246,8 @@ impl ActorMetrics {
         registry.register(Box::new(m.repair_unblock_seconds.clone()))?;
         registry.register(Box::new(m.catch_up_chunks.clone()))?;
         registry.register(Box::new(m.host_sync_rewinds.clone()))?;
+        registry.register(Box::new(m.catch_up_diffs.clone()))?;
+        registry.register(Box::new(m.gap_resends.clone()))?;
         registry.register(Box::new(m.timeout_votes_running.clone()))?;
         registry.register(Box::new(m.timeout_vote_retries.clone()))?;
         Ok(m)

@@ -160,6 +160,8 @@ pub struct Config {
     pub shaping: operator::ShapingConfig,
     /// `[ledger]`: retention of the cost ledger.
     pub ledger: operator::LedgerConfig,
+    /// `[overload]`: the adaptive concurrency limit under `max_concurrent_races`.
+    pub overload: crate::overload::settings::OverloadSettings,
 }
 
 impl Config {

@@ -28,7 +28,8 @@ pub const DEFAULT_MAX_TOKENS: u64 = 3_072;
 pub const DEFAULT_MAX_TOKENS_CAP: u64 = 4_096;
 /// Largest accepted request body (4 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-/// Races in flight across the process; beyond it requests get 429 + `Retry-After`.
+/// Races in flight across the process (streams included): the hard ceiling, also of the adaptive
+/// limit; beyond it requests get 503 + `Retry-After`.
 pub const DEFAULT_MAX_CONCURRENT_RACES: usize = 512;
 /// Log level (`trace`, `debug`, `info`, `warning`, `error`, `critical`).
 pub const DEFAULT_LOG_LEVEL: &str = "info";
@@ -157,6 +158,9 @@ pub struct RawConfig {
     /// `[ledger]`: retention of the cost ledger.
     #[serde(default)]
     pub ledger: super::operator::LedgerConfig,
+    /// `[overload]`: the adaptive concurrency limit and its queue.
+    #[serde(default)]
+    pub overload: crate::overload::settings::OverloadSettings,
 }
 
 impl Default for RawConfig {
@@ -198,6 +202,7 @@ impl Default for RawConfig {
             accounting: super::access::RawAccounting::default(),
             shaping: super::operator::ShapingConfig::default(),
             ledger: super::operator::LedgerConfig::default(),
+            overload: crate::overload::settings::OverloadSettings::default(),
         }
     }
 }

@@ -154,6 +154,9 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     if raw.max_concurrent_races == 0 {
         return Err(invalid("max_concurrent_races", "must be greater than 0"));
     }
+    if let Some((field, why)) = raw.overload.invalid() {
+        return Err(invalid(field, why));
+    }
     let log_level = parse_level(&raw.log_level).ok_or_else(|| {
         invalid(
             "log_level",
@@ -246,6 +249,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         ca_file: raw.ca_file.clone().filter(|p| !p.as_os_str().is_empty()),
         shaping: raw.shaping.clone(),
         ledger: raw.ledger,
+        overload: raw.overload.clone(),
     })
 }
 

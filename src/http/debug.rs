@@ -12,6 +12,9 @@
 //!   time, the winner).
 //! - `GET /v1/debug/escrows/{id}`: the escrow's session, its stats and the state of each of its
 //!   repairs (blocked since, attempts, last result, next tick).
+//! - `kind=limiter`: one entry, `edge`, the adaptive concurrency limit (`crate::overload`): its
+//!   limit, ceiling, races starting, queue, latencies and sheds by reason (state `open`,
+//!   `queueing` while requests wait, or `disabled`).
 //! - `kind=settlement` entries: each registered escrow's settlement state, attempts, last error,
 //!   weight/threshold and nonce/balance budget ([`super::debug_settlement`]).
 //! - `GET /v1/debug/chain` and `/v1/debug/series`: [`super::debug_chain`].
@@ -247,7 +250,8 @@ fn entry(s: &StatsView, p: &Probed, races: usize, now: i64) -> Value {
 }
 
 fn kind_rank(v: &Value) -> usize {
-    const ORDER: [&str; 8] = [
+    const ORDER: [&str; 9] = [
+        "limiter",
         "directory",
         "escrow",
         "settlement",
@@ -311,12 +315,28 @@ async fn all_actors(state: &AppState, kind: Option<&str>) -> Vec<Value> {
     }
     out.extend(settlements);
     out.extend(rotation);
+    if kind.is_none_or(|k| k == "limiter") {
+        out.push(limiter_entry(state));
+    }
     out.sort_by(|a, b| {
         kind_rank(a)
             .cmp(&kind_rank(b))
             .then_with(|| a["id"].as_str().cmp(&b["id"].as_str()))
     });
     out
+}
+
+/// The edge limiter's entry (no actor: shared state read under its lock).
+fn limiter_entry(state: &AppState) -> Value {
+    let v = state.overload.view();
+    let status = if !v.enabled {
+        "disabled"
+    } else if v.queued > 0 {
+        "queueing"
+    } else {
+        "open"
+    };
+    json!({"kind": "limiter", "id": "edge", "state": status, "alive": true, "detail": v})
 }
 
 /// `GET /v1/debug/actors`.

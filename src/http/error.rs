@@ -13,7 +13,8 @@
 //! | missing/wrong bearer key | 401 | `invalid_request_error` | `invalid_api_key` |
 //! | unknown route / escrow, admin off | 404 | `invalid_request_error` | `not_found`, `escrow_not_found` |
 //! | wrong method | 405 | `invalid_request_error` | `method_not_allowed` |
-//! | concurrent-race limit | 429 | `rate_limit_error` | `rate_limit_exceeded` (Retry-After 1) |
+//! | hard ceiling `max_concurrent_races` (`Saturated`) | 503 | `service_unavailable` | `gateway_saturated` (Retry-After 1) |
+//! | adaptive limit: queue full or queue deadline passed (`Shed`, `crate::overload`) | 503 | `service_unavailable` | `gateway_saturated` (Retry-After `overload.retry_after_s`) |
 //! | race: escrow queue full (`Saturated`) | 429 | `rate_limit_exceeded` | `rate_limit_exceeded` (Retry-After 1) |
 //! | race: escrow unavailable or restarting (`EscrowUnavailable`) | 503 | `service_unavailable` | `service_unavailable` (Retry-After 5, or 1 when restarting) |
 //! | race: the escrow closed for settlement and no other escrow of the model can take the request (`EscrowClosed`, after the re-placement of `openai.rs`) | 503 | `service_unavailable` | `service_unavailable` (Retry-After 5) |
@@ -58,7 +59,11 @@ use devshard_actors::{
 };
 use serde_json::json;
 
-use crate::{chain::ChainError, state::settlements::SettleError};
+use crate::{
+    chain::ChainError,
+    overload::{Shed, ShedReason},
+    state::settlements::SettleError,
+};
 
 /// `Retry-After` seconds when a 429/503 carries no better hint.
 pub const DEFAULT_RETRY_AFTER_S: u64 = 1;
@@ -75,6 +80,20 @@ const UPSTREAM: &str = "upstream_error";
 const SERVER: &str = "server_error";
 /// `code` of a request refused during PoC.
 pub const CODE_POC: &str = "poc_in_progress";
+/// `code` of a request shed because the gateway is saturated.
+pub const CODE_SATURATED: &str = "gateway_saturated";
+
+/// What a shed client is told.
+fn shed_message(shed: &Shed) -> String {
+    let why = match shed.reason {
+        ShedReason::QueueFull => "its queue is full",
+        ShedReason::QueueTimeout => "no slot became free while the request waited in its queue",
+    };
+    format!(
+        "the gateway is saturated: {why} (adaptive concurrency limit {}); retry after {} s",
+        shed.limit, shed.retry_after_s
+    )
+}
 
 /// Every error answered by the edge.
 #[derive(Debug, thiserror::Error)]
@@ -105,8 +124,12 @@ pub enum ApiError {
     NotFound(String),
     #[error("method {0} is not allowed on this route")]
     MethodNotAllowed(String),
-    #[error("too many requests in flight; retry shortly")]
-    Saturated,
+    /// The hard ceiling on races in flight.
+    #[error("the gateway is saturated: {ceiling} requests are in flight (max_concurrent_races); retry after {DEFAULT_RETRY_AFTER_S} s")]
+    Saturated { ceiling: usize },
+    /// Shed by the adaptive limit's queue.
+    #[error("{}", shed_message(.0))]
+    Shed(Shed),
     #[error("{0}")]
     Conflict(String),
     /// An escrow admin call the escrow's state forbids (adopt, delete), with its own code.
@@ -310,7 +333,11 @@ impl ApiError {
             ApiError::Unauthorized(_) => parts(401, INVALID, "invalid_api_key"),
             ApiError::NotFound(_) => parts(404, INVALID, "not_found"),
             ApiError::MethodNotAllowed(_) => parts(405, INVALID, "method_not_allowed"),
-            ApiError::Saturated => parts(429, "rate_limit_error", "rate_limit_exceeded"),
+            ApiError::Saturated { .. } => parts(503, UNAVAILABLE, CODE_SATURATED),
+            ApiError::Shed(shed) => ErrorParts {
+                retry_after_s: Some(shed.retry_after_s),
+                ..parts(503, UNAVAILABLE, CODE_SATURATED)
+            },
             ApiError::Conflict(_) => parts(409, INVALID, "conflict"),
             ApiError::EscrowConflict { code, .. } => parts(409, INVALID, code),
             ApiError::Adopt(e) => match e {

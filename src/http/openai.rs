@@ -6,7 +6,8 @@
 //! model's access mode ([`access::authorize`], 401/403) → the request table and
 //! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
 //! `crate::state::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
-//! the concurrent-race limit (429) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
+//! the hard ceiling on races in flight (503) → the adaptive limit on races starting, which may
+//! queue the request (503 + `Retry-After` when shed; `crate::overload`) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
 //! skipping deactivated escrows, admission by state, nonces, hosts and balance) → the race
 //! ([`placement::place`], which also moves a request whose escrow closed for settlement before it
 //! started there to another escrow of the model). The race starts inside the handler, so that it
@@ -187,9 +188,18 @@ async fn chat_inner(
             .rejections
             .with_label_values(&[REJECT_MAX_CONCURRENT])
             .inc();
-        return Err(ApiError::Saturated);
+        info!(log, "request shed: races in flight at the ceiling"; "stage" => "request_shed",
+            "reason" => REJECT_MAX_CONCURRENT, "ceiling" => state.limits.max_concurrent_races);
+        return Err(ApiError::Saturated {
+            ceiling: state.limits.max_concurrent_races,
+        });
     };
     let in_flight = InFlight::new(permit, state.metrics.races_in_flight.clone());
+    let starting = state.overload.acquire().await.map_err(|shed| {
+        info!(log, "request shed by the adaptive concurrency limit"; "stage" => "request_shed",
+            "reason" => shed.reason.label(), "limit" => shed.limit);
+        ApiError::Shed(shed)
+    })?;
     let stream = chat.stream;
     let strip = chat.strip;
     let params = InferenceParams {
@@ -204,6 +214,7 @@ async fn chat_inner(
     let started = placement::place(state, Arc::new(params), escrow, log)
         .await
         .map_err(|e| gate::during_poc(relaxed.as_ref(), e, log))?;
+    starting.started();
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
     Ok(match started {
         RaceStart::Stream(rx) => accounting::recording_stream(rx, in_flight, state, rid, strip),

@@ -7,8 +7,9 @@
 //! - `devshards[]`: `{id, model, active, phase, nonce, balance, active_requests, chain_phase,
 //!   confirmation_poc_phase, requests_blocked, block_reason}` from each escrow's live snapshot and
 //!   the chain poller's view (`phase`/`nonce`/`balance` absent when the actor did not answer).
-//! - `limiter`: `{in_flight_requests, max_concurrent_requests, effective_max_concurrent_requests}`
-//!   (the concurrent-race limit).
+//! - `limiter`: `{in_flight_requests, max_concurrent_requests, effective_max_concurrent_requests,
+//!   queued_requests}`: races in flight, the hard ceiling `max_concurrent_races`, the adaptive
+//!   limit on races starting (`crate::overload`) and the requests waiting for it.
 //! - `capacity`: `{host_count, available_host_count, unavailable_host_count, total_weight,
 //!   current_weight, lost_weight, available_percent, lost_percent, escrow_weights, models{…}}`,
 //!   where a host is available when its health state routes it.
@@ -186,6 +187,7 @@ pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         .collect();
     let max = state.limits.max_concurrent_races;
     let in_flight = max.saturating_sub(state.races.available_permits());
+    let limiter = state.overload.view();
     Ok(HttpResponse::Ok().json(json!({
         "mode": "gateway",
         "runtimes": devshards.len(),
@@ -193,7 +195,8 @@ pub async fn status(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         "limiter": {
             "in_flight_requests": in_flight,
             "max_concurrent_requests": max,
-            "effective_max_concurrent_requests": max,
+            "effective_max_concurrent_requests": limiter.limit,
+            "queued_requests": limiter.queued,
         },
         "capacity": {
             "host_count": hosts.len(),

@@ -157,6 +157,7 @@ pub(crate) struct AtomicCounters {
     pub mempool: AtomicU64,
     pub openai: AtomicU64,
     pub versions: AtomicU64,
+    pub stragglers: AtomicU64,
 }
 
 impl AtomicCounters {
@@ -174,6 +175,7 @@ impl AtomicCounters {
             mempool: r(&self.mempool),
             openai: r(&self.openai),
             versions: r(&self.versions),
+            stragglers: r(&self.stragglers),
         }
     }
 }
@@ -190,6 +192,9 @@ pub struct Counters {
     pub openai: u64,
     /// Miner `GET /v1/versions`.
     pub versions: u64,
+    /// Requests (devshard or plain OpenAI) the straggler knob stalled before their first token.
+    #[serde(default)]
+    pub stragglers: u64,
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //! Streaming requests get headers after one RTT, the role chunk and first token after the time
 //! to first token, then one chunk per token, the finish chunk with usage and `[DONE]`.
 //! Non-streaming requests get one `chat.completion` JSON body after the whole generation time.
-//! Of the fault knobs only `refuse_connections` and `down_for_ms` (the listener) apply here.
+//! Of the fault knobs only `refuse_connections` and `down_for_ms` (the listener) apply here; the
+//! latency profile's straggler knob applies as on the devshard route.
 
 use std::time::Duration;
 
@@ -51,6 +52,7 @@ pub(crate) async fn handle(core: &NetCore, host: &HostState, req: Request<Incomi
     if !info.stream {
         host.delay(ttft + inter * generation.token_count().saturating_sub(1) as u32)
             .await;
+        tokio::time::sleep(host.straggler_delay()).await;
         host.delay(latency.half_rtt()).await;
         return server::response(
             StatusCode::OK,
@@ -82,10 +84,11 @@ pub(crate) async fn handle(core: &NetCore, host: &HostState, req: Request<Incomi
     resp
 }
 
-/// The jittered delay before each event: the role chunk waits the time to first token, the
+/// The jittered delay before each event: the role chunk waits the time to first token (and a
+/// straggler's stall, `LatencyProfile::straggler_rate`), the
 /// first content token follows at once, every later token waits one inter-token time.
 fn event_delays(host: &HostState, ttft: Duration, inter: Duration, tokens: usize) -> Vec<Duration> {
-    let mut out = vec![host.jittered(ttft), Duration::ZERO];
+    let mut out = vec![host.jittered(ttft) + host.straggler_delay(), Duration::ZERO];
     out.extend((1..tokens).map(|_| host.jittered(inter)));
     out
 }

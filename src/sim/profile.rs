@@ -7,6 +7,7 @@
 //! request arrives ─ rtt/2 (request in flight) ─ apply diffs ─ receipt_ms ─ rtt/2 (response in
 //! flight) ─ headers + receipt event ─ ttft_ms + ttft_us_per_input_byte·len ─ role chunk + first
 //! token ─ 1/tokens_per_s per further token ─ finish chunk, [DONE], meta
+//! (a straggler, with probability straggler_rate, stalls straggler_delay_ms before the first token)
 //! ```
 //!
 //! The response's one-way delay is paid once before the headers; later events are shifted by the
@@ -36,6 +37,12 @@ pub struct LatencyProfile {
     pub tokens_per_s: f64,
     /// Relative jitter applied to every delay (`0.1` = ±10 %).
     pub jitter: f64,
+    /// Probability that a request stalls `straggler_delay_ms` before its first token (drawn per
+    /// request from the host's own seeded stream, so runs are reproducible): The Tail at Scale's
+    /// stragglers, which hedging exists for.
+    pub straggler_rate: f64,
+    /// How long a straggler stalls.
+    pub straggler_delay_ms: u64,
 }
 
 impl Default for LatencyProfile {
@@ -48,6 +55,8 @@ impl Default for LatencyProfile {
             ttft_us_per_input_byte: 20.0,
             tokens_per_s: 80.0,
             jitter: 0.2,
+            straggler_rate: 0.0,
+            straggler_delay_ms: 0,
         }
     }
 }
@@ -62,6 +71,8 @@ impl LatencyProfile {
             ttft_us_per_input_byte: 0.0,
             tokens_per_s: 0.0,
             jitter: 0.0,
+            straggler_rate: 0.0,
+            straggler_delay_ms: 0,
         }
     }
 
@@ -74,6 +85,8 @@ impl LatencyProfile {
             ttft_us_per_input_byte: 2.0,
             tokens_per_s: 500.0,
             jitter: 0.1,
+            straggler_rate: 0.0,
+            straggler_delay_ms: 0,
         }
     }
 
@@ -140,6 +153,8 @@ fn mixed(index: usize, hosts: usize) -> LatencyProfile {
             ttft_us_per_input_byte: 5.0,
             tokens_per_s: 60.0,
             jitter: 0.1,
+            straggler_rate: 0.0,
+            straggler_delay_ms: 0,
         };
     }
     // Spread the remote hosts evenly over the observed ranges.
@@ -159,6 +174,8 @@ fn mixed(index: usize, hosts: usize) -> LatencyProfile {
         ttft_us_per_input_byte: 30.0,
         tokens_per_s: 45.0,
         jitter: 0.15,
+        straggler_rate: 0.0,
+        straggler_delay_ms: 0,
     }
 }
 

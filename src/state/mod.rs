@@ -119,8 +119,10 @@ pub struct AppState {
     pub race_ids: Arc<AtomicU64>,
     /// Sequence of generated request ids.
     pub request_seq: Arc<AtomicU64>,
-    /// The concurrent-race limit.
+    /// The hard ceiling on races in flight (`max_concurrent_races`, streams included).
     pub races: Arc<Semaphore>,
+    /// The adaptive limit on races starting, with its queue (`[overload]`).
+    pub overload: crate::overload::Limiter,
     /// Unix seconds at start (`created` of `/v1/models` entries).
     pub started_at_s: i64,
     /// Chain poll settings, the poller (when `public_api_url` is set) and its latest view.
@@ -195,6 +197,12 @@ impl AppState {
             },
             parts.log.clone(),
         );
+        let overload = crate::overload::Limiter::new(
+            config.overload.clone(),
+            config.max_concurrent_races,
+            parts.metrics.clone(),
+            parts.log.clone(),
+        );
         AppState {
             directory: parts.directory,
             actors: parts.actors,
@@ -224,6 +232,7 @@ impl AppState {
             race_ids: Arc::new(AtomicU64::new(1)),
             request_seq: Arc::new(AtomicU64::new(0)),
             races: Arc::new(Semaphore::new(config.max_concurrent_races)),
+            overload,
             started_at_s,
             polling,
             access: config.access.clone(),

@@ -1,6 +1,6 @@
 //! Per-model access modes of `POST /v1/chat/completions`: `open`, `api_key`, `admin_only`, the
 //! auto default, and the 401/403 shapes. The race permits are held so that an admitted request
-//! stops at 429 (after the access check) without touching the escrow.
+//! stops at 503 `gateway_saturated` (after the access check) without touching the escrow.
 
 use actix_web::{http::StatusCode, test as atest};
 use devshard_gateway::config::{AccessConfig, AccessMode};
@@ -57,7 +57,7 @@ async fn each_mode_admits_and_refuses_the_right_callers() {
     state.access = access(AccessMode::ApiKey);
     let _held = state.races.clone().try_acquire_many_owned(1).unwrap();
     let app = atest::init_service(devshard_gateway::app::build_app(state)).await;
-    let admitted = StatusCode::TOO_MANY_REQUESTS;
+    let admitted = StatusCode::SERVICE_UNAVAILABLE;
     let cases = [
         (OPEN, None, admitted, ""),
         (OPEN, Some("user-key"), admitted, ""),
@@ -134,5 +134,5 @@ async fn without_api_keys_models_are_open_by_default() {
     let _held = state.races.clone().try_acquire_many_owned(1).unwrap();
     let app = atest::init_service(devshard_gateway::app::build_app(state)).await;
     let (got, _, json) = call(&app, req(KEYED, None).to_request()).await;
-    assert_eq!(got, StatusCode::TOO_MANY_REQUESTS, "{json}");
+    assert_eq!(got, StatusCode::SERVICE_UNAVAILABLE, "{json}");
 }

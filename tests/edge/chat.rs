@@ -226,7 +226,7 @@ async fn api_keys_guard_chat_when_configured() {
 }
 
 #[actix_web::test]
-async fn saturation_is_429_with_retry_after_before_the_escrow() {
+async fn saturation_is_503_gateway_saturated_with_retry_after_before_the_escrow() {
     let state = gateway(Opts {
         escrows: vec![escrow_info(ESCROW, MODEL)],
         max_concurrent_races: Some(1),
@@ -237,13 +237,15 @@ async fn saturation_is_429_with_retry_after_before_the_escrow() {
     let held = state.races.clone().try_acquire_owned().unwrap();
     let app = test::init_service(devshard_gateway::app::build_app(state.clone())).await;
     let (status, headers, json) = call(&app, post(chat(json!({}))).to_request()).await;
-    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{json}");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{json}");
     assert_eq!(headers.get("retry-after").unwrap(), "1");
     let (kind, code, _) = error_fields(&json);
     assert_eq!(
         (kind.as_str(), code.as_str()),
-        ("rate_limit_error", "rate_limit_exceeded")
+        ("service_unavailable", "gateway_saturated")
     );
+    let message = json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the gateway is saturated"), "{message}");
     drop(held);
     let after = support::snapshot(&state.directory, ESCROW).await;
     assert_eq!(after.nonce, before.nonce);

@@ -40,7 +40,7 @@ async fn hosts_are_listed_with_faults_and_counters() {
     assert_eq!(hosts[2]["faults"], json!({}));
     assert_eq!(
         hosts[2]["counters"],
-        json!({"chat": 0, "verify_timeout": 0, "diffs": 0, "signatures": 0, "mempool": 0, "openai": 0, "versions": 0})
+        json!({"chat": 0, "verify_timeout": 0, "diffs": 0, "signatures": 0, "mempool": 0, "openai": 0, "versions": 0, "stragglers": 0})
     );
 }
 

@@ -95,6 +95,7 @@ async fn ttft_grows_with_input_and_tokens_follow_the_rate() {
         ttft_us_per_input_byte: 1_000.0,
         tokens_per_s: 10.0,
         jitter: 0.0,
+        ..LatencyProfile::zero()
     };
     net.set_latency(0, profile).unwrap();
     let mut s = Session::new(&net, "42");

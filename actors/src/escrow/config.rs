@@ -12,6 +12,10 @@ pub struct EscrowConfig {
     pub picker_hold_ms: u64,
     /// Diffs per catch-up request.
     pub catch_up_chunk: usize,
+    /// An inference request carries at least the newest this many diffs (or every diff above
+    /// the host's sync point, when fewer), so it survives overtaking earlier bodies; beyond, only
+    /// what no request carried to the host yet (`session/sync_points.rs`).
+    pub catch_up_window: usize,
     /// Races that may wait for a nonce at once (beyond: 503 + Retry-After).
     pub max_waiting: usize,
     /// Added to protocol deadlines before a timeout vote (`TimeoutBuffer`).
@@ -36,6 +40,7 @@ impl Default for EscrowConfig {
         EscrowConfig {
             picker_hold_ms: 200,
             catch_up_chunk: 200,
+            catch_up_window: 64,
             max_waiting: 512,
             timeout_buffer_ms: 5_000,
             finish_poll_initial_ms: 1_000,

@@ -5,7 +5,9 @@
 //! answered from [`Durable::acked`] once its ack resolved; a store failure stops the actor (the
 //! directory respawns it from the last durable state, so an undurable nonce is never used).
 //! Also here: the highest acknowledged nonce, request bodies (encoded once; signed as each
-//! leaves, by the grant's signer), and the persistence of host sync nonces.
+//! leaves, by the grant's signer; each diff sent to a host once, and a nonce sent again from what
+//! the host holds after a nonce gap: [`Durable::resend`]), and the persistence of host sync
+//! nonces.
 
 use std::{collections::BTreeMap, sync::Arc, time::Instant};
 
@@ -220,7 +222,10 @@ impl Durable {
         };
         let built = self.build_grant(session, routing, deps, attempt);
         let grant = match built {
-            Ok(g) => g,
+            Ok(g) => {
+                session.mark_sent(&host.address, nonce);
+                g
+            }
             Err(e) => {
                 let _ = w.reply.send(Err(e));
                 return None;
@@ -253,9 +258,10 @@ impl Durable {
         Some((entry, Pending { nonce, ack, then }))
     }
 
-    /// Encoded request bodies for one attempt: catch-up chunks the host needs first (when it is
-    /// more than one chunk behind), then the inference request ending with this nonce's diff.
-    /// They are signed when each leaves (the grant carries the signer, not signatures).
+    /// Encoded request bodies for one attempt: the newest `catch_up_window` diffs and any no
+    /// request carried to the host yet (`session/sync_points.rs`), as catch-up chunks first when
+    /// they are more than one chunk, then the inference request ending with this nonce's diff. They are signed
+    /// when each leaves (the grant carries the signer, not signatures).
     fn build_grant(
         &self,
         session: &Session,
@@ -270,21 +276,19 @@ impl Durable {
             primary,
         } = attempt;
         let info = session.info();
-        let chunk = deps.cfg.catch_up_chunk.max(1);
-        let pending: Vec<Arc<Diff>> = session.catch_up(&host.address, usize::MAX);
-        let split = pending.len().saturating_sub(chunk);
-        let (before, last) = pending.split_at(split);
-        let prelude = self.wire.catch_up_chunks(before, chunk)?;
-        let body = self
-            .wire
-            .body(last.iter().map(|d| &**d), nonce, Some(payload));
+        let pending = session.windowed_catch_up(&host.address, nonce, deps.cfg.catch_up_window);
+        deps.metrics
+            .catch_up_diffs
+            .with_label_values(&["first"])
+            .observe(pending.len() as f64);
+        let (prelude, request) = self.bodies(deps, &pending, nonce, payload)?;
         let now_ms = deps.clock.now_ms();
         Ok(NonceGrant {
             nonce,
             host: host.address.clone(),
             url: info.session_url(host, "chat/completions"),
             prelude,
-            request: wire_cache::encoded(body)?,
+            request,
             signer: wire_cache::signer(session, deps),
             preference: routing.preference(&host.address),
             hedge_due_ms: primary
@@ -299,6 +303,49 @@ impl Durable {
                 start: session.start_of(nonce),
             },
         })
+    }
+
+    /// The bodies of one attempt carrying `diffs` (ending with `nonce`'s): catch-up chunks first
+    /// when they are more than one chunk, then the inference request with the rest and `payload`.
+    fn bodies(
+        &self,
+        deps: &EscrowDeps,
+        diffs: &[Arc<Diff>],
+        nonce: u64,
+        payload: &PayloadJson,
+    ) -> Result<(Vec<bytes::Bytes>, bytes::Bytes), EscrowError> {
+        let chunk = deps.cfg.catch_up_chunk.max(1);
+        let (before, last) = diffs.split_at(diffs.len().saturating_sub(chunk));
+        let prelude = self.wire.catch_up_chunks(before, chunk)?;
+        let body = self
+            .wire
+            .body(last.iter().map(|d| &**d), nonce, Some(payload));
+        Ok((prelude, wire_cache::encoded(body)?))
+    }
+
+    /// The same nonce again for a host that answered a nonce gap holding only up to `holds`:
+    /// every diff above that, up to the nonce (all durable: the nonce's grant was answered after
+    /// its ack), with the nonce's payload.
+    pub(super) fn resend(
+        &self,
+        session: &Session,
+        deps: &EscrowDeps,
+        nonce: u64,
+        holds: u64,
+        payload: &PayloadJson,
+    ) -> Result<(Vec<bytes::Bytes>, bytes::Bytes), EscrowError> {
+        if nonce > self.durable_nonce {
+            return Err(EscrowError::Protocol(format!(
+                "resend of nonce {nonce} above the durable nonce {}",
+                self.durable_nonce
+            )));
+        }
+        let diffs = session.diffs_between(holds.saturating_add(1), nonce);
+        deps.metrics
+            .catch_up_diffs
+            .with_label_values(&["resend"])
+            .observe(diffs.len() as f64);
+        self.bodies(deps, &diffs, nonce, payload)
     }
 
     /// Payload-less catch-up bodies of `diffs` (see [`WireDiffs::catch_up_chunks`]).

@@ -109,6 +109,24 @@ pub struct VerifyContext {
     pub start: Option<crate::protocol::proto::MsgStartInference>,
 }
 
+/// The host of an attempt answered a nonce gap holding only up to `holds`: the bodies that send
+/// the same nonce again from there (optimistic catch-up's recovery, `session/sync_points.rs`).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<Resend, EscrowError>")]
+pub struct ResendGrant {
+    pub nonce: u64,
+    pub host: Address,
+    pub holds: u64,
+}
+
+/// The bodies of a [`ResendGrant`]: catch-up chunks first (when the host is more than one
+/// chunk behind), then the inference request with the nonce's payload (signed as each leaves).
+#[derive(Debug, Clone)]
+pub struct Resend {
+    pub prelude: Vec<Bytes>,
+    pub request: Bytes,
+}
+
 /// A receipt event arrived on an attempt (processed at once: sync nonce, signatures, confirm).
 #[derive(Debug, Message)]
 #[rtype(result = "Result<(), SessionError>")]

@@ -19,6 +19,7 @@
 //! | message | handled by |
 //! |---|---|
 //! | `RequestNonce` | picker (`Primary`, `Retry`); `hedging.rs` over routing (`Hedge`, `Pair`); grant in `durable.rs` |
+//! | `ResendGrant` | book (the nonce's payload), durable (bodies from what the host holds) |
 //! | `RaceGone` | picker |
 //! | `GrantUnused` | book (settled by a timeout vote) |
 //! | `AttemptReceipt` | session; book (receipt time); durable (sync nonces dirty) |

@@ -1,4 +1,6 @@
-//! An attempt's sends: the catch-up prelude its host needs first, then the inference POST.
+//! An attempt's sends: the catch-up prelude its host needs first, then the inference POST, and
+//! the same nonce once more when the host answers a nonce gap (optimistic catch-up: each diff is
+//! sent to a host once, so a body can overtake the one carrying the diffs before it).
 //!
 //! The grant carries encoded bodies and the escrow's [`RequestSigner`](crate::host::RequestSigner),
 //! never signatures: each POST is signed as it leaves, so a host far behind (thousands of diffs
@@ -13,7 +15,7 @@ use tokio::time::timeout;
 
 use super::attempt::AttemptTask;
 use crate::{
-    escrow::messages::AttemptReceipt,
+    escrow::messages::{AttemptReceipt, ResendGrant},
     host::{
         client::{self, InferenceStream},
         HostError, Rejection,
@@ -24,11 +26,49 @@ use crate::{
 };
 
 impl AttemptTask {
-    /// The prelude, then the inference POST (within the receipt timeout): its open stream.
+    /// The prelude, then the inference POST (within the receipt timeout): its open stream. A
+    /// nonce gap (the host lacks diffs an earlier body carried, or lost its session) sends the
+    /// same nonce once more, from what the host says it holds.
     pub(super) async fn send_request(&self) -> Result<InferenceStream, AttemptEnd> {
-        let chunks = self.grant.prelude.len();
+        self.send_prelude(&self.grant.prelude).await?;
+        match self.open(self.grant.request.clone()).await {
+            Err(AttemptEnd::Host(e)) => match e.rejection().and_then(Rejection::host_holds) {
+                Some(holds) => self.resend(holds, e).await,
+                None => Err(AttemptEnd::Host(e)),
+            },
+            other => other,
+        }
+    }
+
+    /// Sends the nonce again with every diff above `holds` (log stage `attempt_resent`, metric
+    /// `devshard_gap_resends_total{result}`); the gap itself is the error when the escrow has
+    /// no bodies for it.
+    async fn resend(&self, holds: u64, gap: HostError) -> Result<InferenceStream, AttemptEnd> {
+        let ask = ResendGrant {
+            nonce: self.grant.nonce,
+            host: self.grant.host.clone(),
+            holds,
+        };
+        let Ok(Ok(resend)) = self.escrow.send(ask).await else {
+            return Err(AttemptEnd::Host(gap));
+        };
+        let sent = match self.send_prelude(&resend.prelude).await {
+            Ok(()) => self.open(resend.request).await,
+            Err(end) => Err(end),
+        };
+        let result = if sent.is_ok() { "ok" } else { "failed" };
+        self.metrics.gap_resends.with_label_values(&[result]).inc();
+        info!(self.log, "nonce sent again after the host's nonce gap"; "stage" => "attempt_resent",
+            "nonce" => self.grant.nonce, "host" => self.grant.host.short(), "holds" => holds,
+            "chunks" => resend.prelude.len(), "result" => result);
+        sent
+    }
+
+    /// Catch-up chunks, in order; each receipt goes to the escrow.
+    async fn send_prelude(&self, prelude: &[Bytes]) -> Result<(), AttemptEnd> {
+        let chunks = prelude.len();
         let started = tokio::time::Instant::now();
-        for (i, chunk) in self.grant.prelude.iter().enumerate() {
+        for (i, chunk) in prelude.iter().enumerate() {
             let sent = self.catch_up(chunk).await;
             count_chunk("attempt", &self.metrics, sent.as_ref().err());
             sent.map_err(|e| match e {
@@ -43,13 +83,13 @@ impl AttemptTask {
                 "nonce" => self.grant.nonce, "host" => self.grant.host.short(), "chunks" => chunks,
                 "elapsed_ms" => u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
         }
+        Ok(())
+    }
+
+    /// The inference POST of `body`, within the receipt timeout.
+    async fn open(&self, body: Bytes) -> Result<InferenceStream, AttemptEnd> {
         let wait = self.limits.receipt_timeout;
-        let open = client::open_inference(
-            &self.grant.url,
-            self.grant.request.clone(),
-            &self.grant.signer,
-            wait,
-        );
+        let open = client::open_inference(&self.grant.url, body, &self.grant.signer, wait);
         match timeout(wait, open).await {
             Ok(Ok(s)) => Ok(s.with_line_limit(self.limits.sse_max_line_bytes)),
             Ok(Err(e)) => Err(AttemptEnd::Host(e)),

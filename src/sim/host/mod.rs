@@ -48,6 +48,8 @@ pub(crate) struct HostInner {
     down_until_ms: i64,
     latency: LatencyProfile,
     jitter: Jitter,
+    /// Draws of the straggler knob (its own seeded stream: jitter draws never shift it).
+    stragglers: Jitter,
     pub(crate) sessions: HashMap<String, HostSession>,
     /// Counter of created sessions (new incarnation after `forget_session`).
     session_seq: u64,
@@ -101,6 +103,7 @@ impl HostState {
                 down_until_ms: 0,
                 latency,
                 jitter,
+                stragglers: Jitter::new(derive_seed(seed, "stragglers", index, "")),
                 sessions: HashMap::new(),
                 session_seq: 0,
             }),
@@ -220,6 +223,22 @@ impl HostState {
         let mut inner = self.lock();
         let frac = inner.latency.jitter;
         inner.jitter.apply(base, frac)
+    }
+
+    /// The straggler knob, drawn once per request with a first token: `straggler_delay_ms` with
+    /// probability `straggler_rate` (from the host's seeded stream, so a run is reproducible),
+    /// else zero. Counted in `stragglers`.
+    pub(crate) fn straggler_delay(&self) -> Duration {
+        let mut inner = self.lock();
+        let (rate, ms) = (
+            inner.latency.straggler_rate,
+            inner.latency.straggler_delay_ms,
+        );
+        if rate <= 0.0 || ms == 0 || inner.stragglers.unit() >= rate {
+            return Duration::ZERO;
+        }
+        AtomicCounters::bump(&self.counters.stragglers);
+        Duration::from_millis(ms)
     }
 
     /// Sleeps `base` plus jitter (on tokio's clock).

@@ -176,6 +176,10 @@ async fn run(
         generation = generation.emptied();
     }
     host.delay(latency.ttft(exec.prompt.len() as u64)).await;
+    let straggle = host.straggler_delay();
+    if !straggle.is_zero() {
+        tokio::time::sleep(straggle).await;
+    }
     if let Some(ms) = faults.first_token_delay_ms {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }

@@ -13,7 +13,7 @@ use super::super::{
     hedging,
     messages::{
         AttemptEnded, AttemptKind, AttemptReceipt, EscrowSnapshot, GetSnapshot, GrantUnused,
-        InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Retire,
+        InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Resend, ResendGrant, Retire,
     },
     picker::{self, Waiter},
     repair,
@@ -92,6 +92,28 @@ impl Handler<GrantUnused> for EscrowActor {
 
     fn handle(&mut self, msg: GrantUnused, ctx: &mut Self::Context) {
         self.unclaimed(msg.nonce, ctx);
+    }
+}
+
+impl Handler<ResendGrant> for EscrowActor {
+    type Result = Result<Resend, EscrowError>;
+
+    fn handle(&mut self, msg: ResendGrant, _: &mut Self::Context) -> Self::Result {
+        let payload = self
+            .book
+            .entry(msg.nonce)
+            .filter(|e| e.host == msg.host)
+            .and_then(|e| e.payload.as_ref())
+            .ok_or_else(|| {
+                EscrowError::Protocol(format!("nonce {} is not in flight to that host", msg.nonce))
+            })?;
+        let (prelude, request) =
+            self.durable
+                .resend(&self.session, &self.deps, msg.nonce, msg.holds, payload)?;
+        info!(self.deps.log, "nonce sent again from what its host holds"; "stage" => "gap_resend",
+            "nonce" => msg.nonce, "host" => msg.host.short(), "holds" => msg.holds,
+            "chunks" => prelude.len());
+        Ok(Resend { prelude, request })
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! - `compose*` builds the next diff (`nonce + 1`): pending txs in priority order plus extras,
 //!   best-effort applied to the local state machine, signed over the applied subset.
-//! - `catch_up` is `diffsForHost`: every diff the host has not acknowledged.
+//! - `catch_up` is `diffsForHost`: every diff the host has not acknowledged; `windowed_catch_up`
+//!   is bounded by a window and what no request sent it yet (`sync_points.rs`).
 //! - `process_receipt` / `process_mempool` are `processResponse`: state-hash check
 //!   (`ErrStateHashMismatch`), state-signature verification (`ErrInvalidStateSig`), sync-nonce
 //!   advance, receipt → verified `MsgConfirmStart`, mempool txs queued with dedup, finished nonces.
@@ -29,6 +30,7 @@ use crate::protocol::{
 };
 
 mod restore;
+mod sync_points;
 mod unsettled;
 mod warm;
 
@@ -62,6 +64,8 @@ pub struct Session {
     sm: StateMachine,
     diffs: BTreeMap<u64, Arc<Diff>>,
     host_sync: BTreeMap<Address, u64>,
+    /// Highest nonce sent to each host in an inference request (optimistic catch-up).
+    host_sent: BTreeMap<Address, u64>,
     signatures: BTreeMap<Address, HostSignature>,
     pending: PendingTxs,
     finished: BTreeSet<u64>,
@@ -85,6 +89,7 @@ impl Session {
             sm,
             diffs: BTreeMap::new(),
             host_sync: BTreeMap::new(),
+            host_sent: BTreeMap::new(),
             signatures: BTreeMap::new(),
             pending: PendingTxs::default(),
             finished: BTreeSet::new(),
@@ -165,43 +170,6 @@ impl Session {
             started_at: params.started_at,
         };
         self.compose(vec![DevshardTx::new(Tx::StartInference(start))], key)
-    }
-
-    /// Highest nonce the host acknowledged.
-    pub fn host_sync(&self, host: &Address) -> u64 {
-        self.host_sync.get(host).copied().unwrap_or(0)
-    }
-
-    /// Every host's sync nonce (persisted so restarts keep catch-up contiguous).
-    pub fn host_syncs(&self) -> &BTreeMap<Address, u64> {
-        &self.host_sync
-    }
-
-    /// Restores sync nonces (after a restart) — never beyond our own nonce.
-    pub fn set_host_sync(&mut self, host: Address, nonce: u64) {
-        self.host_sync.insert(host, nonce.min(self.nonce()));
-    }
-
-    /// Forgets what a host acknowledged (it lost its session): the next send replays from 1.
-    pub fn reset_host_sync(&mut self, host: &Address) {
-        self.rewind_host_sync(host, 0);
-    }
-
-    /// Moves a host's sync point back to what it says it holds (a nonce gap), never beyond our
-    /// nonce. Returns the sync point it had.
-    pub fn rewind_host_sync(&mut self, host: &Address, holds: u64) -> u64 {
-        let to = holds.min(self.nonce());
-        self.host_sync.insert(host.clone(), to).unwrap_or(0)
-    }
-
-    /// `diffsForHost`: diffs the host has not acknowledged, oldest first, at most `limit`.
-    pub fn catch_up(&self, host: &Address, limit: usize) -> Vec<Arc<Diff>> {
-        let from = self.host_sync(host).saturating_add(1);
-        self.diffs
-            .range(from..)
-            .take(limit)
-            .map(|(_, d)| d.clone())
-            .collect()
     }
 
     /// Diffs in `[from, to]` (catch-up chunks, timeout-vote context).

@@ -4,21 +4,32 @@
 //! gateway as a child process (`serve`, its own threads and memory), and drives the same load
 //! twice from this process — directly against the simulated hosts' plain OpenAI endpoint, then
 //! through the gateway — printing p50/p99 time to first byte and total time, throughput and peak
-//! RSS for both. Not a test: figures depend on the machine; the README records ours.
+//! RSS for both, the gateway's sheds (503 + `Retry-After`) and mean diffs per request body.
+//! With `--stragglers RATE` every host stalls that share of requests for
+//! `--straggler-delay-ms` before the first token, and the gateway phase runs twice, hedging on
+//! and hedging off, comparing TTFT p50/p99/p99.9 and the extra attempts. Not a test: figures
+//! depend on the machine; the README records ours.
+
+mod load;
+mod scrape;
 
 use std::{
-    cell::RefCell,
     io::Write,
     process::{Child, Command, ExitCode, Stdio},
-    rc::Rc,
     time::{Duration, Instant},
 };
 
 use clap::Args;
 use devshard_actors::clock::TokioClock;
-use futures::StreamExt;
 
-use crate::sim::{Profile, SimConfig, SimNetwork};
+use self::{
+    load::{drive, Load, Phase},
+    scrape::{Figures, Scrape},
+};
+use crate::sim::{LatencyProfile, Profile, SimConfig, SimNetwork};
+
+/// Admin key of the benchmarked gateway (hedging is switched off through the admin API).
+const ADMIN_KEY: &str = "bench-admin-key";
 
 /// Options of `bench`.
 #[derive(Args, Clone, Debug)]
@@ -42,44 +53,13 @@ pub struct BenchArgs {
     /// Save the gateway's `/metrics` (stage histograms) to this file before it stops.
     #[arg(long)]
     pub metrics_out: Option<std::path::PathBuf>,
-}
-
-/// One phase's measurements.
-struct Phase {
-    name: &'static str,
-    ttfb_ms: Vec<f64>,
-    total_ms: Vec<f64>,
-    failures: usize,
-    elapsed: Duration,
-    peak_rss_kib: Option<u64>,
-}
-
-impl Phase {
-    fn line(&mut self) -> String {
-        self.ttfb_ms.sort_by(f64::total_cmp);
-        self.total_ms.sort_by(f64::total_cmp);
-        let n = self.total_ms.len();
-        format!(
-            "{:<8} requests={:<6} failures={:<4} ttfb_p50={:>7.2}ms ttfb_p99={:>7.2}ms total_p50={:>7.2}ms total_p99={:>7.2}ms throughput={:>7.0}/s peak_rss={}",
-            self.name,
-            n,
-            self.failures,
-            pct(&self.ttfb_ms, 0.50),
-            pct(&self.ttfb_ms, 0.99),
-            pct(&self.total_ms, 0.50),
-            pct(&self.total_ms, 0.99),
-            n as f64 / self.elapsed.as_secs_f64().max(1e-9),
-            self.peak_rss_kib.map_or("n/a".to_string(), |k| format!("{} MiB", k / 1024)),
-        )
-    }
-}
-
-fn pct(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted.get(idx).copied().unwrap_or(f64::NAN)
+    /// Share of requests each host stalls before its first token (e.g. 0.01); the gateway phase
+    /// then runs with hedging on and with hedging off.
+    #[arg(long)]
+    pub stragglers: Option<f64>,
+    /// How long a straggler stalls.
+    #[arg(long, default_value_t = 3_000)]
+    pub straggler_delay_ms: u64,
 }
 
 /// CPU seconds (user + system) a process has used so far (Linux).
@@ -106,7 +86,14 @@ pub fn run(args: &BenchArgs) -> ExitCode {
 async fn bench(args: BenchArgs) -> ExitCode {
     let mut cfg = SimConfig::with_seed("bench");
     cfg.hosts = args.hosts;
-    cfg.profile = Profile::Zero;
+    cfg.profile = match args.stragglers {
+        Some(rate) => Profile::Custom(vec![LatencyProfile {
+            straggler_rate: rate,
+            straggler_delay_ms: args.straggler_delay_ms,
+            ..LatencyProfile::zero()
+        }]),
+        None => Profile::Zero,
+    };
     cfg.output_tokens = args.output_tokens;
     cfg.validation_rate = 0.0;
     let sim = match SimNetwork::start(cfg, TokioClock::new().shared()).await {
@@ -142,31 +129,44 @@ async fn bench(args: BenchArgs) -> ExitCode {
     let _ = drive("warmup", &via, warm, load).await;
     let mut d = drive("direct", &direct, args.requests, load).await;
     d.peak_rss_kib = peak_rss_kib(std::process::id());
-    let cpu_before = cpu_seconds(child.id());
-    let mut g = drive("gateway", &via, args.requests, load).await;
-    g.peak_rss_kib = peak_rss_kib(child.id());
-    let cpu = cpu_seconds(child.id()).zip(cpu_before).map(|(a, b)| a - b);
-    let added = pct_sorted(&g.ttfb_ms, 0.99) - pct_sorted(&d.ttfb_ms, 0.99);
+    let g = measure("gateway", &gateway, &child, &via, args.requests, load).await;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "bench: concurrency={} requests={} output_tokens={} hosts={} rate={}",
+        "bench: concurrency={} requests={} output_tokens={} hosts={} rate={} stragglers={}",
         args.concurrency,
         args.requests,
         args.output_tokens,
         args.hosts,
         args.rate
-            .map_or("closed loop".to_string(), |r| format!("{r}/s open loop"))
+            .map_or("closed loop".to_string(), |r| format!("{r}/s open loop")),
+        args.stragglers.map_or("none".to_string(), |r| format!(
+            "{r} of {} ms",
+            args.straggler_delay_ms
+        )),
     );
     let _ = writeln!(out, "{}", d.line());
-    let _ = writeln!(out, "{}", g.line());
+    let _ = writeln!(out, "{}", g.phase.line());
+    let added = g.phase.ttfb(0.99) - d.ttfb(0.99);
     let _ = writeln!(out, "gateway adds {added:.2} ms at p99 time to first byte (direct peak RSS is this process: client + simulator)");
+    let _ = writeln!(out, "{}", g.figures.line());
     let _ = writeln!(out, "{}", crypto_floor());
-    if let Some(cpu) = cpu {
-        let per = cpu * 1e3 / args.requests.max(1) as f64;
-        let _ = writeln!(out, "gateway process CPU: {cpu:.2} s for {} requests = {per:.3} ms/request (≈ {:.0} requests/s per core)", args.requests, 1e3 / per.max(1e-9));
-    }
+    let _ = writeln!(out, "{}", g.cpu_line());
     drop(out);
+    if args.stragglers.is_some() {
+        let on = g;
+        let off = if set_hedging(&gateway, false).await {
+            measure("no-hedge", &gateway, &child, &via, args.requests, load).await
+        } else {
+            let _ = child.kill();
+            return fail("bench: could not switch hedging off through the admin API");
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", off.phase.line());
+        for run in [on, off] {
+            let _ = writeln!(out, "{}", run.hedging_line());
+        }
+    }
     if let Some(path) = &args.metrics_out {
         save_metrics(&gateway, path).await;
     }
@@ -174,6 +174,78 @@ async fn bench(args: BenchArgs) -> ExitCode {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
     ExitCode::SUCCESS
+}
+
+/// One gateway phase: what the client saw, what the gateway's metrics moved, its CPU.
+struct Measured {
+    phase: Phase,
+    figures: Figures,
+    cpu_s: Option<f64>,
+}
+
+impl Measured {
+    fn cpu_line(&self) -> String {
+        let Some(cpu) = self.cpu_s else {
+            return "gateway process CPU: n/a".to_string();
+        };
+        let n = (self.phase.served() + self.phase.shed).max(1);
+        let per = cpu * 1e3 / n as f64;
+        format!("gateway process CPU: {cpu:.2} s for {n} requests = {per:.3} ms/request (≈ {:.0} requests/s per core)", 1e3 / per.max(1e-9))
+    }
+
+    /// TTFT quantiles and the extra attempts (beyond one per request) of a straggler run.
+    fn hedging_line(&self) -> String {
+        let served = self.phase.served().max(1) as f64;
+        format!(
+            "{:<8} ttft p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms; extra attempts {:.2} % ({:.0} hedges for {:.0} served)",
+            self.phase.name,
+            self.phase.ttfb(0.50),
+            self.phase.ttfb(0.99),
+            self.phase.ttfb(0.999),
+            100.0 * (self.figures.attempts - served).max(0.0) / served,
+            self.figures.hedges,
+            served,
+        )
+    }
+}
+
+async fn measure(
+    name: &'static str,
+    gateway: &str,
+    child: &Child,
+    via: &[String],
+    n: usize,
+    load: Load,
+) -> Measured {
+    let before = Scrape::fetch(gateway).await;
+    let cpu_before = cpu_seconds(child.id());
+    let mut phase = drive(name, via, n, load).await;
+    phase.peak_rss_kib = peak_rss_kib(child.id());
+    let cpu_s = cpu_seconds(child.id()).zip(cpu_before).map(|(a, b)| a - b);
+    // Attempts settle (and count) as their races end: give the last ones a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let figures = Scrape::fetch(gateway).await.since(&before);
+    Measured {
+        phase,
+        figures,
+        cpu_s,
+    }
+}
+
+/// Switches hedging on or off through `PUT /v1/admin/settings`.
+async fn set_hedging(gateway: &str, on: bool) -> bool {
+    let health = if on {
+        serde_json::json!({"hedge_budget": 0.05, "hedge_burst": 10.0})
+    } else {
+        serde_json::json!({"hedge_budget": 0.0, "hedge_burst": 0.0})
+    };
+    let client = awc::Client::default();
+    client
+        .put(format!("{gateway}/v1/admin/settings"))
+        .insert_header(("Authorization", format!("Bearer {ADMIN_KEY}")))
+        .send_json(&serde_json::json!({ "health": health }))
+        .await
+        .is_ok_and(|r| r.status().is_success())
 }
 
 /// Signature operations one request costs in this benchmark, gateway and hosts together: the
@@ -209,12 +281,6 @@ fn crypto_floor() -> String {
     )
 }
 
-fn pct_sorted(v: &[f64], q: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    pct(&s, q)
-}
-
 fn spawn_gateway(sim: &SimNetwork, dir: &std::path::Path, port: u16) -> std::io::Result<Child> {
     Command::new(std::env::current_exe()?)
         .arg("serve")
@@ -226,19 +292,16 @@ fn spawn_gateway(sim: &SimNetwork, dir: &std::path::Path, port: u16) -> std::io:
         .env("DEVSHARD_ESCROWS", sim.config().escrow_ids.join(","))
         .env("DEVSHARD_LOG_LEVEL", "warning")
         .env("DEVSHARD_MAX_CONCURRENT_RACES", "4096")
+        .env("DEVSHARD_ADMIN_API_KEY", ADMIN_KEY)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
 }
 
 async fn save_metrics(gateway: &str, path: &std::path::Path) {
-    let client = awc::Client::default();
-    let body = match client.get(format!("{gateway}/metrics")).send().await {
-        Ok(mut r) => r.body().limit(64 << 20).await.ok(),
-        Err(_) => None,
-    };
-    match body.map(|b| std::fs::write(path, b)) {
-        Some(Ok(())) => {}
+    let scrape = Scrape::fetch(gateway).await;
+    match std::fs::write(path, scrape.text()) {
+        Ok(()) if !scrape.text().is_empty() => {}
         _ => {
             let _ = writeln!(
                 std::io::stderr(),
@@ -259,91 +322,6 @@ async fn wait_ready(url: &str) -> bool {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     false
-}
-
-/// How requests are started.
-#[derive(Clone, Copy, Debug)]
-struct Load {
-    /// At most this many in flight (closed loop: exactly this many, back to back).
-    concurrency: usize,
-    /// Open loop: request `i` is due at `i / rate` seconds after the start.
-    rate: Option<f64>,
-}
-
-/// `n` streaming requests, round-robin over `urls`.
-async fn drive(name: &'static str, urls: &[String], n: usize, load: Load) -> Phase {
-    let concurrency = load.concurrency.max(1);
-    let phase = Rc::new(RefCell::new(Phase {
-        name,
-        ttfb_ms: Vec::with_capacity(n),
-        total_ms: Vec::with_capacity(n),
-        failures: 0,
-        elapsed: Duration::ZERO,
-        peak_rss_kib: None,
-    }));
-    let connector = awc::Connector::new().limit(concurrency * 2);
-    let client = awc::Client::builder()
-        .connector(connector)
-        .timeout(Duration::from_secs(60))
-        .finish();
-    let started = Instant::now();
-    futures::stream::iter(0..n)
-        .for_each_concurrent(concurrency, |i| {
-            let (client, phase) = (client.clone(), phase.clone());
-            let url = urls.get(i % urls.len().max(1)).cloned().unwrap_or_default();
-            async move {
-                let body = format!(r#"{{"stream":true,"max_tokens":16,"messages":[{{"role":"user","content":"bench {i}"}}]}}"#);
-                if let Some(rate) = load.rate.filter(|r| *r > 0.0) {
-                    let due = started + Duration::from_secs_f64(i as f64 / rate);
-                    tokio::time::sleep_until(due.into()).await;
-                }
-                // From the actual start: the timer wheel wakes up to 1 ms late, which would
-                // otherwise dominate both phases' figures (the in-flight cap is never reached at
-                // the rates we report, so no queueing is hidden).
-                let t0 = Instant::now();
-                let ok = match client.post(url).insert_header(("Content-Type", "application/json")).send_body(body).await {
-                    Ok(mut resp) if resp.status().is_success() => {
-                        let mut first = None;
-                        let mut ok = true;
-                        while let Some(chunk) = resp.next().await {
-                            if chunk.is_err() {
-                                ok = false;
-                                break;
-                            }
-                            first.get_or_insert_with(|| t0.elapsed());
-                        }
-                        first.filter(|_| ok).map(|f| (f, t0.elapsed()))
-                    }
-                    _ => None,
-                };
-                let mut p = phase.borrow_mut();
-                match ok {
-                    Some((first, total)) => {
-                        p.ttfb_ms.push(first.as_secs_f64() * 1e3);
-                        p.total_ms.push(total.as_secs_f64() * 1e3);
-                    }
-                    None => p.failures += 1,
-                }
-            }
-        })
-        .await;
-    let elapsed = started.elapsed();
-    let mut p = match Rc::try_unwrap(phase) {
-        Ok(cell) => cell.into_inner(),
-        Err(rc) => std::mem::replace(
-            &mut *rc.borrow_mut(),
-            Phase {
-                name,
-                ttfb_ms: vec![],
-                total_ms: vec![],
-                failures: 0,
-                elapsed: Duration::ZERO,
-                peak_rss_kib: None,
-            },
-        ),
-    };
-    p.elapsed = elapsed;
-    p
 }
 
 fn fail(message: &str) -> ExitCode {

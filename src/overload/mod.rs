@@ -1,0 +1,403 @@
+//! Overload control at the edge: an adaptive limit on the races *starting* (from admission to
+//! their first byte, or their whole answer), with a short bounded queue in front of it.
+//!
+//! - The limit follows measured latency ([`gradient::next_limit`], Gradient2-style): each race
+//!   that starts reports its time to first byte; every window (`window_ms` and at least
+//!   `window_samples` samples) updates the limit. It stays within `[min_limit,
+//!   max_concurrent_races]`; `max_concurrent_races` stays the hard ceiling on every race in flight,
+//!   streams included (checked before this limiter, as before).
+//! - A request that finds the limit reached waits in a FIFO queue of at most `queue_depth`, for at
+//!   most `queue_timeout_ms`; past either it is shed ([`Shed`]: 503 + `Retry-After`, the message
+//!   says the gateway is saturated). Queue wait is not part of the latency sample, so queueing
+//!   never feeds back into the limit.
+//! - A slot is freed when the race starts or fails ([`StartPermit`]); the next waiter gets it at
+//!   once. A waiter whose client left is removed from the queue.
+//!
+//! Visible as `devshard_gateway_concurrency_limit`, `devshard_gateway_starting_races`,
+//! `devshard_gateway_queued_requests`, `devshard_gateway_queue_wait_seconds`,
+//! `devshard_gateway_limit_rejections_total{reason=queue_full|queue_timeout}`, the `limiter`
+//! entry of `/v1/debug/actors` ([`Limiter::view`]) and the debug UI. Log stages
+//! `concurrency_limit_changed` (debug, each window that moved the whole limit) and
+//! `request_shed` (in the chat handler). Nothing survives a restart: the limit starts again at
+//! `initial_limit`. No timer: windows close as samples arrive.
+
+pub mod gradient;
+pub mod settings;
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use serde::Serialize;
+use slog::Logger;
+use tokio::{sync::oneshot, time::Instant};
+
+use self::{
+    gradient::{GradientParams, GradientState, WindowSample},
+    settings::OverloadSettings,
+};
+use crate::metrics::HttpMetrics;
+
+/// Why a request was shed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShedReason {
+    /// The queue was full.
+    QueueFull,
+    /// It waited `queue_timeout_ms` without a slot.
+    QueueTimeout,
+}
+
+impl ShedReason {
+    /// `reason` label of `devshard_gateway_limit_rejections_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            ShedReason::QueueFull => "queue_full",
+            ShedReason::QueueTimeout => "queue_timeout",
+        }
+    }
+}
+
+/// A shed request (answered 503 + `Retry-After` at the edge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shed {
+    pub reason: ShedReason,
+    pub retry_after_s: u64,
+    /// The limit when it was shed.
+    pub limit: usize,
+}
+
+/// What `/v1/debug/actors` shows of the limiter.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimiterView {
+    pub enabled: bool,
+    pub limit: usize,
+    pub ceiling: usize,
+    pub starting: usize,
+    pub queued: usize,
+    pub queue_depth: usize,
+    pub long_rtt_ms: Option<f64>,
+    pub last_window_rtt_ms: Option<f64>,
+    pub admitted: u64,
+    pub shed_queue_full: u64,
+    pub shed_queue_timeout: u64,
+}
+
+/// The open window's samples.
+#[derive(Debug)]
+struct Window {
+    opened: Instant,
+    samples: u32,
+    rtt_sum_ms: f64,
+    max_in_flight: usize,
+}
+
+impl Window {
+    fn new(starting: usize) -> Window {
+        Window {
+            opened: Instant::now(),
+            samples: 0,
+            rtt_sum_ms: 0.0,
+            max_in_flight: starting,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    gradient: GradientState,
+    starting: usize,
+    queue: VecDeque<(u64, oneshot::Sender<()>)>,
+    next_id: u64,
+    window: Window,
+    last_window_rtt_ms: Option<f64>,
+    admitted: u64,
+    shed: [u64; 2],
+}
+
+impl State {
+    fn limit(&self) -> usize {
+        self.gradient.limit.floor().max(1.0) as usize
+    }
+}
+
+struct Shared {
+    settings: OverloadSettings,
+    params: GradientParams,
+    state: Mutex<State>,
+    metrics: HttpMetrics,
+    log: Logger,
+}
+
+/// See the module docs (cheap to clone).
+#[derive(Clone)]
+pub struct Limiter {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("view", &self.view())
+            .finish()
+    }
+}
+
+/// A starting slot: released when dropped; [`StartPermit::started`] also reports the latency.
+pub struct StartPermit {
+    shared: Option<Arc<Shared>>,
+    admitted: Instant,
+}
+
+impl std::fmt::Debug for StartPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StartPermit")
+            .field("admitted", &self.admitted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StartPermit {
+    /// The race started (first byte or whole answer): its time since admission is a sample.
+    pub fn started(mut self) {
+        if let Some(shared) = self.shared.take() {
+            release(&shared, Some(self.admitted.elapsed()));
+        }
+    }
+}
+
+impl Drop for StartPermit {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            release(&shared, None);
+        }
+    }
+}
+
+/// A request in the queue. Dropped before it settled (the client went away), it leaves the
+/// queue, and gives back a slot handed to it meanwhile.
+struct Waiting<'a> {
+    shared: &'a Arc<Shared>,
+    id: u64,
+    rx: Option<oneshot::Receiver<()>>,
+}
+
+impl Waiting<'_> {
+    /// Whether the slot is ours: handed over (`got`, or just as the deadline passed); else the
+    /// waiter leaves the queue.
+    fn settle(&mut self, got: bool) -> bool {
+        let Some(mut rx) = self.rx.take() else {
+            return false;
+        };
+        if got {
+            return true;
+        }
+        let mut st = lock(self.shared);
+        let before = st.queue.len();
+        st.queue.retain(|(w, _)| *w != self.id);
+        let removed = st.queue.len() < before;
+        publish(self.shared, &st);
+        // Popped by a release under the lock: the slot was sent before we looked.
+        !removed && rx.try_recv().is_ok()
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.settle(false) {
+            release(self.shared, None);
+        }
+    }
+}
+
+impl Limiter {
+    /// A limiter under the hard ceiling `ceiling` (`max_concurrent_races`).
+    pub fn new(
+        settings: OverloadSettings,
+        ceiling: usize,
+        metrics: HttpMetrics,
+        log: Logger,
+    ) -> Limiter {
+        let params = settings.params(ceiling);
+        let initial = (settings.initial_limit as f64).clamp(params.min_limit, params.max_limit);
+        metrics.concurrency_limit.set(initial as i64);
+        Limiter {
+            shared: Arc::new(Shared {
+                settings,
+                params,
+                state: Mutex::new(State {
+                    gradient: GradientState {
+                        limit: initial,
+                        long_rtt_ms: None,
+                    },
+                    starting: 0,
+                    queue: VecDeque::new(),
+                    next_id: 0,
+                    window: Window::new(0),
+                    last_window_rtt_ms: None,
+                    admitted: 0,
+                    shed: [0; 2],
+                }),
+                metrics,
+                log,
+            }),
+        }
+    }
+
+    /// A starting slot, now or after a wait in the queue, or the reason the request is shed.
+    pub async fn acquire(&self) -> Result<StartPermit, Shed> {
+        let shared = &self.shared;
+        if !shared.settings.enabled {
+            return Ok(StartPermit {
+                shared: None,
+                admitted: Instant::now(),
+            });
+        }
+        let (id, rx) = {
+            let mut st = lock(shared);
+            if st.queue.is_empty() && st.starting < st.limit() {
+                admit(shared, &mut st);
+                return Ok(self.permit());
+            }
+            if st.queue.len() >= shared.settings.queue_depth {
+                return Err(shed(shared, &mut st, ShedReason::QueueFull));
+            }
+            let (tx, rx) = oneshot::channel();
+            let id = st.next_id;
+            st.next_id += 1;
+            st.queue.push_back((id, tx));
+            publish(shared, &st);
+            (id, rx)
+        };
+        let queued = Instant::now();
+        let mut waiting = Waiting {
+            shared,
+            id,
+            rx: Some(rx),
+        };
+        let deadline = Duration::from_millis(shared.settings.queue_timeout_ms);
+        let got = match waiting.rx.as_mut() {
+            Some(rx) => matches!(tokio::time::timeout(deadline, rx).await, Ok(Ok(()))),
+            None => false,
+        };
+        let ours = waiting.settle(got);
+        shared
+            .metrics
+            .queue_wait
+            .observe(queued.elapsed().as_secs_f64());
+        if !ours {
+            let mut st = lock(shared);
+            return Err(shed(shared, &mut st, ShedReason::QueueTimeout));
+        }
+        Ok(self.permit())
+    }
+
+    fn permit(&self) -> StartPermit {
+        StartPermit {
+            shared: Some(Arc::clone(&self.shared)),
+            admitted: Instant::now(),
+        }
+    }
+
+    /// The limiter's state (`/v1/debug/actors`, the UI).
+    pub fn view(&self) -> LimiterView {
+        let shared = &self.shared;
+        let st = lock(shared);
+        LimiterView {
+            enabled: shared.settings.enabled,
+            limit: st.limit(),
+            ceiling: shared.params.max_limit as usize,
+            starting: st.starting,
+            queued: st.queue.len(),
+            queue_depth: shared.settings.queue_depth,
+            long_rtt_ms: st.gradient.long_rtt_ms,
+            last_window_rtt_ms: st.last_window_rtt_ms,
+            admitted: st.admitted,
+            shed_queue_full: st.shed[0],
+            shed_queue_timeout: st.shed[1],
+        }
+    }
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+    shared.state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn admit(shared: &Shared, st: &mut State) {
+    st.starting += 1;
+    st.admitted += 1;
+    st.window.max_in_flight = st.window.max_in_flight.max(st.starting);
+    publish(shared, st);
+}
+
+fn shed(shared: &Shared, st: &mut State, reason: ShedReason) -> Shed {
+    st.shed[usize::from(reason == ShedReason::QueueTimeout)] += 1;
+    shared
+        .metrics
+        .rejections
+        .with_label_values(&[reason.label()])
+        .inc();
+    publish(shared, st);
+    Shed {
+        reason,
+        retry_after_s: shared.settings.retry_after_s,
+        limit: st.limit(),
+    }
+}
+
+/// Frees a slot (with the race's latency when it started), closes the window when due, and
+/// hands free slots to the queue's head.
+fn release(shared: &Shared, sample: Option<Duration>) {
+    let mut st = lock(shared);
+    st.starting = st.starting.saturating_sub(1);
+    if let Some(rtt) = sample {
+        st.window.samples += 1;
+        st.window.rtt_sum_ms += rtt.as_secs_f64() * 1e3;
+        let w = &st.window;
+        let due = w.opened.elapsed() >= Duration::from_millis(shared.settings.window_ms);
+        if due && w.samples >= shared.settings.window_samples {
+            close_window(shared, &mut st);
+        }
+    }
+    while st.starting < st.limit() {
+        let Some((_, tx)) = st.queue.pop_front() else {
+            break;
+        };
+        if tx.send(()).is_ok() {
+            admit(shared, &mut st);
+        }
+    }
+    publish(shared, &st);
+}
+
+fn close_window(shared: &Shared, st: &mut State) {
+    let sample = WindowSample {
+        rtt_ms: st.window.rtt_sum_ms / f64::from(st.window.samples.max(1)),
+        max_in_flight: st.window.max_in_flight,
+    };
+    let before = st.limit();
+    st.gradient = gradient::next_limit(st.gradient, sample, &shared.params);
+    st.last_window_rtt_ms = Some(sample.rtt_ms);
+    st.window = Window::new(st.starting);
+    if st.limit() != before {
+        slog::debug!(shared.log, "concurrency limit changed"; "stage" => "concurrency_limit_changed",
+            "from" => before, "to" => st.limit(), "rtt_ms" => sample.rtt_ms,
+            "long_rtt_ms" => st.gradient.long_rtt_ms, "in_flight" => sample.max_in_flight);
+    }
+}
+
+fn publish(shared: &Shared, st: &State) {
+    let m = &shared.metrics;
+    m.concurrency_limit
+        .set(i64::try_from(st.limit()).unwrap_or(i64::MAX));
+    m.starting_races
+        .set(i64::try_from(st.starting).unwrap_or(i64::MAX));
+    m.queued_requests
+        .set(i64::try_from(st.queue.len()).unwrap_or(i64::MAX));
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
