@@ -147,14 +147,12 @@ impl EscrowActor {
     }
 
     /// Registers nonces restored from the log that still need settling.
-    /// An orphan with a payload got it from the store (`actor/payloads.rs`).
+    /// Each has its payload record in the store (`actor/payloads.rs`), deleted once it settled.
     pub fn with_orphans(mut self, orphans: Vec<NonceEntry>) -> Self {
         for entry in orphans {
-            let (nonce, kept) = (entry.nonce, entry.payload.is_some());
+            let nonce = entry.nonce;
             self.book.insert(entry);
-            if kept {
-                self.book.keep_payload(nonce);
-            }
+            self.book.keep_payload(nonce);
         }
         self
     }
@@ -275,7 +273,9 @@ impl EscrowActor {
             .grant(&mut self.session, &self.routing, &self.deps, w);
         self.publish_budget(Some(&request_id));
         if let Some((entry, pending)) = granted {
+            let nonce = entry.nonce;
             self.book.insert(entry);
+            self.book.keep_payload(nonce);
             self.await_durable(pending, ctx);
         }
     }
@@ -324,7 +324,7 @@ impl EscrowActor {
         let nonce = entry.nonce;
         self.await_durable(pending, ctx);
         self.book.insert(entry);
-        self.keep_refusal_payload(nonce);
+        self.book.keep_payload(nonce);
         self.arm_nonce_timer(nonce, ctx);
         true
     }

@@ -273,7 +273,6 @@ impl EscrowActor {
     ) {
         self.follow_record(nonce);
         if self.book.await_timeout(nonce, reason, self.now_ms()) {
-            self.keep_refusal_payload(nonce);
             self.arm_nonce_timer(nonce, ctx);
         }
     }
