@@ -41,8 +41,16 @@ async fn crash_escrow(h: &Harness) {
 /// After a sync, every host holds `nonce` settled (neither Pending nor Started).
 async fn settled_on_every_host(h: &Harness, nonce: u64) {
     let snap = h.snapshot("42").await;
-    assert!(snap.pending_timeouts.is_empty(), "{:?}", snap.pending_timeouts);
-    assert!(snap.pending_finishes.is_empty(), "{:?}", snap.pending_finishes);
+    assert!(
+        snap.pending_timeouts.is_empty(),
+        "{:?}",
+        snap.pending_timeouts
+    );
+    assert!(
+        snap.pending_finishes.is_empty(),
+        "{:?}",
+        snap.pending_finishes
+    );
     h.escrow_addr("42").await.send(SyncHosts).await.unwrap();
     for i in 0..3 {
         let view = h.sim.host_view(i, "42").unwrap();
@@ -75,7 +83,10 @@ async fn a_finish_lost_with_a_crash_before_its_diff_is_reconciled_from_the_execu
         ..Default::default()
     };
     h.sim.set_faults(executor, late).unwrap();
-    assert!(h.chat(Harness::body("late and lost", true)).await.is_success());
+    assert!(h
+        .chat(Harness::body("late and lost", true))
+        .await
+        .is_success());
     assert_eq!(h.snapshot("42").await.pending_finishes, vec![nonce]);
     // The reconciliation poll after the finish appeared (t ≈ 31 s) absorbs it; no request
     // carries it into a diff.

@@ -31,7 +31,12 @@ pub fn restored_payload(store: &dyn Store, escrow_id: &str, nonce: u64) -> Optio
 /// Writes `nonce`'s payload, queued before its diff's append so that it is durable no later
 /// than the grant (the store commits writes in order); a failure is logged (the nonce can then
 /// only be timed out by vote while this process lives).
-pub(in crate::escrow) fn persist(deps: &EscrowDeps, escrow_id: &str, nonce: u64, payload: &PayloadJson) {
+pub(in crate::escrow) fn persist(
+    deps: &EscrowDeps,
+    escrow_id: &str,
+    nonce: u64,
+    payload: &PayloadJson,
+) {
     let Ok(value) = serde_json::to_value(payload) else {
         return;
     };
