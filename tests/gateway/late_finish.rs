@@ -3,7 +3,12 @@
 
 use std::time::Duration;
 
-use devshard_actors::{outcome::OutcomeClass, protocol::state::SessionConfig};
+use devshard_actors::{
+    directory::{ActorKind, InjectPanicInto},
+    escrow::messages::SyncHosts,
+    outcome::OutcomeClass,
+    protocol::state::{InferenceStatus, SessionConfig},
+};
 use devshard_gateway::sim::{Faults, Profile, SimConfig};
 
 use super::harness::{Answer, Harness};
@@ -14,8 +19,119 @@ fn sim() -> SimConfig {
     cfg.profile = Profile::Zero;
     let mut session = SessionConfig::default_for_group(3);
     session.execution_timeout = 60;
+    session.refusal_timeout = 10;
     cfg.session_config = Some(session);
     cfg
+}
+
+/// The escrow crashes (its memory is lost, the store kept) and the directory respawns it from
+/// the log, as after a `kill -9`.
+async fn crash_escrow(h: &Harness) {
+    h.directory
+        .send(InjectPanicInto {
+            kind: ActorKind::Escrow,
+            id: "42".into(),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    h.wait_alive(ActorKind::Escrow, "42").await;
+}
+
+/// After a sync, every host holds `nonce` settled (neither Pending nor Started).
+async fn settled_on_every_host(h: &Harness, nonce: u64) {
+    let snap = h.snapshot("42").await;
+    assert!(
+        snap.pending_timeouts.is_empty(),
+        "{:?}",
+        snap.pending_timeouts
+    );
+    assert!(
+        snap.pending_finishes.is_empty(),
+        "{:?}",
+        snap.pending_finishes
+    );
+    h.escrow_addr("42").await.send(SyncHosts).await.unwrap();
+    for i in 0..3 {
+        let view = h.sim.host_view(i, "42").unwrap();
+        let status = view.state.record(nonce).map(|r| r.status);
+        assert!(
+            !matches!(
+                status,
+                Some(InferenceStatus::Pending | InferenceStatus::Started)
+            ),
+            "host {i}: nonce {nonce} is {status:?}"
+        );
+    }
+}
+
+/// Found by the settlement kill -9 test (`tests/process/settle.rs`): a late finish settled its
+/// nonce in the escrow's book as soon as it was absorbed, but it only becomes durable with the
+/// next diff. A crash before that diff lost it (and the receipt's ConfirmStart); the restarted
+/// escrow found the nonce Pending in its log, past its refusal deadline, and put it straight to
+/// a refused-timeout vote without payload, which every host rejects: the nonce stayed open on
+/// every host. Now the book keeps the nonce until its finish is durable, and the restored nonce
+/// is reconciled from the executor's mempool (one last poll) before any vote.
+#[actix_rt::test]
+async fn a_finish_lost_with_a_crash_before_its_diff_is_reconciled_from_the_executor() {
+    tokio::time::pause();
+    let h = Harness::start(sim()).await;
+    let nonce = h.snapshot("42").await.nonce + 1;
+    let executor = (nonce % 3) as usize;
+    let late = Faults {
+        late_finish_ms: Some(20_000),
+        ..Default::default()
+    };
+    h.sim.set_faults(executor, late).unwrap();
+    assert!(h
+        .chat(Harness::body("late and lost", true))
+        .await
+        .is_success());
+    assert_eq!(h.snapshot("42").await.pending_finishes, vec![nonce]);
+    // The reconciliation poll after the finish appeared (t ≈ 31 s) absorbs it; no request
+    // carries it into a diff.
+    while !h.snapshot("42").await.pending_finishes.is_empty() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    crash_escrow(&h).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    settled_on_every_host(&h, nonce).await;
+    let record = h.participant(&h.host(executor)).await;
+    assert_eq!(record.outcomes.get(&OutcomeClass::HostFault), None);
+}
+
+/// Found by the chaos runner at seed 12 (hundreds of "inference N is still pending … after its
+/// refusal deadline"): a nonce whose host refused the request awaits a refused-timeout vote,
+/// which verifiers accept only with the request's payload, kept in memory. After a `kill -9`
+/// the restored nonce had none, every vote was rejected and the nonce stayed Pending on every
+/// host. The payload is now persisted when the nonce goes on the refused path and given back to
+/// the restored nonce.
+#[actix_rt::test]
+async fn seed_12_a_refused_nonce_restored_after_a_crash_is_timed_out_by_vote() {
+    tokio::time::pause();
+    let h = Harness::start(sim()).await;
+    let nonce = h.snapshot("42").await.nonce + 1;
+    let executor = (nonce % 3) as usize;
+    let refuse = Faults {
+        refuse_connections: true,
+        ..Default::default()
+    };
+    h.sim.set_faults(executor, refuse).unwrap();
+    assert!(h
+        .chat(Harness::body("refused, then answered elsewhere", false))
+        .await
+        .is_success());
+    assert_eq!(h.snapshot("42").await.pending_timeouts, vec![nonce]);
+    crash_escrow(&h).await;
+    // Refusal deadline (10 s) + the gateway's buffer (5 s) + the vote.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    h.sim.clear_faults(executor).unwrap();
+    settled_on_every_host(&h, nonce).await;
+    let view = h.sim.host_view((executor + 1) % 3, "42").unwrap();
+    assert_eq!(
+        view.state.record(nonce).map(|r| r.status),
+        Some(InferenceStatus::TimedOut)
+    );
 }
 
 #[actix_rt::test]

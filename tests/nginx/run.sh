@@ -3,9 +3,12 @@
 # (tests/nginx/api_zone.conf, scaled as documented in tests/chain_poll/nginx.rs).
 # Installs nginx from Debian packages when it is missing (needs root; works on a fresh machine),
 # then runs the #[ignore]d nginx tests. Takes about half a minute after the build.
+# `--install-only`: install nginx and stop (what .ci/run starts in the background).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/lib/install_lock.sh
 
+install_lock
 if [ -n "${NGINX_BIN:-}" ]; then
     :
 elif [ -x /usr/sbin/nginx ]; then
@@ -29,7 +32,9 @@ else
     if [ "$policy_created" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
     export NGINX_BIN=/usr/sbin/nginx
 fi
+install_unlock
 "$NGINX_BIN" -v
+[ "${1:-}" = --install-only ] && exit 0
 
 echo "== chain poller through nginx"
 cargo test --locked --test chain_poll nginx -- --ignored --nocapture

@@ -4,12 +4,15 @@
 # tests/node/client.mjs against it (whole answer, stream, logprobs asked, errors, models).
 # Installs nodejs/npm from Debian when missing (needs root) and the npm package into a cache
 # directory (${XDG_CACHE_HOME:-$HOME/.cache}/devshard-node, override DEVSHARD_NODE_CACHE), so later
-# runs do not touch the network.
+# runs do not touch the network. `--install-only`: install node and the package and stop (what
+# .ci/run starts in the background).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/lib/install_lock.sh
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+install_lock
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     echo "== installing nodejs and npm (Debian packages)"
     export DEBIAN_FRONTEND=noninteractive
@@ -28,6 +31,8 @@ if [ ! -f "$DIR/.complete" ]; then
     (cd "$DIR" && npm install --silent --no-package-lock --ignore-scripts --no-audit --no-fund >/dev/null)
     touch "$DIR/.complete"
 fi
+install_unlock
+[ "${1:-}" = --install-only ] && exit 0
 # ES modules resolve packages from the script's own directory.
 cp tests/node/client.mjs "$DIR/"
 

@@ -7,11 +7,14 @@
 # later and checks the charts' data moved, and takes two screenshots that differ.
 # Installs Debian's chromium when missing (needs root; works on a fresh machine).
 # Keeps the screenshot at target/ui/debug-ui.png (UI_OUT=dir to change).
+# `--install-only`: install chromium and curl and stop (what .ci/run starts in the background).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/lib/install_lock.sh
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+install_lock
 CHROMIUM="${CHROMIUM_BIN:-}"
 if [ -z "$CHROMIUM" ]; then
     CHROMIUM="$(command -v chromium || command -v chromium-browser || true)"
@@ -26,7 +29,9 @@ fi
 for tool in curl; do
     command -v "$tool" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$tool"; }
 done
+install_unlock
 "$CHROMIUM" --version
+[ "${1:-}" = --install-only ] && exit 0
 
 . tests/lib/demo.sh
 demo_build

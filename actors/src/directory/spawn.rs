@@ -12,7 +12,7 @@ use crate::{
     escrow::{
         key::{self, NS_ESCROW_KEYS},
         messages::Retire,
-        BudgetCell, EscrowActor, EscrowDeps, EscrowInfo, Session,
+        payloads, BudgetCell, EscrowActor, EscrowDeps, EscrowInfo, Session,
     },
     participant::ParticipantActor,
     protocol::crypto::Address,
@@ -68,7 +68,10 @@ impl Directory {
             }
         }
         let now_ms = self.deps.clock.now_ms();
-        let orphans = session.unsettled_entries(now_ms);
+        let mut orphans = session.unsettled_entries(now_ms);
+        for o in orphans.iter_mut().filter(|o| o.confirmed_at.is_none()) {
+            o.payload = payloads::restored_payload(&*self.deps.store, &id, o.nonce);
+        }
         // The restored state is what the pick sees until the actor publishes.
         let st = session.state();
         let active = st.phase() == crate::protocol::state::Phase::Active;

@@ -14,8 +14,8 @@
 //!   may take waits `picker_hold_ms` before it is withheld), `nonce <n>` per unsettled nonce
 //!   (finish reconciliation poll or timeout deadline), `fault_release` (held host faults confirmed
 //!   by the correlation guard), and the 1 s `sync_persist` interval (dirty host sync nonces, the
-//!   budget the directory's pick reads, and the urgent repairs of an escrow with no routable
-//!   host).
+//!   budget the directory's pick reads, the urgent repairs of an escrow with no routable
+//!   host, and the deletion of settled nonces' refused-timeout payloads, `actor/payloads.rs`).
 //! - **Stats**: its mailbox depth and message counts are counted by the [`TrackedAddr`](crate::stats::TrackedAddr)s that
 //!   every sender holds; a respawned actor starts with fresh stats.
 //! - **Durable before visible**: a grant is answered only after the store acknowledged its diff
@@ -58,6 +58,7 @@ use crate::{
 
 mod finalize;
 mod mailbox;
+pub(crate) mod payloads;
 mod repairs;
 mod settling;
 mod syncing;
@@ -146,9 +147,12 @@ impl EscrowActor {
     }
 
     /// Registers nonces restored from the log that still need settling.
+    /// Each has its payload record in the store (`actor/payloads.rs`), deleted once it settled.
     pub fn with_orphans(mut self, orphans: Vec<NonceEntry>) -> Self {
         for entry in orphans {
+            let nonce = entry.nonce;
             self.book.insert(entry);
+            self.book.keep_payload(nonce);
         }
         self
     }
@@ -189,6 +193,7 @@ impl Actor for EscrowActor {
             SYNC_PERSIST_INTERVAL,
             |act, _| {
                 act.durable.persist_syncs(&act.session, &act.deps);
+                act.drop_settled_payloads();
                 // With no routable host the pick refuses this escrow, so no request waits here
                 // to kick the repairs: the 1 s tick does (the kicks are at least 500 ms apart, so a kick
                 // by a waiting request just before never makes the tick skip; `routing.rs`).
@@ -273,7 +278,9 @@ impl EscrowActor {
             .grant(&mut self.session, &self.routing, &self.deps, w);
         self.publish_budget(Some(&request_id));
         if let Some((entry, pending)) = granted {
+            let nonce = entry.nonce;
             self.book.insert(entry);
+            self.book.keep_payload(nonce);
             self.await_durable(pending, ctx);
         }
     }
@@ -322,6 +329,7 @@ impl EscrowActor {
         let nonce = entry.nonce;
         self.await_durable(pending, ctx);
         self.book.insert(entry);
+        self.book.keep_payload(nonce);
         self.arm_nonce_timer(nonce, ctx);
         true
     }
@@ -332,8 +340,11 @@ impl EscrowActor {
         let Pending { nonce, ack, then } = p;
         ctx.spawn(ack.into_actor(self).map(move |res, act, ctx| {
             match act.durable.acked(&act.deps, nonce, res, then) {
-                AfterAck::Done => {}
-                AfterAck::Unclaimed(nonce) => act.unclaimed(nonce, ctx),
+                AfterAck::Done => act.release_durable_finishes(ctx),
+                AfterAck::Unclaimed(nonce) => {
+                    act.release_durable_finishes(ctx);
+                    act.unclaimed(nonce, ctx);
+                }
                 AfterAck::Stop => ctx.stop(),
             }
         }));

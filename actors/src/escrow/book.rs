@@ -4,7 +4,10 @@
 //! the queue of timeout votes (`vote_queue.rs`: several nonces at once, bounded, retried when
 //! short of quorum). A nonce's timeout reason and deadline follow its record in our state.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use slog::{info, Logger};
 
@@ -55,6 +58,10 @@ pub(super) struct NonceBook {
     timers: BTreeMap<u64, Timer>,
     /// Nonces waiting for, or collecting, their timeout vote.
     votes: VoteQueue,
+    /// Nonces whose refused-timeout payload is persisted (`actor/payloads.rs`), and those of
+    /// them settled since the record was last deleted.
+    kept_payloads: BTreeSet<u64>,
+    released_payloads: Vec<u64>,
     deadlines: Deadlines,
     log: Logger,
 }
@@ -65,6 +72,8 @@ impl NonceBook {
             attempts: BTreeMap::new(),
             timers: BTreeMap::new(),
             votes: VoteQueue::new(limits),
+            kept_payloads: BTreeSet::new(),
+            released_payloads: Vec::new(),
             deadlines,
             log,
         }
@@ -193,13 +202,52 @@ impl NonceBook {
     pub(super) fn forget(&mut self, nonce: u64) {
         self.attempts.remove(&nonce);
         self.votes.forget(nonce);
+        if self.kept_payloads.remove(&nonce) {
+            self.released_payloads.push(nonce);
+        }
     }
 
-    /// Drops a settled nonce and returns its armed timer, to cancel.
-    pub(super) fn settle(&mut self, nonce: u64) -> Option<Timer> {
-        self.attempts.remove(&nonce);
-        self.votes.forget(nonce);
-        self.timers.remove(&nonce)
+    /// Records that `nonce`'s payload is persisted; `false` when it was already.
+    pub(super) fn keep_payload(&mut self, nonce: u64) -> bool {
+        self.attempts.contains_key(&nonce) && self.kept_payloads.insert(nonce)
+    }
+
+    /// Settled nonces whose persisted payload is to be deleted.
+    pub(super) fn take_released_payloads(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.released_payloads)
+    }
+
+    /// A nonce whose finish marker the diff at `durable_at` sequences: kept until that diff is
+    /// durable ([`NonceBook::durable_finishes`]). `false` when the nonce is not unsettled or was
+    /// marked already.
+    pub(super) fn finished(&mut self, nonce: u64, durable_at: u64) -> bool {
+        match self.attempts.get_mut(&nonce) {
+            Some(entry) if !matches!(entry.state, NonceState::Finished { .. }) => {
+                entry.state = NonceState::Finished { durable_at };
+                entry.race_id = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops the finished nonces whose finish is durable now (every diff up to `durable_nonce`
+    /// is); returns their timers, to cancel.
+    pub(super) fn durable_finishes(&mut self, durable_nonce: u64) -> Vec<Timer> {
+        let done: Vec<u64> = self
+            .attempts
+            .values()
+            .filter(|e| {
+                matches!(e.state, NonceState::Finished { durable_at } if durable_at <= durable_nonce)
+            })
+            .map(|e| e.nonce)
+            .collect();
+        let mut timers = Vec::new();
+        for nonce in done {
+            self.forget(nonce);
+            timers.extend(self.timers.remove(&nonce));
+        }
+        timers
     }
 
     /// How long until the nonce's timer fires, by its state (`None`: no timer for it).
@@ -207,7 +255,7 @@ impl NonceBook {
         let entry = self.attempts.get(&nonce)?;
         let until = |at: i64| u64::try_from(at.saturating_sub(now_ms)).unwrap_or(0);
         match &entry.state {
-            NonceState::InFlight => None,
+            NonceState::InFlight | NonceState::Finished { .. } => None,
             NonceState::PendingFinish { next_poll_ms, .. } => {
                 // Poll at the back-off interval, but never past the execution deadline.
                 let (deadline, _) = self.deadline(entry, self.deadlines.buffer_ms);

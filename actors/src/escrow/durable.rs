@@ -199,6 +199,14 @@ impl Durable {
         let nonce = diff.nonce;
         deps.metrics.nonces.with_label_values(&["inference"]).inc();
         let composed = Instant::now();
+        let payload = PayloadJson {
+            prompt: w.params.body.to_vec(),
+            model: params.model.clone(),
+            input_length: params.input_length,
+            max_tokens: params.max_tokens,
+            started_at,
+        };
+        super::payloads::persist(deps, &session.info().escrow_id, nonce, &payload);
         let ack = append(session, deps, &diff);
         let info = session.info().clone();
         let Some(host) = info.host_for_nonce(nonce).cloned() else {
@@ -206,13 +214,6 @@ impl Durable {
                 .reply
                 .send(Err(EscrowError::NoRoutableHost(info.escrow_id.clone())));
             return None;
-        };
-        let payload = PayloadJson {
-            prompt: w.params.body.to_vec(),
-            model: params.model.clone(),
-            input_length: params.input_length,
-            max_tokens: params.max_tokens,
-            started_at,
         };
         let attempt = Attempt {
             host: &host,

@@ -41,8 +41,6 @@ impl Durable {
             started_at,
         };
         let diff = session.compose_start(&params, &deps.key).ok()?;
-        let ack = append(session, deps, &diff);
-        deps.metrics.nonces.with_label_values(&["ghost"]).inc();
         let payload = PayloadJson {
             prompt: GHOST_PROMPT.to_vec(),
             model: params.model,
@@ -50,6 +48,9 @@ impl Durable {
             max_tokens: 1,
             started_at,
         };
+        super::payloads::persist(deps, &session.info().escrow_id, diff.nonce, &payload);
+        let ack = append(session, deps, &diff);
+        deps.metrics.nonces.with_label_values(&["ghost"]).inc();
         let entry = NonceEntry {
             nonce: diff.nonce,
             host: host.clone(),

@@ -61,6 +61,7 @@ mod timeouts;
 mod vote_queue;
 mod wire_cache;
 
+pub(crate) use actor::payloads;
 pub use actor::{EscrowActor, EscrowDeps};
 pub use budget::{BudgetCell, BudgetView, Reservation};
 pub use config::EscrowConfig;

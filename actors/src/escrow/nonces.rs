@@ -20,6 +20,10 @@ pub enum NonceState {
         deadline_ms: i64,
         reason: crate::policy::reason::OutcomeReason,
     },
+    /// Its verified finish marker is sequenced by the diff at `durable_at` (or an earlier one):
+    /// the nonce leaves the book once that diff is durable, so a `kill -9` before it cannot lose
+    /// a finish the book already let go.
+    Finished { durable_at: u64 },
 }
 
 /// One unsettled nonce.

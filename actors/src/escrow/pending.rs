@@ -71,6 +71,13 @@ impl PendingTxs {
         }
     }
 
+    /// Whether a finish marker of inference `id` waits for the next diff.
+    pub fn holds_finish(&self, id: u64) -> bool {
+        self.queue
+            .iter()
+            .any(|tx| matches!(&tx.tx, Some(Tx::FinishInference(f)) if f.inference_id == id))
+    }
+
     /// Whether a key was ever queued (e.g. `finish:<id>`).
     pub fn has_seen(&self, key: &str) -> bool {
         self.seen.contains(key)

@@ -130,6 +130,9 @@ reasons! {
         TimeoutContext => "timeout_context",
         /// Pending txs sequenced on their own.
         PendingDiff => "pending_diff",
+        /// A finish marker sequenced on its own, so that its nonce settles durably without
+        /// waiting for the next request.
+        FinishDurable => "finish_durable",
         /// Pending txs sequenced for a host sync.
         SyncHosts => "sync_hosts",
         /// A finalize round (the first carries `MsgFinalizeRound`).

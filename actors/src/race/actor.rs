@@ -76,7 +76,8 @@ pub struct RaceActor {
     pub(super) tried: Vec<Address>,
     pub(super) winner: Option<usize>,
     pub(super) requesting: usize,
-    /// Hedge and pair requests in flight: the race never waits for them to finish.
+    /// Hedge and pair requests in flight: the client's answer never waits for them; the actor
+    /// stops only after they came back (`maybe_finish`).
     pub(super) requesting_extra: usize,
     pub(super) last_error: Option<RaceError>,
     /// Attempts with content waiting for the crown decision.
@@ -171,9 +172,12 @@ impl RaceActor {
                 match res {
                     Ok(Ok(grant)) => act.launch(grant, label, ctx),
                     Ok(Err(EscrowError::HedgeWait(until_ms))) => act.arm_hedge(until_ms, ctx),
-                    Ok(Err(_)) if extra => act.maybe_finish(ctx),
+                    Ok(Err(_)) if extra => {}
                     Ok(Err(e)) => act.no_more_attempts(escrow_error(&e), ctx),
                     Err(_) => act.no_more_attempts(escrow_gone(), ctx),
+                }
+                if extra {
+                    act.maybe_finish(ctx);
                 }
             });
         ctx.spawn(fut);
@@ -319,6 +323,12 @@ impl RaceActor {
         self.attempts.iter().filter(|a| !a.ended).count()
     }
 
+    /// Once no attempt runs and no primary/retry nonce is requested: the client gets its error
+    /// if it has no answer, and the race stops when its hedge and pair requests came back too —
+    /// a grant answered after the race stopped would reach nobody, and its nonce would stay in
+    /// flight in the escrow's book for good (seed 12: hedges granted after the primary won,
+    /// never started, never timed out, Pending on every host). Such a grant is handed back as
+    /// unused (`launch`).
     pub(super) fn maybe_finish(&mut self, ctx: &mut Context<Self>) {
         if self.running() > 0 || self.requesting > 0 {
             return;
@@ -329,7 +339,9 @@ impl RaceActor {
                 "error" => &err.message);
             let _ = reply.send(Err(err));
         }
-        ctx.stop();
+        if self.requesting_extra == 0 {
+            ctx.stop();
+        }
     }
 }
 

@@ -38,6 +38,9 @@ pub mod ns {
     pub const PARTICIPANTS: &str = "participant";
     /// Runtime settings: key = "settings".
     pub const SETTINGS: &str = "settings";
+    /// The payload of a nonce awaiting a refused-timeout vote (the vote needs it, and a restart
+    /// would otherwise lose it): key = `<escrow id>/<nonce>`, deleted once the nonce is settled.
+    pub const TIMEOUT_PAYLOADS: &str = "timeout_payload";
 }
 
 /// Errors of the store.

@@ -8,14 +8,19 @@ use std::time::Duration;
 use actix::prelude::*;
 use slog::{info, warn};
 
-use super::super::{book::Settled, guard::Outbound, nonces::NonceState};
+use super::super::{
+    book::Settled,
+    durable::{OnDurable, Pending},
+    guard::Outbound,
+    nonces::NonceState,
+};
 use super::EscrowActor;
 use crate::{
     outcome::{AttemptOutcome, OutcomeClass},
     policy::{
         correlation::SharedFault,
         mempool::{self, ForeignTx},
-        reason::OutcomeReason,
+        reason::{EmptyDiffReason, OutcomeReason},
     },
     protocol::{crypto::Address, proto::DevshardTx, warm::Acceptance},
     stats::timers,
@@ -123,7 +128,8 @@ impl EscrowActor {
         self.guard.set_release_timer(timer);
     }
 
-    /// A finished nonce is settled; an unfinished one goes to timeout handling.
+    /// A finished nonce is settled once its finish is durable; an unfinished one goes to
+    /// timeout handling.
     pub(super) fn settle_or_time_out(
         &mut self,
         nonce: u64,
@@ -132,9 +138,72 @@ impl EscrowActor {
         ctx: &mut Context<Self>,
     ) {
         if finished {
-            self.book.forget(nonce);
+            self.settle_finished(nonce, ctx);
         } else {
             self.await_timeout(nonce, reason, ctx);
+        }
+    }
+
+    /// A nonce whose verified finish marker was seen leaves the book only when the diff that
+    /// sequences the finish is durable: a `kill -9` before that diff loses the finish with the
+    /// pending txs, and the restarted escrow must still know the nonce (it comes back from the
+    /// log as unfinished and is reconciled from its executor's mempool, `poll_finish`). A finish
+    /// still queued is sequenced on its own after `finish_poll_initial_ms` when no diff took it
+    /// meanwhile (the next grant usually does).
+    pub(super) fn settle_finished(&mut self, nonce: u64, ctx: &mut Context<Self>) {
+        if let Some(t) = self.book.take_timer(nonce) {
+            t.cancel(&self.stats, ctx);
+        }
+        let queued = self.session.pending().holds_finish(nonce);
+        let durable_at = self.session.nonce().saturating_add(u64::from(queued));
+        if !self.book.finished(nonce, durable_at) {
+            return;
+        }
+        if durable_at <= self.durable.durable_nonce() {
+            return self.release_durable_finishes(ctx);
+        }
+        let delay = Duration::from_millis(self.deps.cfg.finish_poll_initial_ms);
+        let name = format!("nonce {nonce}");
+        let timer = timers::run_later(&self.stats, ctx, name, delay, move |act, ctx| {
+            act.book.take_timer(nonce);
+            act.sequence_finish(nonce, ctx);
+        });
+        self.book.set_timer(nonce, timer);
+    }
+
+    /// A finish no diff took since it was seen: one diff sequences the pending txs.
+    fn sequence_finish(&mut self, nonce: u64, ctx: &mut Context<Self>) {
+        let finished = matches!(
+            self.book.entry(nonce).map(|e| &e.state),
+            Some(NonceState::Finished { .. })
+        );
+        if !finished || !self.session.pending().holds_finish(nonce) {
+            return;
+        }
+        let composed = self.durable.compose_withheld(
+            &mut self.session,
+            &self.deps,
+            EmptyDiffReason::FinishDurable,
+        );
+        if let Some((diff, ack)) = composed {
+            info!(self.deps.log, "finish marker sequenced on its own"; "stage" => "finish_sequenced",
+                "nonce" => nonce, "diff_nonce" => diff.nonce);
+            let then = OnDurable::Nothing;
+            self.await_durable(
+                Pending {
+                    nonce: diff.nonce,
+                    ack,
+                    then,
+                },
+                ctx,
+            );
+        }
+    }
+
+    /// Finished nonces whose finish became durable leave the book.
+    pub(super) fn release_durable_finishes(&mut self, ctx: &mut Context<Self>) {
+        for t in self.book.durable_finishes(self.durable.durable_nonce()) {
+            t.cancel(&self.stats, ctx);
         }
     }
 
@@ -189,11 +258,9 @@ impl EscrowActor {
                     info!(self.deps.log, "finish arrived; no timeout needed"; "stage" => "timeout_skipped",
                         "nonce" => nonce, "reason" => "nonce_already_finished");
                 }
-                NonceState::InFlight => continue,
+                NonceState::InFlight | NonceState::Finished { .. } => continue,
             }
-            if let Some(t) = self.book.settle(nonce) {
-                t.cancel(&self.stats, ctx);
-            }
+            self.settle_finished(nonce, ctx);
         }
     }
 
@@ -234,11 +301,12 @@ impl EscrowActor {
     }
 
     /// One reconciliation poll of the executor's mempool (1 s, 2 s, 4 s … capped), until the
-    /// finish appears or the execution deadline passes (then the timeout vote decides).
+    /// finish appears or the execution deadline passes: then one last poll, and the timeout vote
+    /// decides. That last poll is what reconciles a nonce restored from the log past its deadline
+    /// whose finish (and ConfirmStart) a `kill -9` lost before they were sequenced: the executor
+    /// still holds them, and a vote without them would be one the hosts reject.
     fn poll_finish(&mut self, nonce: u64, ctx: &mut Context<Self>) {
-        if self.book.finish_overdue(nonce, self.now_ms()) {
-            return self.await_timeout(nonce, OutcomeReason::FinishNeverArrived, ctx);
-        }
+        let overdue = self.book.finish_overdue(nonce, self.now_ms());
         let info = self.session.info().clone();
         let Some(host) = self.book.entry(nonce).and_then(|e| info.host(&e.host)) else {
             return;
@@ -254,7 +322,10 @@ impl EscrowActor {
             if let Ok(txs) = res {
                 act.absorb_mempool(&from, txs, ctx);
             }
-            if act.book.back_off_poll(nonce, max) {
+            let still_pending = act.book.back_off_poll(nonce, max);
+            if still_pending && overdue {
+                act.await_timeout(nonce, OutcomeReason::FinishNeverArrived, ctx);
+            } else if still_pending {
                 act.arm_nonce_timer(nonce, ctx);
             }
         }));

@@ -35,7 +35,7 @@ impl EscrowActor {
                         OutcomeReason::FinishedLate,
                         None,
                     );
-                    self.book.forget(nonce);
+                    self.settle_finished(nonce, ctx);
                 }
                 NextTimeout::Vote(nonce) => self.collect_votes(nonce, ctx),
                 NextTimeout::Idle => return,
@@ -121,20 +121,12 @@ impl EscrowActor {
     }
 
     /// A vote fell short of quorum (voters down, behind, or not yet past the deadline on their
-    /// clock): asked again after a back-off, until its rounds are used up. An escrow draining for
-    /// its settlement gives the vote up at once: its drain waits for every nonce, and a vote that
-    /// cannot reach quorum (e.g. its finish was lost with a kill -9 before it was sequenced) must
-    /// not hold the settlement for the whole back-off.
+    /// clock): asked again after a back-off, until its rounds are used up.
     fn vote_short(&mut self, nonce: u64, reason: TimeoutReason, ctx: &mut Context<Self>) {
         if self.session.is_finished(nonce) {
             return self.settle_or_time_out(nonce, true, OutcomeReason::FinishedLate, ctx);
         }
-        let retry = if self.closing {
-            None
-        } else {
-            self.book.vote_short(nonce, self.now_ms())
-        };
-        match retry {
+        match self.book.vote_short(nonce, self.now_ms()) {
             Some(wait) => {
                 self.deps
                     .metrics
@@ -148,7 +140,7 @@ impl EscrowActor {
             }
             None => {
                 warn!(self.deps.log, "timeout vote given up"; "stage" => "timeout_vote_given_up",
-                    "nonce" => nonce, "reason" => reason.as_wire(), "draining" => self.closing);
+                    "nonce" => nonce, "reason" => reason.as_wire());
                 self.emit(
                     nonce,
                     OutcomeClass::Cancelled,
