@@ -85,6 +85,11 @@ for id in 42 43; do
     grep -q "data-settlement=\"$id\" data-settlement-state=\"[a-z]*\" data-nonces-left=\"[0-9][0-9]*\" data-balance=\"[0-9][0-9]*\"" "$OUT/debug-ui.html" \
         || fail "escrow $id has no settlement row with its nonce and balance budget (see $OUT/debug-ui.html)"
 done
+for id in 42 43; do
+    grep -q "data-settlement=\"$id\" [^>]*data-role=\"active\"" "$OUT/debug-ui.html" \
+        || fail "escrow $id shows no role (active) in its settlement row (see $OUT/debug-ui.html)"
+done
+grep -q 'data-limiter="' "$OUT/debug-ui.html" || fail "the overload limiter's table is not rendered"
 grep -q '"kind":"settlement"' "$OUT/actors.json" || fail "/v1/debug/actors lists no settlement entry"
 grep -q 'data-participant="gonka1' "$OUT/debug-ui.html" || fail "no gonka1… participant rendered"
 grep -q 'data-health="healthy"' "$OUT/debug-ui.html" || fail "no healthy participant group rendered"
@@ -112,4 +117,4 @@ cmp -s "$WORK/charts-1" "$WORK/charts-2" && fail "the charts' data did not chang
 T1="$(sed -n 's/.*data-chart="requests".*data-last-t="\([0-9]*\)".*/\1/p' "$WORK/charts-1")"
 T2="$(sed -n 's/.*data-chart="requests".*data-last-t="\([0-9]*\)".*/\1/p' "$WORK/charts-2")"
 [ -n "$T1" ] && [ -n "$T2" ] && [ "$T2" -gt "$T1" ] || fail "the series did not advance ($T1 → $T2)"
-echo "ok: escrows 42, 43 with settlement budgets, gonka1… participants, chain table, $CHARTS charts whose data moved ($T1 → $T2), no overflow at 1280 px; screenshots $OUT/debug-ui.png, $OUT/debug-ui-later.png"
+echo "ok: escrows 42, 43 with settlement budgets and roles, the limiter, gonka1… participants, chain table, $CHARTS charts whose data moved ($T1 → $T2), no overflow at 1280 px; screenshots $OUT/debug-ui.png, $OUT/debug-ui-later.png"
