@@ -15,7 +15,9 @@ use actix_web::{
     web, App,
 };
 
-pub use self::lifecycle::{run, serve, start, start_with, AppError, RunningGateway, StartOptions};
+pub use self::lifecycle::{
+    run, serve, start, start_with, AppError, RunningGateway, StartOptions, SERVER_KEEP_ALIVE,
+};
 use crate::{
     http,
     metrics::{self},

@@ -48,6 +48,9 @@ use crate::{
 
 /// File name of the store inside the data directory.
 pub const STORE_FILE: &str = "gateway.db";
+/// How long the server keeps an idle client connection open (actix-web's default, stated so that
+/// clients can keep their own reuse below it; see `crate::chaos::http::IDLE_REUSE`).
+pub const SERVER_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Optional pieces for [`start_with`] (tests: a paused clock, a shared registry).
 #[derive(Default)]
 pub struct StartOptions {
@@ -282,6 +285,7 @@ pub async fn start_with(
     let factory_state = state.clone();
     let server = HttpServer::new(move || build_app(factory_state.clone()))
         .workers(config.workers)
+        .keep_alive(SERVER_KEEP_ALIVE)
         .shutdown_timeout(grace)
         .disable_signals()
         .listen(listener)

@@ -9,6 +9,11 @@ use serde_json::Value;
 
 /// Deadline of a control or admin call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long an idle pooled connection is reused: below the gateway's (actix-web's default 5 s)
+/// keep-alive, so the runner never sends on a connection the server is closing at that moment —
+/// awc's default of 15 s made such a request fail with "connector has been disconnected", which the
+/// runner then counted against the gateway (a long run at 100 streams saw it).
+pub const IDLE_REUSE: Duration = Duration::from_secs(3);
 
 /// An HTTP failure (transport, timeout or an unreadable body).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -26,7 +31,11 @@ impl Http {
     pub fn new(admin_key: &str, connections: usize) -> Http {
         Http {
             client: awc::Client::builder()
-                .connector(awc::Connector::new().limit(connections.max(16) * 2))
+                .connector(
+                    awc::Connector::new()
+                        .limit(connections.max(16) * 2)
+                        .conn_keep_alive(IDLE_REUSE),
+                )
                 .timeout(CALL_TIMEOUT)
                 .disable_redirects()
                 .finish(),
@@ -83,5 +92,16 @@ impl Http {
             )));
         }
         serde_json::from_slice(&bytes).map_err(|e| HttpError(format!("{method} {url}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_runner_reuses_a_connection_only_while_the_gateway_keeps_it() {
+        assert!(
+            super::IDLE_REUSE < crate::app::SERVER_KEEP_ALIVE,
+            "a pooled connection must expire in the runner before the gateway closes it"
+        );
     }
 }
