@@ -10,7 +10,7 @@
 //! - `apply.rs` — applying a step through the control API.
 //! - `load.rs` — the client loops and their per-request verdicts (invariant 2).
 //! - `checks.rs` — invariants 1, 3, 4; `lockstep.rs` — invariant 1's judgement of one host.
-//! - `secrets.rs` — invariant 5's scan; `payouts.rs` — invariant 6 (settle, then chain payouts
+//! - `secrets.rs` — invariant 5's scan; `payouts.rs` — invariants 6 and 7 (settle, then chain payouts
 //!   = the final state's host costs).
 //! - `process.rs` — the gateway child; `http.rs` — the HTTP client; `report.rs` — the output.
 

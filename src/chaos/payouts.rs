@@ -4,6 +4,10 @@
 //! (`/cosmos/bank/v1beta1/balances/{address}`) with the sum of its slots' `cost` in the state a
 //! simulated host holds at the gateway's final nonce (the control API): nothing lost, nothing
 //! paid twice, with no help from the gateway's own numbers.
+//!
+//! Invariant 7 (its liveness half, numbered apart so that a settlement that never completes and
+//! a payout that is wrong are told apart — and tolerated apart): the settle call is accepted and
+//! the settlement completes within [`SETTLE_LIMIT`].
 
 use std::{
     cell::RefCell,
@@ -17,6 +21,8 @@ use super::{http::Http, report::Report};
 
 /// How long a settlement may take after the final checks (drain, finalize, collect, commit).
 const SETTLE_LIMIT: Duration = Duration::from_secs(240);
+/// The invariant a settlement that is refused or never completes breaks (7; payouts are 6).
+const LIVENESS: u8 = 7;
 
 /// Where the payout check reads.
 pub struct Payouts<'a> {
@@ -75,7 +81,7 @@ impl Payouts<'_> {
         {
             report
                 .borrow_mut()
-                .violation(6, format!("the settle call failed: {e}"));
+                .violation(LIVENESS, format!("the settle call failed: {e}"));
             return;
         }
         let started = Instant::now();
@@ -94,7 +100,7 @@ impl Payouts<'_> {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         report.borrow_mut().violation(
-            6,
+            LIVENESS,
             format!(
                 "the settlement did not complete within {} s (state {}, last error {})",
                 SETTLE_LIMIT.as_secs(),
