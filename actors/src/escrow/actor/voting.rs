@@ -68,13 +68,7 @@ impl EscrowActor {
         if !self.follow_record(nonce) {
             // Neither Pending nor Started in our state: nothing a verifier could time out.
             self.book.vote_done(nonce);
-            self.emit(
-                nonce,
-                OutcomeClass::Cancelled,
-                OutcomeReason::TimeoutUnconfirmed,
-                None,
-            );
-            self.book.forget(nonce);
+            self.drop_unconfirmed(nonce);
             return;
         }
         let Some(entry) = self.book.entry(nonce) else {
@@ -141,13 +135,7 @@ impl EscrowActor {
             None => {
                 warn!(self.deps.log, "timeout vote given up"; "stage" => "timeout_vote_given_up",
                     "nonce" => nonce, "reason" => reason.as_wire());
-                self.emit(
-                    nonce,
-                    OutcomeClass::Cancelled,
-                    OutcomeReason::TimeoutUnconfirmed,
-                    None,
-                );
-                self.book.forget(nonce);
+                self.drop_unconfirmed(nonce);
             }
         }
     }
@@ -194,5 +182,18 @@ impl EscrowActor {
             Err(e) => warn!(act.deps.log, "pending diff not delivered"; "stage" => "pending_diff_failed",
                 "host" => addr.short(), "error" => e),
         }));
+    }
+}
+
+impl EscrowActor {
+    /// A nonce no vote can time out any more: reported cancelled (unconfirmed) and forgotten.
+    fn drop_unconfirmed(&mut self, nonce: u64) {
+        self.emit(
+            nonce,
+            OutcomeClass::Cancelled,
+            OutcomeReason::TimeoutUnconfirmed,
+            None,
+        );
+        self.book.forget(nonce);
     }
 }
