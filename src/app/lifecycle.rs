@@ -192,12 +192,14 @@ pub async fn start_with(
         metrics: actor_metrics.clone(),
         actors: actors.clone(),
         warm,
-    })
-    .start_tracked();
+    });
+    let board = directory.board();
+    let directory = directory.start_tracked();
     let mut state = AppState::new(
         &config,
         StateParts {
             directory: directory.clone(),
+            board,
             actors: actors.clone(),
             store: shared.clone(),
             metrics: http_metrics,

@@ -2,10 +2,7 @@
 //! what a new request for each served model gets now, and the UI's 15-minute series.
 
 use actix_web::{web, HttpResponse};
-use devshard_actors::{
-    chain::{admission, GetSnapshot as GetChainSnapshot},
-    directory::ListModels,
-};
+use devshard_actors::chain::{admission, GetSnapshot as GetChainSnapshot};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
@@ -22,11 +19,8 @@ pub async fn debug_chain(state: web::Data<AppState>) -> Result<HttpResponse, Api
         ));
     };
     let view = poller.send(GetChainSnapshot).timeout(ACTOR_TIMEOUT).await?;
-    let models = state
-        .directory
-        .send(ListModels)
-        .timeout(ACTOR_TIMEOUT)
-        .await?;
+    let board = state.board.load();
+    let models = &board.models;
     let mode = state.polling.settings().poc_request_mode;
     let now = state.clock.now_ms();
     let per_model: Map<String, Value> = models

@@ -7,7 +7,7 @@
 //! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
 //! `crate::state::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
 //! the hard ceiling on races in flight (503) → the adaptive limit on races starting, which may
-//! queue the request (503 + `Retry-After` when shed; `crate::overload`) → escrow choice ([`operator::pick_escrow`]: `PickEscrow`,
+//! queue the request (503 + `Retry-After` when shed; `crate::overload`) → escrow choice ([`operator::pick_escrow`]: the directory's published board, no message;
 //! skipping deactivated escrows, admission by state, nonces, hosts and balance) → the race
 //! ([`placement::place`], which also moves a request whose escrow closed for settlement before it
 //! started there to another escrow of the model). The race starts inside the handler, so that it
@@ -24,7 +24,7 @@ use actix_web::{
     http::header::{self, HeaderValue},
     web, HttpRequest, HttpResponse, ResponseError,
 };
-use devshard_actors::{directory::ListModels, escrow::messages::InferenceParams, race::RaceStart};
+use devshard_actors::{escrow::messages::InferenceParams, race::RaceStart};
 use slog::{info, o, warn, Logger};
 
 use super::{
@@ -34,7 +34,7 @@ use super::{
 use crate::{
     metrics::REJECT_MAX_CONCURRENT,
     state::accounting::{fingerprint, Begin, Outcome, Record, Stored},
-    state::{AppState, ACTOR_TIMEOUT},
+    state::AppState,
 };
 
 /// Header naming a client's retry key (see `crate::state::accounting`).
@@ -127,14 +127,9 @@ async fn chat_inner(
     let caller = access::identify(req, state)?;
     let raw = read_body(req, payload, state.limits.max_body_bytes).await?;
     let parsed = normalize::parse(&raw, state.limits.chat)?;
-    let served = state
-        .directory
-        .send(ListModels)
-        .timeout(ACTOR_TIMEOUT)
-        .await?;
     let model = normalize::choose_model(
         parsed.model.as_deref(),
-        &served,
+        &state.board.load().models,
         state.limits.default_model.as_deref(),
     )?;
     let chat = normalize::finish(parsed, model, &state.limits.shaping)?;

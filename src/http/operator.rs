@@ -46,25 +46,22 @@ pub struct Ask<'a> {
         Option<&'a std::sync::Arc<BTreeSet<devshard_actors::protocol::crypto::Address>>>,
 }
 
-/// The escrow for a new request: the directory's pick among the escrows that can take it
-/// (deactivated ones and the request's closed ones excluded); with none, a 503 that says why.
-pub async fn pick_escrow(state: &AppState, ask: Ask<'_>) -> Result<PickedEscrow, ApiError> {
-    let picked = state
-        .directory
-        .send(PickEscrow {
-            model: ask.model.to_string(),
-            request_id: ask.request_id.to_string(),
+/// The escrow for a new request: the pick over the directory's published board among the
+/// escrows that can take it (deactivated ones and the request's closed ones excluded), on this
+/// thread without a message; with none, a 503 that says why.
+pub fn pick_escrow(state: &AppState, ask: Ask<'_>) -> Result<PickedEscrow, ApiError> {
+    let picked = {
+        let deactivated = state.deactivated.lock().unwrap_or_else(|e| e.into_inner());
+        state.board.pick(&PickEscrow {
+            model: ask.model,
+            request_id: ask.request_id,
             input_bytes: ask.input_bytes,
             max_tokens: ask.max_tokens,
-            exclude: {
-                let mut exclude = deactivated(state);
-                exclude.extend(ask.closed.iter().cloned());
-                exclude
-            },
-            only_hosts: ask.only_hosts.cloned(),
+            deactivated: &deactivated,
+            closed: ask.closed,
+            only_hosts: ask.only_hosts.map(|o| &**o),
         })
-        .timeout(ACTOR_TIMEOUT)
-        .await?;
+    };
     match picked {
         Ok(p) => Ok(p),
         Err(DirectoryError::NoneQualifies { model, refusals }) => {

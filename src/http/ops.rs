@@ -8,7 +8,7 @@
 
 use actix_web::{http::header, web, HttpResponse, ResponseError};
 use devshard_actors::{
-    directory::{ActorKind, GetStatus, ListModels},
+    directory::{ActorKind, GetStatus},
     store::ns,
 };
 use serde_json::json;
@@ -83,11 +83,8 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 
 /// `GET /v1/models`.
 pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let models = state
-        .directory
-        .send(ListModels)
-        .timeout(crate::state::ACTOR_TIMEOUT)
-        .await?;
+    let board = state.board.load();
+    let models = &board.models;
     let cap = state.limits.chat.max_tokens_cap;
     let data: Vec<_> = models
         .iter()

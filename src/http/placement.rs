@@ -48,7 +48,7 @@ pub async fn place(
             closed: &closed,
             only_hosts: params.only_hosts.as_ref(),
         };
-        let picked = match operator::pick_escrow(state, ask).await {
+        let picked = match operator::pick_escrow(state, ask) {
             Ok(p) if !closed.contains(&p.escrow_id) => p,
             // Nothing else to place it on: the refusal of the last escrow, stated clearly.
             other => {

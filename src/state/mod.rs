@@ -25,7 +25,7 @@ use std::{
 
 use devshard_actors::{
     clock::SharedClock,
-    directory::Directory,
+    directory::{Directory, EscrowBoard},
     metrics::ActorMetrics,
     protocol::crypto::Address,
     race::RaceLimits,
@@ -101,6 +101,9 @@ pub struct EdgeLimits {
 #[derive(Clone)]
 pub struct AppState {
     pub directory: TrackedAddr<Directory>,
+    /// The escrows and models the directory last published: the chat path reads them and
+    /// picks its escrow without a message (`devshard_actors::directory::EscrowBoard`).
+    pub board: EscrowBoard,
     /// Every live actor's stats (the debug listing reads it without messaging the actors).
     pub actors: ActorRegistry,
     pub store: SharedStore,
@@ -156,6 +159,8 @@ impl std::fmt::Debug for AppState {
 /// The parts of [`AppState`] that are not in the [`Config`].
 pub struct StateParts {
     pub directory: TrackedAddr<Directory>,
+    /// Taken from the directory before it started ([`Directory::board`]).
+    pub board: EscrowBoard,
     /// The registry the directory was given (races register here too).
     pub actors: ActorRegistry,
     pub store: SharedStore,
@@ -205,6 +210,7 @@ impl AppState {
         );
         AppState {
             directory: parts.directory,
+            board: parts.board,
             actors: parts.actors,
             store: parts.store,
             chain,

@@ -104,10 +104,12 @@ async fn the_limit_follows_latency_and_sheds_are_503_with_retry_after_and_nothin
             devshard_actors::protocol::warm::WarmKeyMetrics::detached().unwrap(),
             log.clone(),
         ),
-    })
-    .start_tracked();
+    });
+    let board = directory.board();
+    let directory = directory.start_tracked();
     let registry = metrics::new_registry().unwrap();
     let parts = StateParts {
+        board,
         directory: directory.clone(),
         actors,
         store: store.clone(),

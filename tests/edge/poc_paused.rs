@@ -77,10 +77,12 @@ async fn retry_after_is_the_remaining_poc_and_the_request_is_served_after_it() {
             devshard_actors::protocol::warm::WarmKeyMetrics::detached().unwrap(),
             log.clone(),
         ),
-    })
-    .start_tracked();
+    });
+    let board = directory.board();
+    let directory = directory.start_tracked();
     let registry = metrics::new_registry().unwrap();
     let parts = StateParts {
+        board,
         directory: directory.clone(),
         actors: actors.clone(),
         store: store.clone(),

@@ -127,8 +127,9 @@ pub async fn gateway(opts: Opts) -> AppState {
             devshard_actors::protocol::warm::WarmKeyMetrics::detached().unwrap(),
             log.clone(),
         ),
-    })
-    .start_tracked();
+    });
+    let board = directory.board();
+    let directory = directory.start_tracked();
     for info in &opts.escrows {
         directory
             .send(AddEscrow {
@@ -144,6 +145,7 @@ pub async fn gateway(opts: Opts) -> AppState {
     AppState::new(
         &config,
         StateParts {
+            board,
             actor_metrics: devshard_actors::metrics::ActorMetrics::detached().unwrap(),
             directory,
             actors,

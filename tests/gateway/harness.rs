@@ -12,7 +12,9 @@ use std::sync::{
 use bytes::Bytes;
 use devshard_actors::{
     clock::{SharedClock, TokioClock},
-    directory::{AddEscrow, Directory, DirectoryDeps, GetEscrow, PickEscrow, RestartBudget},
+    directory::{
+        AddEscrow, Directory, DirectoryDeps, EscrowBoard, GetEscrow, PickEscrow, RestartBudget,
+    },
     escrow::{
         messages::{EscrowSnapshot, GetSnapshot, InferenceParams},
         EscrowConfig, EscrowInfo, HostEndpoint,
@@ -33,6 +35,8 @@ static RACE_IDS: AtomicU64 = AtomicU64::new(1);
 pub struct Harness {
     pub sim: SimNetwork,
     pub directory: TrackedAddr<Directory>,
+    /// What the directory publishes for the pick.
+    pub board: EscrowBoard,
     pub store: SharedStore,
     pub clock: SharedClock,
     pub limits: RaceLimits,
@@ -227,7 +231,9 @@ impl Harness {
                 log.clone(),
             ),
         };
-        let directory = Directory::new(deps).start_tracked();
+        let directory = Directory::new(deps);
+        let board = directory.board();
+        let directory = directory.start_tracked();
         for id in escrows {
             let info = map(&sim, escrow_info(&sim, &id)).await;
             directory
@@ -239,6 +245,7 @@ impl Harness {
         Harness {
             sim,
             directory,
+            board,
             store,
             clock,
             limits: RaceLimits::default(),
@@ -309,18 +316,15 @@ impl Harness {
                 }
             }
             None => {
-                let p = self
-                    .directory
-                    .send(PickEscrow {
-                        model,
-                        request_id: params.request_id.clone(),
-                        input_bytes: params.body.len() as u64,
-                        max_tokens,
-                        exclude: Default::default(),
-                        only_hosts: None,
-                    })
-                    .await
-                    .expect("directory");
+                let p = self.board.pick(&PickEscrow {
+                    model: &model,
+                    request_id: &params.request_id,
+                    input_bytes: params.body.len() as u64,
+                    max_tokens,
+                    deactivated: &Default::default(),
+                    closed: &[],
+                    only_hosts: None,
+                });
                 match p {
                     Ok(p) => (p.escrow_id, p.addr),
                     // Admission refused every escrow (e.g. none has a routable host): the client

@@ -31,21 +31,23 @@ pub struct RemoveEscrow {
     pub purge: bool,
 }
 
-/// Picks, among the escrows of a model that can take the request (see `pick.rs`), the one with
-/// the most spare capacity (ties rotate), and holds the request's reserve there.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<PickedEscrow, DirectoryError>")]
-pub struct PickEscrow {
-    pub model: String,
+/// What a new request asks of the pick ([`super::EscrowBoard::pick`], see `pick.rs`): among
+/// the escrows of a model that can take it, the one with the most spare capacity (ties rotate),
+/// holding the request's reserve there.
+#[derive(Debug, Clone, Copy)]
+pub struct PickEscrow<'a> {
+    pub model: &'a str,
     /// The request (its reservation is keyed by it).
-    pub request_id: String,
+    pub request_id: &'a str,
     /// Body bytes the hosts will get.
     pub input_bytes: u64,
     pub max_tokens: u64,
     /// Escrows an admin deactivated.
-    pub exclude: BTreeSet<String>,
+    pub deactivated: &'a BTreeSet<String>,
+    /// Escrows that already refused this request because they closed.
+    pub closed: &'a [String],
     /// Relaxed PoC: only escrows with a host among these participants qualify (`None`: any).
-    pub only_hosts: Option<std::sync::Arc<BTreeSet<Address>>>,
+    pub only_hosts: Option<&'a BTreeSet<Address>>,
 }
 
 /// The escrow chosen for a request. Dropping it ends the request's reservation (the escrow ends
@@ -104,11 +106,6 @@ pub struct RaceEnded {
     pub race_id: u64,
     pub escrow_id: String,
 }
-
-/// Models served by registered, healthy escrows.
-#[derive(Debug, Message)]
-#[rtype(result = "Vec<String>")]
-pub struct ListModels;
 
 /// Status of every entity the directory knows (debug endpoint, readiness).
 #[derive(Debug, Message)]

@@ -11,6 +11,7 @@
 //!   always as a counted [`TrackedAddr`] (its mailbox depth and message counts are in the actor
 //!   registry, see [`crate::stats`]).
 
+mod board;
 mod debug;
 mod messages;
 mod participants;
@@ -20,7 +21,10 @@ mod warm;
 
 use std::{
     collections::{BTreeMap, VecDeque},
-    sync::Arc,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
 };
 
 use actix::prelude::*;
@@ -40,6 +44,7 @@ use crate::{
     stats::{tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedAddr},
     store::{ns, SharedStore, StoreError},
 };
+pub use board::{Board, BoardEscrow, EscrowBoard};
 pub use messages::*;
 pub use participants::{
     AdminParticipants, GetHealthSettings, ListParticipants, ParticipantOp, SetHealthSettings,
@@ -127,7 +132,8 @@ impl<A: Actor> Default for Slot<A> {
 pub(crate) struct EscrowSlot {
     pub info: Arc<EscrowInfo>,
     pub slot: Slot<EscrowActor>,
-    pub in_flight: usize,
+    /// Races in flight (shared with the published board, which weighs the pick by it).
+    pub in_flight: Arc<AtomicUsize>,
     /// Settling (draining or later): never picked for a new request.
     pub closed: bool,
     /// Balance, nonce and reservations, for admission (shared with the escrow actor).
@@ -140,7 +146,7 @@ impl EscrowSlot {
             budget: BudgetCell::new(&info),
             info,
             slot: Slot::default(),
-            in_flight: 0,
+            in_flight: Arc::new(AtomicUsize::new(0)),
             closed,
         }
     }
@@ -152,11 +158,12 @@ pub struct Directory {
     pub(crate) escrows: BTreeMap<String, EscrowSlot>,
     pub(crate) participants: BTreeMap<Address, Slot<ParticipantActor>>,
     pub(crate) races: BTreeMap<u64, (String, String)>,
-    pub(crate) rotation: usize,
     /// Live health settings (persisted; pushed to every escrow and participant on change).
     pub(crate) settings: Arc<HealthSettings>,
     /// This actor's entry in the actor registry.
     pub(crate) stats: StatsSlot,
+    /// Where the escrows the edge picks from are published (`board.rs`).
+    pub(crate) board: board::BoardPublisher,
 }
 
 impl Directory {
@@ -170,7 +177,7 @@ impl Directory {
             escrows: BTreeMap::new(),
             participants: BTreeMap::new(),
             races: BTreeMap::new(),
-            rotation: 0,
+            board: board::BoardPublisher::new(),
             settings: Arc::new(HealthSettings::default()),
         }
     }
@@ -205,6 +212,7 @@ impl Actor for Directory {
                     "escrow" => &id, "error" => %e),
             }
         }
+        self.publish_board();
         info!(self.deps.log, "directory started"; "stage" => "directory_started",
             "escrows" => self.escrows.len());
     }
@@ -245,8 +253,8 @@ impl Handler<RaceStarted> for Directory {
     type Result = ();
 
     fn handle(&mut self, msg: RaceStarted, _: &mut Self::Context) {
-        if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
-            e.in_flight += 1;
+        if let Some(e) = self.escrows.get(&msg.escrow_id) {
+            e.in_flight.fetch_add(1, Ordering::Relaxed);
         }
 
         self.races
@@ -259,26 +267,13 @@ impl Handler<RaceEnded> for Directory {
 
     fn handle(&mut self, msg: RaceEnded, _: &mut Self::Context) {
         if self.races.remove(&msg.race_id).is_some() {
-            if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
-                e.in_flight = e.in_flight.saturating_sub(1);
+            if let Some(e) = self.escrows.get(&msg.escrow_id) {
+                let less = |n: usize| Some(n.saturating_sub(1));
+                let _ = e
+                    .in_flight
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, less);
             }
         }
-    }
-}
-
-impl Handler<ListModels> for Directory {
-    type Result = Vec<String>;
-
-    fn handle(&mut self, _: ListModels, _: &mut Self::Context) -> Self::Result {
-        let mut models: Vec<String> = self
-            .escrows
-            .values()
-            .filter(|e| !e.slot.failed)
-            .map(|e| e.info.model.clone())
-            .collect();
-        models.sort();
-        models.dedup();
-        models
     }
 }
 
@@ -294,7 +289,7 @@ impl Handler<GetStatus> for Directory {
                 alive: e.slot.addr.as_ref().is_some_and(|a| a.connected()),
                 failed: e.slot.failed,
                 restarts: u32::try_from(e.slot.restarts.len()).unwrap_or(u32::MAX),
-                in_flight: e.in_flight,
+                in_flight: e.in_flight.load(Ordering::Relaxed),
             });
         }
         for (addr, p) in &self.participants {

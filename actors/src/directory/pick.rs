@@ -8,10 +8,18 @@
 //! (races in flight relative to its participants' chain weight); ties rotate. The winner's
 //! reserve is held ([`Reservation`]) until the escrow starts the request or the request ends.
 //! With no candidate, the error names every escrow's typed refusal ([`PickRefusal`]).
+//!
+//! The pick runs at the HTTP edge, on the request's own worker thread, over the directory's
+//! published [`EscrowBoard`] (no actor message); the counts that change per request (nonce,
+//! balance, reservations, races in flight) are shared cells, not copies.
+
+use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 
-use super::{CloseEscrow, Directory, DirectoryError, EscrowSlot, PickEscrow, PickedEscrow};
+use super::{
+    BoardEscrow, CloseEscrow, Directory, DirectoryError, EscrowBoard, PickEscrow, PickedEscrow,
+};
 use crate::{escrow::BudgetView, policy::reason::PickRefusal};
 
 /// Bytes added to a request's body in its reserve: the body a host receives may be re-encoded
@@ -75,84 +83,83 @@ pub fn admit(s: Standing, b: &BudgetView, cost: u64) -> Result<(), PickRefusal> 
     Ok(())
 }
 
-fn standing(id: &str, e: &EscrowSlot, msg: &PickEscrow) -> Standing {
+fn standing(e: &BoardEscrow, ask: &PickEscrow<'_>) -> Standing {
     Standing {
-        deactivated: msg.exclude.contains(id),
+        deactivated: ask.deactivated.contains(&e.id) || ask.closed.contains(&e.id),
         closed: e.closed,
-        failed: e.slot.failed,
-        alive: e.slot.addr.as_ref().is_some_and(|a| a.connected()),
+        failed: e.failed,
+        alive: e.addr.as_ref().is_some_and(|a| a.connected()),
         group: u64::try_from(e.info.group_size()).unwrap_or(u64::MAX),
         serving_limit: e.info.last_active_nonce(),
-        preserved_host: msg
+        preserved_host: ask
             .only_hosts
-            .as_ref()
             .is_none_or(|only| e.info.hosts.iter().any(|h| only.contains(&h.address))),
     }
 }
 
-impl Handler<PickEscrow> for Directory {
-    type Result = Result<PickedEscrow, DirectoryError>;
-
-    fn handle(&mut self, msg: PickEscrow, _: &mut Self::Context) -> Self::Result {
-        let mut candidates: Vec<(String, f64)> = Vec::new();
+impl EscrowBoard {
+    /// Picks, among the escrows of `ask.model` that can take the request (see the module docs),
+    /// the one with the most spare capacity (ties rotate), and holds the request's reserve
+    /// there. Runs on the caller's thread: admission is checked again under the escrow's budget
+    /// lock as the reserve is taken, so picks running at once never overcommit a nonce margin
+    /// or a balance; an escrow that stopped qualifying in between yields to the next one.
+    pub fn pick(&self, ask: &PickEscrow<'_>) -> Result<PickedEscrow, DirectoryError> {
+        let board = self.load();
+        let mut candidates: Vec<(&BoardEscrow, u64, f64)> = Vec::new();
         let mut refusals: Vec<(String, PickRefusal)> = Vec::new();
-        for (id, e) in &self.escrows {
-            if e.info.model != msg.model {
-                continue;
-            }
+        for e in board.escrows.iter().filter(|e| e.info.model == ask.model) {
             let cfg = &e.info.config;
             let cost = reserved_cost(
-                msg.input_bytes,
-                msg.max_tokens,
+                ask.input_bytes,
+                ask.max_tokens,
                 cfg.token_price,
                 cfg.fee_per_nonce,
             );
-            if let Err(r) = admit(standing(id, e, &msg), &e.budget.view(), cost) {
-                refusals.push((id.clone(), r));
-                continue;
+            let s = standing(e, ask);
+            match e.budget.check(|b| admit(s, b, cost)) {
+                Ok(()) => candidates.push((e, cost, e.load())),
+                Err(r) => refusals.push((e.id.clone(), r)),
             }
-            let weight: u64 = e.info.hosts.iter().map(|h| h.weight.max(1)).sum();
-            let load = e.in_flight as f64 / weight.max(1) as f64;
-            candidates.push((id.clone(), load));
         }
         if candidates.is_empty() && refusals.is_empty() {
-            return Err(DirectoryError::UnknownModel(msg.model));
+            return Err(DirectoryError::UnknownModel(ask.model.to_string()));
         }
-        let best = candidates
+        candidates.sort_by(|a, b| a.2.total_cmp(&b.2));
+        let tied = candidates
             .iter()
-            .map(|(_, l)| *l)
-            .fold(f64::INFINITY, f64::min);
-        let tied: Vec<&String> = candidates
-            .iter()
-            .filter(|(_, l)| (*l - best).abs() < 1e-12)
-            .map(|(id, _)| id)
-            .collect();
-        if tied.is_empty() {
-            return Err(DirectoryError::NoneQualifies {
-                model: msg.model,
-                refusals,
-            });
+            .take_while(|c| {
+                candidates
+                    .first()
+                    .is_some_and(|f| (c.2 - f.2).abs() < 1e-12)
+            })
+            .count();
+        if tied > 1 {
+            let turn = self
+                .rotation
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_add(1);
+            candidates[..tied].rotate_left(turn % tied);
         }
-        self.rotation = self.rotation.wrapping_add(1);
-        let id = tied[self.rotation % tied.len()].clone();
-        let refused = || DirectoryError::NoneQualifies {
-            model: msg.model.clone(),
-            refusals: vec![(id.clone(), PickRefusal::Unavailable)],
-        };
-        let e = self.escrows.get(&id).ok_or_else(refused)?;
-        let addr = e.slot.addr.clone().ok_or_else(refused)?;
-        let cfg = &e.info.config;
-        let cost = reserved_cost(
-            msg.input_bytes,
-            msg.max_tokens,
-            cfg.token_price,
-            cfg.fee_per_nonce,
-        );
-        let reservation = e.budget.reserve(&msg.request_id, cost);
-        Ok(PickedEscrow {
-            escrow_id: id,
-            addr,
-            reservation,
+        for (e, cost, _) in candidates {
+            let s = standing(e, ask);
+            let held = e
+                .budget
+                .try_reserve(ask.request_id, cost, |b| admit(s, b, cost));
+            match (held, e.addr.as_ref()) {
+                (Ok(reservation), Some(addr)) => {
+                    return Ok(PickedEscrow {
+                        escrow_id: e.id.clone(),
+                        addr: addr.clone(),
+                        reservation,
+                    })
+                }
+                (Ok(_), None) => refusals.push((e.id.clone(), PickRefusal::Unavailable)),
+                (Err(r), _) => refusals.push((e.id.clone(), r)),
+            }
+        }
+        Err(DirectoryError::NoneQualifies {
+            model: ask.model.to_string(),
+            refusals,
         })
     }
 }
@@ -163,6 +170,7 @@ impl Handler<CloseEscrow> for Directory {
     fn handle(&mut self, msg: CloseEscrow, _: &mut Self::Context) {
         if let Some(e) = self.escrows.get_mut(&msg.escrow_id) {
             e.closed = true;
+            self.publish_board();
         }
     }
 }

@@ -39,6 +39,7 @@ impl Directory {
         if let Some(e) = self.escrows.get_mut(escrow_id) {
             e.slot.addr = Some(addr);
         }
+        self.publish_board();
         Ok(())
     }
 
@@ -209,6 +210,9 @@ impl Handler<Died> for Directory {
             }
             ActorKind::Race => return,
         };
+        if participant.is_none() {
+            self.publish_board();
+        }
         let restarts = &self.deps.metrics.restarts;
         match death {
             Death::Ignored => {}
@@ -275,6 +279,7 @@ impl Handler<AddEscrow> for Directory {
         Box::pin(ack.into_actor(self).map(move |res, act, ctx| {
             res?;
             act.escrows.insert(id.clone(), EscrowSlot::new(info, false));
+            act.publish_board();
             act.spawn_escrow(&id, ctx)?;
             info!(act.deps.log, "escrow registered"; "stage" => "escrow_registered", "escrow" => &id);
             Ok(())
@@ -291,6 +296,7 @@ impl Handler<RemoveEscrow> for Directory {
                 msg.escrow_id,
             ))));
         };
+        self.publish_board();
         if let Some(addr) = entry.slot.addr {
             addr.do_send(Retire);
         }

@@ -89,14 +89,29 @@ impl BudgetCell {
         }
     }
 
-    /// Reserves `cost` for `request_id` (the directory, at pick). Ends when the returned
-    /// [`Reservation`] is dropped, or earlier when the request starts.
-    pub fn reserve(&self, request_id: &str, cost: u64) -> Reservation {
-        self.lock().reservations.insert(request_id.to_owned(), cost);
-        Reservation {
+    /// `check` applied to the current view, under the cell's lock (no copy).
+    pub fn check<T>(&self, check: impl FnOnce(&BudgetView) -> T) -> T {
+        check(&self.lock())
+    }
+
+    /// Reserves `cost` for `request_id` (the pick) if `admit` still accepts the view, in one
+    /// critical section: two picks running at once on different threads cannot both take the
+    /// last nonce or the last of the balance. Ends when the returned [`Reservation`] is
+    /// dropped, or earlier when the request starts.
+    pub fn try_reserve<E>(
+        &self,
+        request_id: &str,
+        cost: u64,
+        admit: impl FnOnce(&BudgetView) -> Result<(), E>,
+    ) -> Result<Reservation, E> {
+        let mut v = self.lock();
+        admit(&v)?;
+        v.reservations.insert(request_id.to_owned(), cost);
+        drop(v);
+        Ok(Reservation {
             cell: self.clone(),
             request_id: request_id.to_owned(),
-        }
+        })
     }
 }
 
@@ -132,8 +147,9 @@ mod tests {
     #[test]
     fn a_reservation_ends_at_start_or_drop_never_twice() {
         let c = cell(100);
-        let a = c.reserve("a", 30);
-        let b = c.reserve("b", 30);
+        let always = |_: &BudgetView| Ok::<(), ()>(());
+        let a = c.try_reserve("a", 30, always).unwrap();
+        let b = c.try_reserve("b", 30, always).unwrap();
         assert_eq!(c.view().spendable(), 40);
         // "a" starts: its reserve moves from the reservation into the balance.
         c.publish(70, 1, true, true, Some("a"));
