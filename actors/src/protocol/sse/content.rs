@@ -10,6 +10,9 @@ use serde_json::{Map, Value};
 /// "Non-empty" means a non-empty string or a non-empty array (multi-part content). Anything that
 /// is not a JSON object with a `choices` array has no content.
 pub fn chunk_has_content(json: &[u8]) -> bool {
+    if let Some(scanned) = super::scan::has_content(json) {
+        return scanned;
+    }
     match serde_json::from_slice::<Value>(json) {
         Ok(Value::Object(map)) => object_has_content(&map),
         _ => false,
@@ -97,6 +100,15 @@ mod tests {
         }
         for j in no {
             assert!(!chunk_has_content(j.as_bytes()), "{j}");
+        }
+        // The typed scan, where it applies, agrees with the `Value` reading.
+        for j in yes.iter().chain(no.iter()) {
+            let by_value = match serde_json::from_slice::<Value>(j.as_bytes()) {
+                Ok(Value::Object(map)) => object_has_content(&map),
+                _ => false,
+            };
+            let scanned = super::super::scan::has_content(j.as_bytes());
+            assert!(scanned.is_none_or(|s| s == by_value), "{j}");
         }
     }
 

@@ -23,6 +23,7 @@
 //! fails with [`SseError::EventTooLarge`]: abort the request, like upstream.
 
 mod content;
+mod scan;
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -257,6 +258,17 @@ impl SseParser {
         if data == b"[DONE]" {
             self.saw_terminator = true;
             events.push(HostEvent::Done);
+            return;
+        }
+        // Most events are chat chunks: a typed scan of the deciding members classifies them
+        // without a `Value` tree; receipts, meta events and unusual shapes are read in full.
+        if let Some(e) = scan::envelope(data).filter(|e| !e.devshard_receipt && !e.devshard_meta) {
+            let bytes = Bytes::copy_from_slice(data);
+            events.push(if e.is_error() {
+                HostEvent::Error(bytes)
+            } else {
+                HostEvent::Chunk(bytes)
+            });
             return;
         }
         let Ok(mut envelope) = serde_json::from_slice::<Map<String, Value>>(data) else {
