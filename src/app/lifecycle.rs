@@ -19,7 +19,7 @@ use actix_web::{dev::ServerHandle, HttpServer};
 use devshard_actors::{
     chain::{ChainPoller, StopPoller},
     clock::{SharedClock, SystemClock},
-    directory::{Directory, DirectoryDeps},
+    directory::{Directory, DirectoryDeps, GetStatus},
     metrics::ActorMetrics,
     protocol::warm::{WarmKeyChecker, WarmKeyMetrics},
     stats::{ActorRegistry, TrackedActor, TrackedAddr},
@@ -269,6 +269,12 @@ pub async fn start_with(
         state.deactivated.clone(),
         config.max_tokens_cap,
     );
+    // The directory publishes its escrow board from `started()`: one round trip before the
+    // listener opens, so the first request already picks among the stored escrows.
+    if directory.send(GetStatus).await.is_err() {
+        warn!(log, "the directory did not answer before the listener opened";
+            "stage" => "directory_unanswered");
+    }
 
     let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
         addr: config.listen,
