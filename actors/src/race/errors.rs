@@ -24,7 +24,9 @@ pub(super) fn escrow_error(e: &EscrowError) -> RaceError {
             RaceErrorKind::EscrowClosed,
             Some(ESCROW_UNAVAILABLE_RETRY_S),
         ),
-        EscrowError::ShuttingDown(_) | EscrowError::NoPreservedHost(_) => (
+        EscrowError::ShuttingDown(_)
+        | EscrowError::NoPreservedHost(_)
+        | EscrowError::LeaseLost(_) => (
             RaceErrorKind::EscrowUnavailable,
             Some(ESCROW_UNAVAILABLE_RETRY_S),
         ),
