@@ -33,6 +33,8 @@ mod http_edge;
 mod keys;
 #[path = "gateway/late_finish.rs"]
 mod late_finish;
+#[path = "gateway/lease.rs"]
+mod lease;
 #[path = "gateway/lifecycle.rs"]
 mod lifecycle;
 #[path = "gateway/live.rs"]
@@ -41,6 +43,8 @@ mod live;
 mod load;
 #[path = "gateway/optimistic.rs"]
 mod optimistic;
+#[path = "store/pgdb.rs"]
+mod pgdb;
 #[path = "gateway/repair.rs"]
 mod repair;
 #[path = "gateway/requests.rs"]

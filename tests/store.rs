@@ -17,6 +17,10 @@ mod crash;
 mod db;
 #[path = "store/group.rs"]
 mod group;
+#[path = "store/lease.rs"]
+mod lease;
+#[path = "store/migrate.rs"]
+mod migrate;
 #[path = "store/pgdb.rs"]
 mod pgdb;
 #[path = "store/support.rs"]
@@ -332,6 +336,26 @@ async fn group_commit_drains_the_queue_in_large_groups() {
 #[tokio::test]
 async fn out_of_order_append_does_not_poison_its_group() {
     group::out_of_order_append_fails_alone().await;
+}
+
+#[tokio::test]
+async fn postgres_takeover_fences_the_old_owner() {
+    lease::a_takeover_fences_the_old_owner_and_the_new_one_resumes_at_the_next_nonce().await;
+}
+
+#[tokio::test]
+async fn postgres_leases_renew_and_release() {
+    lease::leases_are_renewed_while_held_and_released_on_close().await;
+}
+
+#[tokio::test]
+async fn migrate_moves_sqlite_to_postgres() {
+    migrate::every_table_moves_and_a_non_empty_target_is_refused().await;
+}
+
+#[tokio::test]
+async fn postgres_refuses_a_newer_schema() {
+    lease::a_newer_schema_is_refused().await;
 }
 
 #[test]

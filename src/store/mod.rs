@@ -33,6 +33,7 @@ mod codec;
 pub mod ledger;
 mod ledger_writer;
 pub mod metrics;
+pub mod migrate;
 pub mod postgres;
 mod schema;
 mod writer;

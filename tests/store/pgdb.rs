@@ -8,6 +8,8 @@
 //!    for the next test run; as root it runs as the `postgres` user);
 //! 4. none: the test fails and names the package to install. It never skips.
 
+#![allow(dead_code)] // shared by several test binaries; not each uses every helper
+
 use std::{path::PathBuf, process::Command, sync::OnceLock, time::Duration};
 
 use tokio_postgres::{Config, NoTls};
@@ -72,6 +74,24 @@ impl TestDb {
     pub fn execute(&self, sql: &str) -> Result<(), String> {
         admin(&self.config(), sql)
     }
+
+    /// Rows of `table` in this test's schema.
+    pub fn count(&self, table: &str) -> i64 {
+        let (config, sql) = (self.config(), format!("SELECT count(*) FROM {table}"));
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let (client, conn) = config.connect(NoTls).await.unwrap();
+                tokio::spawn(conn);
+                client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0)
+            })
+        })
+        .join()
+        .unwrap()
+    }
 }
 
 impl Drop for TestDb {
@@ -98,10 +118,13 @@ fn admin(config: &Config, sql: &str) -> Result<(), String> {
                 .map_err(|_| "connect timed out".to_string())?
                 .map_err(|e| e.to_string())?;
             tokio::spawn(conn);
-            client.batch_execute(&sql).await.map_err(|e| match e.as_db_error() {
-                Some(db) => db.message().to_string(),
-                None => e.to_string(),
-            })
+            client
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| match e.as_db_error() {
+                    Some(db) => db.message().to_string(),
+                    None => e.to_string(),
+                })
         })
     })
     .join()
@@ -165,7 +188,9 @@ fn throwaway_cluster() -> Result<Config, String> {
         if as_root {
             run(Command::new("chown").arg("postgres").arg(&dir))?;
         }
-        run(pg_command(as_root, "initdb").args(["-U", "postgres", "-A", "trust", "-D"]).arg(&data))?;
+        run(pg_command(as_root, "initdb")
+            .args(["-U", "postgres", "-A", "trust", "-D"])
+            .arg(&data))?;
     }
     run(pg_command(as_root, "pg_ctl")
         .arg("-D")
@@ -173,7 +198,10 @@ fn throwaway_cluster() -> Result<Config, String> {
         .arg("-l")
         .arg(dir.join("log"))
         .arg("-o")
-        .arg(format!("-p {THROWAWAY_PORT} -k {} -c listen_addresses=127.0.0.1", dir.display()))
+        .arg(format!(
+            "-p {THROWAWAY_PORT} -k {} -c listen_addresses=127.0.0.1",
+            dir.display()
+        ))
         .args(["-w", "start"]))?;
     admin(&config, "SELECT 1").map(|()| config)
 }

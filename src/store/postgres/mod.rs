@@ -20,7 +20,7 @@
 //! leases every TTL/3 and forgets the ones it lost; [`PgStore::close`] releases them.
 
 pub mod lease;
-mod schema;
+pub(crate) mod schema;
 mod writer;
 
 use std::{
