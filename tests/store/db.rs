@@ -14,7 +14,7 @@ use crate::{pgdb::TestDb, support::TempDir};
 /// Where a test's store lives.
 pub enum Db {
     Sqlite(TempDir),
-    Postgres(TestDb),
+    Postgres(Box<TestDb>),
 }
 
 /// The replica the contract tests write as.
@@ -26,7 +26,7 @@ impl Db {
     }
 
     pub fn postgres(name: &str) -> Db {
-        Db::Postgres(TestDb::new(name))
+        Db::Postgres(Box::new(TestDb::new(name)))
     }
 
     /// Opens the store (again) as [`REPLICA`] and claims `escrows` (no-op on SQLite).
