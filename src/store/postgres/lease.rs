@@ -227,6 +227,6 @@ mod tests {
         assert_eq!(fence(Some(&row("b", 4, false)), "a", "e", 3), lost);
         assert_eq!(fence(Some(&row("a", 4, false)), "a", "e", 3), lost);
         assert_eq!(fence(None, "a", "e", 3), lost);
-        assert_eq!(renew_every(DEFAULT_TTL), Duration::from_millis(3333));
+        assert_eq!(renew_every(DEFAULT_TTL), DEFAULT_TTL / 3);
     }
 }
