@@ -34,6 +34,8 @@ enum Command {
     Sim(SimArgs),
     /// Run the gateway under a seeded fault schedule and check its invariants from outside.
     Chaos(devshard_gateway::chaos::ChaosArgs),
+    /// Move a SQLite store into an empty PostgreSQL database (every table, one transaction).
+    Migrate(devshard_gateway::store::migrate::MigrateArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,5 +45,9 @@ fn main() -> ExitCode {
         Command::Bench(args) => devshard_gateway::bench::run(&args),
         Command::Sim(args) => devshard_gateway::sim::cli::run(&args),
         Command::Chaos(args) => devshard_gateway::chaos::run(&args),
+        Command::Migrate(args) => {
+            let (log, _guard) = devshard_gateway::logging::init(slog::Level::Info);
+            devshard_gateway::store::migrate::run(&args, &log)
+        }
     }
 }

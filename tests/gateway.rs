@@ -35,6 +35,8 @@ mod http_edge;
 mod keys;
 #[path = "gateway/late_finish.rs"]
 mod late_finish;
+#[path = "gateway/lease.rs"]
+mod lease;
 #[path = "gateway/lifecycle.rs"]
 mod lifecycle;
 #[path = "gateway/live.rs"]
@@ -43,6 +45,8 @@ mod live;
 mod load;
 #[path = "gateway/optimistic.rs"]
 mod optimistic;
+#[path = "store/pgdb.rs"]
+mod pgdb;
 #[path = "gateway/repair.rs"]
 mod repair;
 #[path = "gateway/requests.rs"]

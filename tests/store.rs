@@ -1,4 +1,6 @@
-//! Tests of the SQLite store on real files.
+//! Tests of the store's contract, each on both backends (`…::sqlite` on a real file, `…::postgres`
+//! on a fresh schema of the test server, see `store/pgdb.rs`), and the SQLite store's group
+//! commit and crash safety.
 
 // The test helpers in the modules below are not `#[test]` fns, so clippy's in-test allowances
 // do not reach them.
@@ -11,8 +13,16 @@
 
 #[path = "store/crash.rs"]
 mod crash;
+#[path = "store/db.rs"]
+mod db;
 #[path = "store/group.rs"]
 mod group;
+#[path = "store/lease.rs"]
+mod lease;
+#[path = "store/migrate.rs"]
+mod migrate;
+#[path = "store/pgdb.rs"]
+mod pgdb;
 #[path = "store/support.rs"]
 mod support;
 
@@ -23,15 +33,39 @@ use devshard_actors::{
     },
     store::{ns, Store, StoreError},
 };
-use devshard_gateway::store::SqliteStore;
 use serde_json::json;
 
-use support::{diff, signed_diff, TempDir};
+use db::Db;
+use support::{diff, signed_diff};
 
-#[tokio::test]
-async fn diffs_round_trip_byte_for_byte() {
-    let dir = TempDir::new("roundtrip");
-    let store = SqliteStore::open(dir.db()).unwrap();
+/// `name::sqlite` and `name::postgres`: the contract test `name` on each backend.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::Db::sqlite(stringify!($name))).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(super::Db::postgres(stringify!($name))).await;
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    diffs_round_trip_byte_for_byte,
+    warm_key_deltas_are_stored_with_their_diffs_and_survive_reopen,
+    out_of_order_and_unstorable_appends_are_rejected,
+    delete_diffs_empties_the_log_and_restarts_nonces,
+    records_put_get_list_delete,
+    acked_writes_survive_reopen,
+    flush_and_close,
+);
+
+async fn diffs_round_trip_byte_for_byte(db: Db) {
+    let store = db.open_for(&["42", "43", "44"]);
     let key = SigningKey::derive("store-test", 0);
     let log_a: Vec<_> = (1..=20).map(|n| signed_diff("42", n, &key)).collect();
     let log_b: Vec<_> = [1, 2, 5, 9]
@@ -73,16 +107,14 @@ async fn diffs_round_trip_byte_for_byte() {
     assert!(store.load_diffs("unknown").unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn warm_key_deltas_are_stored_with_their_diffs_and_survive_reopen() {
-    let dir = TempDir::new("warm");
+async fn warm_key_deltas_are_stored_with_their_diffs_and_survive_reopen(db: Db) {
     let key = SigningKey::derive("store-test", 0);
     let bound = |slot: u32, a: &str| WarmBinding {
         slot,
         address: Address::unchecked(a),
     };
     {
-        let store = SqliteStore::open(dir.db()).unwrap();
+        let store = db.open_for(&["42", "43"]);
         store
             .append_diff("42", &signed_diff("42", 1, &key))
             .await
@@ -98,7 +130,7 @@ async fn warm_key_deltas_are_stored_with_their_diffs_and_survive_reopen() {
             .unwrap();
         store.close().unwrap();
     }
-    let store = SqliteStore::open(dir.db()).unwrap();
+    let store = db.open_for(&["42", "43"]);
     let deltas = store.load_warm_deltas("42").unwrap();
     assert_eq!(deltas.len(), 1);
     assert_eq!(deltas[&2], [bound(1, "gonka1w1"), bound(4, "gonka1w4")]);
@@ -111,10 +143,8 @@ async fn warm_key_deltas_are_stored_with_their_diffs_and_survive_reopen() {
     assert!(store.load_warm_deltas("43").unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn out_of_order_and_unstorable_appends_are_rejected() {
-    let dir = TempDir::new("reject");
-    let store = SqliteStore::open(dir.db()).unwrap();
+async fn out_of_order_and_unstorable_appends_are_rejected(db: Db) {
+    let store = db.open_for(&["e"]);
     store.append_diff("e", &diff(5)).await.unwrap();
     let err = store.append_diff("e", &diff(5)).await.unwrap_err();
     assert_eq!(
@@ -134,10 +164,8 @@ async fn out_of_order_and_unstorable_appends_are_rejected() {
     assert_eq!(store.load_diffs("e").unwrap(), [diff(5), diff(6)]);
 }
 
-#[tokio::test]
-async fn delete_diffs_empties_the_log_and_restarts_nonces() {
-    let dir = TempDir::new("delete");
-    let store = SqliteStore::open(dir.db()).unwrap();
+async fn delete_diffs_empties_the_log_and_restarts_nonces(db: Db) {
+    let store = db.open_for(&["e", "keep"]);
     for n in 1..=3 {
         store.append_diff("e", &diff(n)).await.unwrap();
     }
@@ -150,10 +178,8 @@ async fn delete_diffs_empties_the_log_and_restarts_nonces() {
     store.delete_diffs("never-existed").await.unwrap();
 }
 
-#[tokio::test]
-async fn records_put_get_list_delete() {
-    let dir = TempDir::new("records");
-    let store = SqliteStore::open(dir.db()).unwrap();
+async fn records_put_get_list_delete(db: Db) {
+    let store = db.open_for(&[]);
     assert_eq!(store.get(ns::ESCROWS, "1").unwrap(), None);
     store
         .put(ns::ESCROWS, "2", json!({"creator": "gonka1b", "n": 2}))
@@ -225,11 +251,9 @@ async fn records_put_get_list_delete() {
     assert!(store.list(ns::PARTICIPANTS).unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn acked_writes_survive_reopen() {
-    let dir = TempDir::new("reopen");
+async fn acked_writes_survive_reopen(db: Db) {
     {
-        let store = SqliteStore::open(dir.db()).unwrap();
+        let store = db.open_for(&["42"]);
         for n in 1..=50 {
             store.append_diff("42", &diff(n)).await.unwrap();
         }
@@ -241,7 +265,7 @@ async fn acked_writes_survive_reopen() {
         store.delete(ns::ESCROWS, "gone").await.unwrap();
         // Dropped without flush or close: acked writes are already durable.
     }
-    let store = SqliteStore::open(dir.db()).unwrap();
+    let store = db.open_for(&["42"]);
     assert_eq!(
         store.load_diffs("42").unwrap(),
         (1..=50).map(diff).collect::<Vec<_>>()
@@ -260,16 +284,16 @@ async fn acked_writes_survive_reopen() {
         })
     ));
     store.append_diff("42", &diff(51)).await.unwrap();
-    assert!(
-        dir.path().join("data").is_dir(),
-        "parent directories are created"
-    );
+    if let Db::Sqlite(dir) = &db {
+        assert!(
+            dir.path().join("data").is_dir(),
+            "parent directories are created"
+        );
+    }
 }
 
-#[tokio::test]
-async fn flush_and_close() {
-    let dir = TempDir::new("close");
-    let store = SqliteStore::open(dir.db()).unwrap();
+async fn flush_and_close(db: Db) {
+    let store = db.open_for(&["e"]);
     let pending: Vec<_> = (1..=100)
         .map(|n| store.append_diff("e", &diff(n)))
         .collect();
@@ -312,6 +336,26 @@ async fn group_commit_drains_the_queue_in_large_groups() {
 #[tokio::test]
 async fn out_of_order_append_does_not_poison_its_group() {
     group::out_of_order_append_fails_alone().await;
+}
+
+#[tokio::test]
+async fn postgres_takeover_fences_the_old_owner() {
+    lease::a_takeover_fences_the_old_owner_and_the_new_one_resumes_at_the_next_nonce().await;
+}
+
+#[tokio::test]
+async fn postgres_leases_renew_and_release() {
+    lease::leases_are_renewed_while_held_and_released_on_close().await;
+}
+
+#[tokio::test]
+async fn migrate_moves_sqlite_to_postgres() {
+    migrate::every_table_moves_and_a_non_empty_target_is_refused().await;
+}
+
+#[tokio::test]
+async fn postgres_refuses_a_newer_schema() {
+    lease::a_newer_schema_is_refused().await;
 }
 
 #[test]

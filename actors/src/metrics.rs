@@ -27,6 +27,8 @@ pub struct ActorMetrics {
     pub participants: IntGaugeVec,
     /// Ejections.
     pub ejections: IntCounter,
+    /// Escrows this replica stopped because another replica took their lease over (fenced).
+    pub escrow_leases_lost: IntCounter,
     /// Ejections not done because of the floor or missing peer evidence, by reason.
     pub ejections_suppressed: IntCounterVec,
     /// Time from ejection to Healthy again.
@@ -123,6 +125,10 @@ impl ActorMetrics {
                 &["state"],
             )?,
             ejections: IntCounter::new("participant_ejections_total", "Participants ejected")?,
+            escrow_leases_lost: IntCounter::new(
+                "escrow_leases_lost_total",
+                "Escrows stopped because another replica took their lease over",
+            )?,
             ejections_suppressed: IntCounterVec::new(
                 Opts::new(
                     "participant_ejections_suppressed_total",
@@ -231,6 +237,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.late_finishes.clone()))?;
         registry.register(Box::new(m.participants.clone()))?;
         registry.register(Box::new(m.ejections.clone()))?;
+        registry.register(Box::new(m.escrow_leases_lost.clone()))?;
         registry.register(Box::new(m.ejections_suppressed.clone()))?;
         registry.register(Box::new(m.recovery_seconds.clone()))?;
         registry.register(Box::new(m.hedges.clone()))?;

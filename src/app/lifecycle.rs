@@ -43,11 +43,14 @@ use crate::{
     escrows, logging,
     metrics::{self, HttpMetrics},
     state::{polling::PollerWiring, AppState, StateParts},
-    store::{metrics::StoreMetrics, SqliteStore},
+    store::{metrics::StoreMetrics, GatewayStore, StoreTarget},
 };
 
 /// File name of the store inside the data directory.
 pub const STORE_FILE: &str = "gateway.db";
+/// File name of the cost ledger inside the data directory when the store is PostgreSQL (the
+/// ledger stays per replica for now; README "PostgreSQL store").
+pub const LEDGER_FILE: &str = "ledger.db";
 /// How long the server keeps an idle client connection open (actix-web's default, stated so that
 /// clients can keep their own reuse below it; see `crate::chaos::http::IDLE_REUSE`).
 pub const SERVER_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -67,7 +70,7 @@ pub struct RunningGateway {
     /// `http://{addr}`.
     pub url: String,
     pub directory: TrackedAddr<Directory>,
-    pub store: Arc<SqliteStore>,
+    pub store: Arc<GatewayStore>,
     /// The chain poller (when `public_api_url` is set).
     pub poller: Option<TrackedAddr<ChainPoller>>,
     /// Every live actor's stats (what `GET /v1/debug/actors` lists).
@@ -165,12 +168,15 @@ pub async fn start_with(
     let actor_metrics =
         ActorMetrics::register(&registry).map_err(|e| AppError::Metrics(e.to_string()))?;
     let clock = opts.clock.unwrap_or_else(|| Arc::new(SystemClock));
-    let path = config.data_dir.join(STORE_FILE);
-    let store = Arc::new(open_store(&path, &log)?);
+    let store = Arc::new(open_store(&config.store, &log)?);
     StoreMetrics::register(&registry, store.clone())
         .map_err(|e| AppError::Metrics(e.to_string()))?;
     let shared: SharedStore = store.clone();
-    info!(log, "store opened"; "stage" => "store_opened", "path" => %path.display());
+    info!(log, "store opened"; "stage" => "store_opened", "store" => config.store.describe());
+    let path = match &config.store {
+        StoreTarget::Sqlite(path) => path.clone(),
+        StoreTarget::Postgres { .. } => config.data_dir.join(LEDGER_FILE),
+    };
 
     let warm_metrics =
         WarmKeyMetrics::register(&registry).map_err(|e| AppError::Metrics(e.to_string()))?;
@@ -320,9 +326,9 @@ pub async fn start_with(
     })
 }
 
-fn open_store(path: &Path, log: &Logger) -> Result<SqliteStore, AppError> {
-    SqliteStore::open_logged(path, log.clone()).map_err(|e| AppError::Store {
-        path: path.to_path_buf(),
+fn open_store(target: &StoreTarget, log: &Logger) -> Result<GatewayStore, AppError> {
+    GatewayStore::open(target, log.clone()).map_err(|e| AppError::Store {
+        path: PathBuf::from(target.describe()),
         reason: e.to_string(),
     })
 }

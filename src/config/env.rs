@@ -59,6 +59,14 @@ pub const ENV_ESCROWS: &str = "DEVSHARD_ESCROWS";
 pub const ENV_ESCROW_ID: &str = "DEVSHARD_ESCROW_ID";
 /// Upstream name of `race.meta_drain_ms`, in seconds.
 pub const ENV_META_DRAIN_TIMEOUT_SECONDS: &str = "DEVSHARD_META_DRAIN_TIMEOUT_SECONDS";
+/// `store.url`: a `postgres://` URL selects the PostgreSQL store.
+pub const ENV_DATABASE_URL: &str = "DEVSHARD_DATABASE_URL";
+/// `store.replica_id` (default: `HOSTNAME`).
+pub const ENV_REPLICA_ID: &str = "DEVSHARD_REPLICA_ID";
+/// `store.lease_ttl_ms`.
+pub const ENV_LEASE_TTL_MS: &str = "DEVSHARD_LEASE_TTL_MS";
+/// The host (pod) name: the default replica id.
+const ENV_HOSTNAME: &str = "HOSTNAME";
 
 // Chain polling (`[chain_poll]`, see `chain_poll.rs`): the five names re-exported above.
 
@@ -68,7 +76,7 @@ const ENV_PREFIXES: [&str; 2] = ["DEVSHARD_", "GATEWAY_"];
 /// The process environment, restricted to our prefixes.
 pub fn process_env() -> EnvMap {
     std::env::vars()
-        .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)) || k == ENV_HOSTNAME)
         .collect()
 }
 
@@ -130,6 +138,19 @@ pub fn apply(raw: &mut RawConfig, env: &EnvMap) -> Result<(), ConfigError> {
         raw.data_dir = PathBuf::from(v);
     }
     apply_secrets(raw, env)?;
+    if let Some((_, v)) = lookup(env, &[ENV_DATABASE_URL]) {
+        raw.store.url = v.to_string();
+    }
+    if let Some((_, v)) = lookup(env, &[ENV_REPLICA_ID]) {
+        raw.store.replica_id = v.to_string();
+    } else if let Some((_, v)) =
+        lookup(env, &[ENV_HOSTNAME]).filter(|_| raw.store.replica_id.is_empty())
+    {
+        raw.store.replica_id = v.to_string();
+    }
+    if let Some((name, v)) = lookup(env, &[ENV_LEASE_TTL_MS]) {
+        raw.store.lease_ttl_ms = parse(name, v, "milliseconds")?;
+    }
     if let Some((_, v)) = lookup(env, &[ENV_CHAIN_REST_URL, ENV_CHAIN_REST]) {
         raw.chain_rest_url = v.to_string();
     }

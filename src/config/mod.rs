@@ -15,6 +15,7 @@ pub mod env;
 pub mod operator;
 pub mod raw;
 pub mod secret;
+pub mod store;
 mod validate;
 
 use std::{
@@ -162,6 +163,8 @@ pub struct Config {
     pub ledger: operator::LedgerConfig,
     /// `[overload]`: the adaptive concurrency limit under `max_concurrent_races`.
     pub overload: crate::overload::settings::OverloadSettings,
+    /// `[store]`: SQLite in `data_dir` (default) or PostgreSQL.
+    pub store: crate::store::StoreTarget,
 }
 
 impl Config {

@@ -161,6 +161,9 @@ pub struct RawConfig {
     /// `[overload]`: the adaptive concurrency limit and its queue.
     #[serde(default)]
     pub overload: crate::overload::settings::OverloadSettings,
+    /// `[store]`: SQLite (default) or a PostgreSQL URL.
+    #[serde(default)]
+    pub store: super::store::RawStore,
 }
 
 impl Default for RawConfig {
@@ -169,6 +172,7 @@ impl Default for RawConfig {
             listen: default_listen(),
             workers: default_workers(),
             data_dir: default_data_dir(),
+            store: super::store::RawStore::default(),
             private_key_file: None,
             private_key: None,
             admin_api_key: None,

@@ -250,6 +250,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         shaping: raw.shaping.clone(),
         ledger: raw.ledger,
         overload: raw.overload.clone(),
+        store: super::store::store_target(&raw.store, &raw.data_dir.join(crate::app::STORE_FILE))?,
     })
 }
 

@@ -16,9 +16,9 @@
 //! | hard ceiling `max_concurrent_races` (`Saturated`) | 503 | `service_unavailable` | `gateway_saturated` (Retry-After 1) |
 //! | adaptive limit: queue full or queue deadline passed (`Shed`, `crate::overload`) | 503 | `service_unavailable` | `gateway_saturated` (Retry-After `overload.retry_after_s`) |
 //! | race: escrow queue full (`Saturated`) | 429 | `rate_limit_exceeded` | `rate_limit_exceeded` (Retry-After 1) |
-//! | race: escrow unavailable or restarting (`EscrowUnavailable`) | 503 | `service_unavailable` | `service_unavailable` (Retry-After 5, or 1 when restarting) |
+//! | race: escrow unavailable or restarting, its store down, or its lease lost to another replica (`EscrowUnavailable`) | 503 | `service_unavailable` | `service_unavailable` (Retry-After 5, or 1 when restarting) |
 //! | race: the escrow closed for settlement and no other escrow of the model can take the request (`EscrowClosed`, after the re-placement of `openai.rs`) | 503 | `service_unavailable` | `service_unavailable` (Retry-After 5) |
-//! | race: gateway store / protocol failure (`Internal`) | 500 | `internal_error` | `internal_error` |
+//! | race: protocol failure (`Internal`) | 500 | `internal_error` | `internal_error` |
 //! | race: hosts failed, none left, empty or unverifiable answer (`HostsFailed`) | 502 | `upstream_error` | `upstream_error` |
 //! | race: the last host sent `Retry-After` (`HostBusy`) | 503 | `upstream_error` | `upstream_error` (the host's Retry-After) |
 //! | race: the host stalled (`Stalled`) | 504 | `timeout` | `timeout` |

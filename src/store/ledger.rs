@@ -117,9 +117,12 @@ fn uint(v: Option<i64>) -> Option<u64> {
 }
 
 impl LedgerStore {
-    /// Opens the ledger of the store at `path` (the store must have been opened first: it
-    /// migrates the schema) and starts its writer.
+    /// Opens the ledger in the SQLite file at `path` (the store's own file, or a file of its own
+    /// when the store is PostgreSQL: then the schema is created here) and starts its writer.
     pub fn open(path: &Path) -> Result<LedgerStore, StoreError> {
+        if !path.exists() {
+            drop(schema::open_writer(path)?);
+        }
         let conn = Connection::open(path).map_err(sql_err)?;
         conn.busy_timeout(schema::BUSY_TIMEOUT).map_err(sql_err)?;
         conn.pragma_update(None, "synchronous", "NORMAL")

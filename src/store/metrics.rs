@@ -15,11 +15,11 @@ use prometheus::{
     IntCounter, IntGauge, Opts, Registry,
 };
 
-use super::SqliteStore;
+use super::GatewayStore;
 
 /// The collector; [`StoreMetrics::register`] adds it to a registry once.
 pub struct StoreMetrics {
-    store: Arc<SqliteStore>,
+    store: Arc<GatewayStore>,
     wal_bytes: IntGauge,
     truncations: IntCounter,
     groups: IntCounter,
@@ -28,7 +28,7 @@ pub struct StoreMetrics {
 
 impl StoreMetrics {
     /// Registers the store's metrics in `registry`.
-    pub fn register(registry: &Registry, store: Arc<SqliteStore>) -> prometheus::Result<()> {
+    pub fn register(registry: &Registry, store: Arc<GatewayStore>) -> prometheus::Result<()> {
         let metrics = StoreMetrics {
             store,
             wal_bytes: IntGauge::with_opts(Opts::new(
@@ -95,7 +95,9 @@ mod tests {
     #[test]
     fn the_store_metrics_follow_the_writer_and_carry_the_namespace() {
         let dir = std::env::temp_dir().join(format!("store-metrics-{}", std::process::id()));
-        let store = Arc::new(SqliteStore::open(dir.join("s.db")).unwrap());
+        let store = Arc::new(GatewayStore::Sqlite(
+            crate::store::SqliteStore::open(dir.join("s.db")).unwrap(),
+        ));
         let registry = crate::metrics::new_registry().unwrap();
         StoreMetrics::register(&registry, store.clone()).unwrap();
         let text = crate::metrics::render(&registry).unwrap();

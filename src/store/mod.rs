@@ -27,11 +27,14 @@
 //! writer nor wait for it. Each read is one statement, i.e. one consistent snapshot, and sees
 //! every write whose ack has resolved (and possibly later ones that committed meanwhile).
 
+mod backend;
 mod checkpoint;
 mod codec;
 pub mod ledger;
 mod ledger_writer;
 pub mod metrics;
+pub mod migrate;
+pub mod postgres;
 mod schema;
 mod writer;
 
@@ -51,6 +54,7 @@ use devshard_actors::{
 };
 use rusqlite::{params, Connection};
 
+pub use self::backend::{redact_url, GatewayStore, StoreTarget};
 use self::{
     checkpoint::{Checkpointer, WalCounters},
     codec::{

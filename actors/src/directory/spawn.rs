@@ -54,6 +54,8 @@ impl Directory {
         let source = key::stored(&self.deps.store, &id);
         let signing = key::escrow_key(source.as_ref(), &self.deps.key)
             .map_err(|e| start_err(e.to_string()))?;
+        // The lease first: the log read after it holds every diff of the previous owner.
+        self.deps.store.claim_escrow(&id)?;
         let log = self.deps.store.load_diffs(&id)?;
         let warm = self.deps.store.load_warm_deltas(&id)?;
         let mut session = Session::restore(info, log, &warm)

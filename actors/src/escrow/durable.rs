@@ -120,6 +120,15 @@ impl Durable {
                     Err(_) => AfterAck::Unclaimed(nonce),
                 }
             }
+            Err(e @ StoreError::LeaseLost { .. }) => {
+                error!(deps.log, "lease lost to another replica; stopping escrow";
+                    "stage" => "lease_lost", "nonce" => nonce, "error" => %e);
+                deps.metrics.escrow_leases_lost.inc();
+                if let OnDurable::Grant { reply, .. } = then {
+                    let _ = reply.send(Err(e.into()));
+                }
+                AfterAck::Stop
+            }
             Err(e) => {
                 error!(deps.log, "diff not durable; stopping escrow"; "stage" => "store_error",
                     "nonce" => nonce, "error" => %e);

@@ -24,6 +24,9 @@ pub enum EscrowError {
     Saturated(String),
     #[error("could not make the diff durable: {0}")]
     Store(String),
+    /// Another replica took the escrow over; this replica stopped serving it.
+    #[error("escrow {0} moved to another replica; retry")]
+    LeaseLost(String),
     #[error("protocol error: {0}")]
     Protocol(String),
     #[error("escrow {0} is shutting down")]
@@ -38,7 +41,12 @@ pub enum EscrowError {
 
 impl From<StoreError> for EscrowError {
     fn from(e: StoreError) -> Self {
-        EscrowError::Store(e.to_string())
+        match e {
+            StoreError::LeaseLost { escrow, .. } | StoreError::LeaseHeld { escrow, .. } => {
+                EscrowError::LeaseLost(escrow)
+            }
+            e => EscrowError::Store(e.to_string()),
+        }
     }
 }
 

@@ -24,11 +24,15 @@ pub(super) fn escrow_error(e: &EscrowError) -> RaceError {
             RaceErrorKind::EscrowClosed,
             Some(ESCROW_UNAVAILABLE_RETRY_S),
         ),
-        EscrowError::ShuttingDown(_) | EscrowError::NoPreservedHost(_) => (
+        // The store is down (or the escrow moved to another replica): fail closed, retry later.
+        EscrowError::ShuttingDown(_)
+        | EscrowError::NoPreservedHost(_)
+        | EscrowError::LeaseLost(_)
+        | EscrowError::Store(_) => (
             RaceErrorKind::EscrowUnavailable,
             Some(ESCROW_UNAVAILABLE_RETRY_S),
         ),
-        EscrowError::Store(_) | EscrowError::Protocol(_) => (RaceErrorKind::Internal, None),
+        EscrowError::Protocol(_) => (RaceErrorKind::Internal, None),
     };
     RaceError {
         kind,

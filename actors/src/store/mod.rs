@@ -54,6 +54,13 @@ pub enum StoreError {
     OutOfOrder { escrow: String, last: u64, got: u64 },
     #[error("the store is closed")]
     Closed,
+    /// This replica no longer holds the lease epoch it appended under: another replica took the
+    /// escrow over, and nothing of the append was written (fenced).
+    #[error("escrow {escrow}: lease epoch {epoch} is no longer held by this replica")]
+    LeaseLost { escrow: String, epoch: u64 },
+    /// Another replica holds the escrow's lease and it has not expired.
+    #[error("escrow {escrow} is leased to replica {owner} until it expires")]
+    LeaseHeld { escrow: String, owner: String },
 }
 
 /// Resolves when a write is durable (or failed).
@@ -126,6 +133,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn list(&self, namespace: &str) -> Result<Vec<(String, serde_json::Value)>, StoreError>;
     /// Waits until every write issued so far is durable (graceful shutdown).
     fn flush(&self) -> Ack;
+    /// Takes the exclusive right to append to an escrow's diff log before its log is read, when
+    /// several replicas share one database (fenced lease; see the PostgreSQL store). A store that
+    /// one process owns holds every escrow already.
+    fn claim_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
+        let _ = escrow_id;
+        Ok(())
+    }
 }
 
 /// A store shared by every actor.

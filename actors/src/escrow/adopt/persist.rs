@@ -11,6 +11,8 @@ use crate::store::{ns, SharedStore};
 /// is a prefix of the adopted chain; any other log is refused ([`AdoptError::StoreDiffers`]).
 pub async fn persist(store: &SharedStore, adoption: &Adoption) -> Result<(), AdoptError> {
     let id = &adoption.escrow_id;
+    // Several replicas on one database: only the lease holder may append (and reads after it).
+    store.claim_escrow(id)?;
     let held = store.load_diffs(id)?;
     let prefix =
         held.len() <= adoption.diffs.len() && held.iter().zip(&adoption.diffs).all(|(a, b)| a == b);

@@ -1,0 +1,134 @@
+//! `[store]`: where the gateway keeps its state. Empty `url` (the default): the SQLite file
+//! `gateway.db` in `data_dir`, for one process. `url = "postgres://…"` (or `DEVSHARD_DATABASE_URL`):
+//! a PostgreSQL database that several replicas share, each escrow appended to by the one replica
+//! that holds its fenced lease (README "PostgreSQL store").
+//!
+//! ```toml
+//! [store]
+//! url = "postgres://gateway@db:5432/gateway"  # empty = SQLite in data_dir
+//! replica_id = ""                             # empty = $HOSTNAME (the pod name), else "gateway"
+//! ```
+//!
+//! Environment: `DEVSHARD_DATABASE_URL`, `DEVSHARD_REPLICA_ID`, `DEVSHARD_LEASE_TTL_MS`; the
+//! replica id falls back to `HOSTNAME` (`super::env`).
+//!
+//! ```toml
+//! lease_ttl_ms = 10000                        # an escrow's lease; renewed every third of it
+//! ```
+
+use std::{path::Path, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+use crate::store::{postgres::ReplicaConfig, StoreTarget};
+
+/// Default escrow lease TTL.
+pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
+
+/// `[store]` as read from the file.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawStore {
+    pub url: String,
+    pub replica_id: String,
+    pub lease_ttl_ms: u64,
+}
+
+impl std::fmt::Debug for RawStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawStore")
+            .field("url", &crate::store::redact_url(&self.url))
+            .field("replica_id", &self.replica_id)
+            .field("lease_ttl_ms", &self.lease_ttl_ms)
+            .finish()
+    }
+}
+
+impl Default for RawStore {
+    fn default() -> Self {
+        RawStore {
+            url: String::new(),
+            replica_id: String::new(),
+            lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
+        }
+    }
+}
+
+/// The store target: SQLite at `sqlite_path` unless a PostgreSQL URL is set.
+pub fn store_target(raw: &RawStore, sqlite_path: &Path) -> Result<StoreTarget, ConfigError> {
+    let url = raw.url.trim();
+    if url.is_empty() {
+        return Ok(StoreTarget::Sqlite(sqlite_path.to_path_buf()));
+    }
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(ConfigError::Invalid {
+            key: "store.url",
+            message: "must be empty (SQLite) or a postgres:// URL".into(),
+        });
+    }
+    if raw.lease_ttl_ms < 300 {
+        return Err(ConfigError::Invalid {
+            key: "store.lease_ttl_ms",
+            message: "must be at least 300 (renewed every third of it)".into(),
+        });
+    }
+    let id = match raw.replica_id.trim() {
+        "" => "gateway",
+        id => id,
+    };
+    Ok(StoreTarget::Postgres {
+        url: url.to_string(),
+        replica: ReplicaConfig {
+            id: id.to_string(),
+            lease_ttl: Duration::from_millis(raw.lease_ttl_ms),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_by_default_postgres_by_url() {
+        let path = Path::new("data/gateway.db");
+        let raw = RawStore::default();
+        assert!(matches!(
+            store_target(&raw, path).unwrap(),
+            StoreTarget::Sqlite(p) if p == path
+        ));
+        let pg = RawStore {
+            url: "postgres://gw:pw@db/gw".into(),
+            ..RawStore::default()
+        };
+        let StoreTarget::Postgres { url, replica } = store_target(&pg, path).unwrap() else {
+            panic!("a postgres URL selects PostgreSQL");
+        };
+        assert_eq!(url, "postgres://gw:pw@db/gw");
+        assert_eq!(replica.id, "gateway");
+        assert_eq!(replica.lease_ttl, Duration::from_secs(10));
+        assert!(
+            !format!("{pg:?}").contains("pw@"),
+            "the password is never printed"
+        );
+        let named = RawStore {
+            replica_id: "r2".into(),
+            ..pg.clone()
+        };
+        let StoreTarget::Postgres { replica, .. } = store_target(&named, path).unwrap() else {
+            panic!("postgres");
+        };
+        assert_eq!(replica.id, "r2");
+        let bad = RawStore {
+            url: "mysql://x".into(),
+            ..RawStore::default()
+        };
+        assert!(store_target(&bad, path).is_err());
+        let short = RawStore {
+            lease_ttl_ms: 10,
+            ..pg
+        };
+        assert!(store_target(&short, path).is_err());
+    }
+}

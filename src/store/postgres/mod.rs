@@ -1,0 +1,505 @@
+//! The PostgreSQL implementation of [`devshard_actors::store::Store`], for several replicas on
+//! one database.
+//!
+//! # Threads and connections
+//! One thread, `store-postgres`, owns a current-thread tokio runtime and three connections:
+//! the writer's (group commit, `writer.rs`), the readers' and the leases'. Callers never enter
+//! that runtime: writes go through an unbounded channel to the writer task, and reads and lease
+//! claims await the connection's request channel with `futures::executor::block_on` on the
+//! calling thread (tokio-postgres clients are runtime-agnostic; only their connections run on
+//! the store's runtime). Reads are meant for start-up and respawn, as with SQLite.
+//!
+//! # Durability contract
+//! As the SQLite store's: an ack resolves after the `COMMIT` (`synchronous_commit = on`) of the
+//! transaction holding the write; writes apply in issue order; a failed ack means nothing of that
+//! write landed. An append is also refused with [`StoreError::LeaseLost`] unless this replica
+//! still holds the escrow's lease at the epoch it claimed (`lease.rs`).
+//!
+//! # Leases
+//! [`Store::claim_escrow`] takes an escrow's lease (before its log is read); a task renews held
+//! leases every TTL/3 and forgets the ones it lost; [`PgStore::close`] releases them.
+
+pub mod lease;
+pub(crate) mod schema;
+mod writer;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc::{sync_channel, Receiver},
+        Arc, Mutex,
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use devshard_actors::{
+    protocol::{diff::Diff, warm::WarmBinding},
+    store::{Ack, Store, StoreError, WarmDeltas},
+};
+use slog::{info, warn, Logger};
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::{Client, Config, NoTls};
+
+pub use self::schema::SCHEMA_VERSION;
+use self::writer::PgWriter;
+use super::{
+    codec::{decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, now_ms},
+    codec::{nonce_to_sql, DiffRow},
+    writer::AckTx,
+    StoreStats,
+};
+
+/// Most writes applied (and committed) in one transaction.
+pub const MAX_GROUP: usize = 512;
+
+/// Maps a PostgreSQL error, with the server's message when there is one.
+pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
+    match e.as_db_error() {
+        Some(db) => StoreError::Io(format!("postgres {}: {}", db.code().code(), db.message())),
+        None => StoreError::Io(format!("postgres: {e}")),
+    }
+}
+
+/// One write, encoded on the caller's thread.
+#[derive(Debug)]
+pub(crate) enum Op {
+    AppendDiff {
+        escrow: String,
+        /// The lease epoch the append was issued under.
+        epoch: u64,
+        row: DiffRow,
+    },
+    DeleteDiffs {
+        escrow: String,
+    },
+    Put {
+        namespace: String,
+        key: String,
+        json: String,
+        updated_ms: i64,
+    },
+    Delete {
+        namespace: String,
+        key: String,
+    },
+    Flush,
+}
+
+/// What goes to the writer task.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Write(Op, AckTx),
+    Shutdown,
+}
+
+/// Group-commit counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub groups: AtomicU64,
+    pub ops: AtomicU64,
+    pub last_group: AtomicU64,
+}
+
+/// Who this replica is and how long its leases last.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    pub id: String,
+    pub lease_ttl: Duration,
+}
+
+type Held = Arc<Mutex<HashMap<String, u64>>>;
+
+/// The PostgreSQL-backed [`Store`].
+pub struct PgStore {
+    replica: ReplicaConfig,
+    sender: mpsc::UnboundedSender<Msg>,
+    reader: Arc<Client>,
+    leases: tokio::sync::Mutex<Client>,
+    held: Held,
+    closed: AtomicBool,
+    writer_done: Mutex<Option<Receiver<()>>>,
+    dropped: Mutex<Option<oneshot::Sender<()>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("replica", &self.replica.id)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// What the store thread hands back once connected and migrated.
+struct Connected {
+    reader: Arc<Client>,
+    leases: Client,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://…`), migrates the schema and starts the writer.
+    pub fn open(url: &str, replica: ReplicaConfig, log: Logger) -> Result<PgStore, StoreError> {
+        let config: Config = url
+            .parse()
+            .map_err(|e| StoreError::Io(format!("invalid PostgreSQL URL: {e}")))?;
+        PgStore::open_config(config, replica, log)
+    }
+
+    /// [`PgStore::open`] with a parsed connection config.
+    pub fn open_config(
+        config: Config,
+        replica: ReplicaConfig,
+        log: Logger,
+    ) -> Result<PgStore, StoreError> {
+        let (sender, rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready_rx) = sync_channel(1);
+        let (done_tx, done_rx) = sync_channel(1);
+        let (drop_tx, drop_rx) = oneshot::channel();
+        let counters = Arc::new(Counters::default());
+        let held: Held = Arc::default();
+        let thread_state = (counters.clone(), held.clone(), replica.clone());
+        let handle = std::thread::Builder::new()
+            .name("store-postgres".into())
+            .spawn(move || {
+                let (counters, held, replica) = thread_state;
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(StoreError::Io(format!("runtime: {e}"))));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let writer = match connect_all(&config, &log).await {
+                        Ok((writer, connected)) => {
+                            let _ = ready_tx.send(Ok(connected));
+                            writer
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let renewer = tokio::spawn(renew_loop(
+                        writer.1.clone(),
+                        replica.clone(),
+                        held.clone(),
+                        log.clone(),
+                    ));
+                    PgWriter::new(writer.0, replica.id.clone(), counters)
+                        .run(rx)
+                        .await;
+                    renewer.abort();
+                    release_all(&writer.1, &replica.id, &held, &log).await;
+                    let _ = done_tx.send(());
+                    // Reads keep working until the store is dropped.
+                    let _ = drop_rx.await;
+                });
+            })
+            .map_err(|e| StoreError::Io(format!("spawning the store thread: {e}")))?;
+        let connected = ready_rx
+            .recv()
+            .map_err(|_| StoreError::Io("the store thread ended while connecting".into()))??;
+        Ok(PgStore {
+            replica,
+            sender,
+            reader: connected.reader,
+            leases: tokio::sync::Mutex::new(connected.leases),
+            held,
+            closed: AtomicBool::new(false),
+            writer_done: Mutex::new(Some(done_rx)),
+            dropped: Mutex::new(Some(drop_tx)),
+            thread: Mutex::new(Some(handle)),
+            counters,
+        })
+    }
+
+    /// This replica's id.
+    pub fn replica_id(&self) -> &str {
+        &self.replica.id
+    }
+
+    /// The escrows whose lease this replica holds, with their epochs.
+    pub fn held_leases(&self) -> Vec<(String, u64)> {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: Vec<_> = held.iter().map(|(e, n)| (e.clone(), *n)).collect();
+        out.sort();
+        out
+    }
+
+    /// A snapshot of the group-commit counters (the WAL fields are SQLite's: zero here).
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            groups_committed: self.counters.groups.load(Ordering::Relaxed),
+            ops_committed: self.counters.ops.load(Ordering::Relaxed),
+            last_group_size: self.counters.last_group.load(Ordering::Relaxed),
+            wal_bytes: 0,
+            wal_truncations: 0,
+        }
+    }
+
+    /// Commits every write issued before, stops the writer and releases the held leases; later
+    /// writes resolve with [`StoreError::Closed`]. Blocks until done. Idempotent; reads keep
+    /// working until the store is dropped.
+    pub fn close(&self) -> Result<(), StoreError> {
+        self.closed.store(true, Ordering::SeqCst);
+        let done = self
+            .writer_done
+            .lock()
+            .map_err(|_| StoreError::Io("store mutex poisoned".into()))?
+            .take();
+        let Some(done) = done else { return Ok(()) };
+        let _ = self.sender.send(Msg::Shutdown);
+        // An error means the thread is gone already: nothing left to wait for.
+        let _ = done.recv();
+        Ok(())
+    }
+
+    fn submit(&self, op: Result<Op, StoreError>) -> Ack {
+        let op = match op {
+            Ok(op) => op,
+            Err(e) => return Ack::ready(Err(e)),
+        };
+        if self.closed.load(Ordering::SeqCst) {
+            return Ack::ready(Err(StoreError::Closed));
+        }
+        let (tx, ack) = Ack::channel();
+        match self.sender.send(Msg::Write(op, tx)) {
+            Ok(()) => ack,
+            Err(_) => Ack::ready(Err(StoreError::Closed)),
+        }
+    }
+
+    fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        futures::executor::block_on(self.reader.query(sql, params)).map_err(pg_err)
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        let _ = self.close();
+        if let Some(tx) = self.dropped.lock().ok().and_then(|mut d| d.take()) {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.thread.lock().ok().and_then(|mut t| t.take()) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The writer's connection (with the readers' for the renewals), then the others.
+async fn connect_all(
+    config: &Config,
+    log: &Logger,
+) -> Result<((Client, Arc<Client>), Connected), StoreError> {
+    let mut writer = connect(config, log).await?;
+    writer
+        .batch_execute("SET synchronous_commit = on")
+        .await
+        .map_err(pg_err)?;
+    let found = schema::migrate(&mut writer).await?;
+    info!(log, "PostgreSQL store ready"; "stage" => "store_migrated",
+        "schema_found" => found, "schema_version" => SCHEMA_VERSION);
+    let reader = Arc::new(connect(config, log).await?);
+    let leases = connect(config, log).await?;
+    Ok(((writer, reader.clone()), Connected { reader, leases }))
+}
+
+async fn connect(config: &Config, log: &Logger) -> Result<Client, StoreError> {
+    let (client, connection) = config.connect(NoTls).await.map_err(pg_err)?;
+    let log = log.clone();
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            warn!(log, "PostgreSQL connection ended"; "stage" => "store_connection_lost",
+                "error" => %e);
+        }
+    });
+    Ok(client)
+}
+
+/// Renews the held leases every TTL/3; forgets (and logs) the ones another replica took.
+async fn renew_loop(client: Arc<Client>, replica: ReplicaConfig, held: Held, log: Logger) {
+    let mut tick = tokio::time::interval(lease::renew_every(replica.lease_ttl));
+    loop {
+        tick.tick().await;
+        let snapshot = snapshot(&held);
+        if snapshot.is_empty() {
+            continue;
+        }
+        match lease::renew(&client, &replica.id, &snapshot, replica.lease_ttl).await {
+            Ok(renewed) => {
+                let mut map = held.lock().unwrap_or_else(|e| e.into_inner());
+                for (escrow, epoch) in &snapshot {
+                    if !renewed.contains(escrow) && map.get(escrow) == Some(epoch) {
+                        map.remove(escrow);
+                        warn!(log, "escrow lease taken by another replica";
+                            "stage" => "lease_renew_lost", "escrow" => escrow.as_str(),
+                            "epoch" => epoch);
+                    }
+                }
+            }
+            Err(e) => warn!(log, "lease renewal failed"; "stage" => "lease_renew_failed",
+                "error" => %e),
+        }
+    }
+}
+
+async fn release_all(client: &Client, replica: &str, held: &Held, log: &Logger) {
+    let snapshot = snapshot(held);
+    if snapshot.is_empty() {
+        return;
+    }
+    match lease::release(client, replica, &snapshot).await {
+        Ok(n) => info!(log, "escrow leases released"; "stage" => "leases_released", "count" => n),
+        Err(e) => warn!(log, "escrow leases not released (they expire by themselves)";
+            "stage" => "leases_release_failed", "error" => %e),
+    }
+}
+
+fn snapshot(held: &Held) -> Vec<(String, u64)> {
+    let map = held.lock().unwrap_or_else(|e| e.into_inner());
+    map.iter().map(|(e, n)| (e.clone(), *n)).collect()
+}
+
+impl Store for PgStore {
+    fn append_diff_with_warm(
+        &self,
+        escrow_id: &str,
+        diff: &Diff,
+        warm_delta: &[WarmBinding],
+    ) -> Ack {
+        let epoch = {
+            let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.get(escrow_id).copied()
+        };
+        // Never claimed (or lost at a renewal): the epoch 0 no claim gives is refused.
+        let epoch = epoch.unwrap_or(0);
+        self.submit(encode_diff(diff, warm_delta).map(|row| Op::AppendDiff {
+            escrow: escrow_id.to_string(),
+            epoch,
+            row,
+        }))
+    }
+
+    fn load_warm_deltas(&self, escrow_id: &str) -> Result<WarmDeltas, StoreError> {
+        let rows = self.query(
+            "SELECT nonce, warm_delta FROM diffs \
+             WHERE escrow_id = $1 AND warm_delta IS NOT NULL ORDER BY nonce",
+            &[&escrow_id],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let nonce: i64 = r.get(0);
+                let delta = decode_warm_delta(escrow_id, nonce, r.get(1))?;
+                let nonce = u64::try_from(nonce).map_err(|_| {
+                    StoreError::Corrupt(format!("escrow {escrow_id}: nonce {nonce}"))
+                })?;
+                Ok((nonce, delta))
+            })
+            .collect()
+    }
+
+    fn load_diffs(&self, escrow_id: &str) -> Result<Vec<Diff>, StoreError> {
+        self.load_diffs_from(escrow_id, 0)
+    }
+
+    fn load_diffs_from(&self, escrow_id: &str, from: u64) -> Result<Vec<Diff>, StoreError> {
+        let Ok(from) = nonce_to_sql(from) else {
+            return Ok(Vec::new());
+        };
+        let rows = self.query(
+            "SELECT nonce, txs, user_sig, post_state_root FROM diffs \
+             WHERE escrow_id = $1 AND nonce >= $2 ORDER BY nonce",
+            &[&escrow_id, &from],
+        )?;
+        rows.into_iter()
+            .map(|r| {
+                let row = DiffRow {
+                    nonce: r.get(0),
+                    txs: r.get(1),
+                    user_sig: r.get(2),
+                    post_state_root: r.get(3),
+                    warm_delta: None,
+                };
+                decode_diff(escrow_id, row)
+            })
+            .collect()
+    }
+
+    fn delete_diffs(&self, escrow_id: &str) -> Ack {
+        self.submit(Ok(Op::DeleteDiffs {
+            escrow: escrow_id.to_string(),
+        }))
+    }
+
+    fn put(&self, namespace: &str, key: &str, value: serde_json::Value) -> Ack {
+        self.submit(encode_value(&value).map(|json| Op::Put {
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+            json,
+            updated_ms: now_ms(),
+        }))
+    }
+
+    fn delete(&self, namespace: &str, key: &str) -> Ack {
+        self.submit(Ok(Op::Delete {
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+        }))
+    }
+
+    fn get(&self, namespace: &str, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let rows = self.query(
+            "SELECT value FROM records WHERE namespace = $1 AND key = $2",
+            &[&namespace, &key],
+        )?;
+        rows.first()
+            .map(|r| decode_value(namespace, key, r.get(0)))
+            .transpose()
+    }
+
+    fn list(&self, namespace: &str) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
+        let rows = self.query(
+            "SELECT key, value FROM records WHERE namespace = $1 ORDER BY key COLLATE \"C\"",
+            &[&namespace],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let key: String = r.get(0);
+                let value = decode_value(namespace, &key, r.get(1))?;
+                Ok((key, value))
+            })
+            .collect()
+    }
+
+    fn flush(&self) -> Ack {
+        self.submit(Ok(Op::Flush))
+    }
+
+    fn claim_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
+        let epoch = futures::executor::block_on(async {
+            let mut client = self.leases.lock().await;
+            lease::claim(
+                &mut client,
+                escrow_id,
+                &self.replica.id,
+                self.replica.lease_ttl,
+            )
+            .await
+        })?;
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.insert(escrow_id.to_string(), epoch);
+        Ok(())
+    }
+}
