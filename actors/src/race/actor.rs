@@ -225,7 +225,7 @@ impl RaceActor {
             let hedge_in_ms = grant.hedge_due_ms.map(|d| d.saturating_sub(self.now()));
             let decision = if pair {
                 "pair_with_healthy"
-            } else if hedge_in_ms == Some(0) {
+            } else if hedge_in_ms.is_some_and(|ms| ms <= 0) {
                 "hedge_now"
             } else {
                 "primary_then_hedge_if_slow"
