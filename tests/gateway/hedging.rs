@@ -4,11 +4,13 @@
 //! no worse than without hedging, and no honest host's `missed` grows (checked after every
 //! deadline of the run has passed). The figures are printed.
 
-use std::{cell::RefCell, time::Duration};
+use std::{cell::RefCell, sync::Arc, time::Duration};
 
 use devshard_actors::{
     directory::{ListParticipants, SetHealthSettings},
+    escrow::EscrowConfig,
     policy::settings::HealthSettings,
+    store::MemoryStore,
 };
 use devshard_gateway::sim::{Faults, Profile, SimConfig};
 
@@ -193,4 +195,33 @@ fn seed001_hedging_is_budgeted_and_never_worse_at_p99() {
         p99_with <= p99_without * 1.05 + 5.0,
         "p99 TTFT {p99_with:.0} ms vs {p99_without:.0} ms without hedging"
     );
+}
+
+/// Chaos invariant 3 (seed 12: no request succeeded within 2 s of a clear): the first request
+/// after the clear had the nonce of the host that had been refusing connections, so its attempt
+/// first taught that host the diffs it missed (4 catch-up chunks, 2.4 s in a debug build), and
+/// its hedge waited for the primary's usual receipt p95 (≈ 5 s without data). A primary whose
+/// grant carries catch-up chunks is now hedged at once. Here every host misses the three diffs
+/// of the others between two of its own nonces, and a chunk of 2 makes those a catch-up.
+#[actix_rt::test]
+async fn seed_12_a_primary_catching_up_after_a_clear_is_hedged_at_once() {
+    tokio::time::pause();
+    let mut cfg = SimConfig::with_seed("catching-up-hedge");
+    cfg.hosts = 4;
+    cfg.profile = Profile::Fast;
+    let escrow_cfg = EscrowConfig {
+        catch_up_chunk: 2,
+        ..EscrowConfig::default()
+    };
+    let h = Harness::start_with(cfg, Arc::new(MemoryStore::new()), escrow_cfg).await;
+    for k in 0..6 {
+        let a = h.chat(Harness::body(&format!("behind {k}"), false)).await;
+        assert!(a.is_success(), "{a:?}");
+    }
+    let hedged = h
+        .metrics
+        .hedges
+        .with_label_values(&["primarycatchingup"])
+        .get();
+    assert!(hedged >= 1, "a primary catching up was hedged at once");
 }

@@ -6,13 +6,19 @@
 //!   on every host) — now it is, with back-off;
 //! - finding: after a wrong state hash the executor's ConfirmStart reached us through its mempool,
 //!   yet the nonce was put to a *refused* vote that every verifier rejected (its record is
-//!   Started) — now the reason follows the record and the execution timeout is confirmed.
+//!   Started) — now the reason follows the record and the execution timeout is confirmed;
+//! - finding (seed 2624105436825454089): a finish sequenced by a confirmed timeout's diff never
+//!   left the book, and the final drain waited for it forever.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use devshard_actors::{
-    escrow::messages::SyncHosts,
+    escrow::{
+        messages::{BeginDrain, SyncHosts},
+        EscrowConfig,
+    },
     protocol::state::{InferenceStatus, SessionConfig},
+    store::MemoryStore,
 };
 use devshard_gateway::sim::{Faults, LatencyProfile, Profile, SimConfig};
 use futures::future::join_all;
@@ -185,4 +191,41 @@ async fn after_a_wrong_state_hash_the_timeout_reason_follows_the_record_and_is_c
         0,
         "no vote asked the wrong question"
     );
+}
+
+/// Found by the chaos runner at seed 2624105436825454089 (invariant 7: the final drain started
+/// with 2 unsettled nonces, one was timed out by vote, the other never settled). A finished
+/// nonce leaves the book once the diff sequencing its finish is durable; the diff a confirmed
+/// timeout goes out in awaited its durability inside the send, so the durable nonce never
+/// advanced past it and a finish that diff sequenced (queued, waiting for the next diff) stayed
+/// in the book until some other diff's ack — during a drain, none. Here: a request refused by
+/// its executor and answered by the next host, whose finish stays queued (the finish's own diff
+/// is 10 minutes away) until the refused nonce's timeout diff takes it.
+#[actix_rt::test]
+async fn seed_2624105436825454089_a_finish_sequenced_by_a_timeout_diff_leaves_the_book() {
+    tokio::time::pause();
+    let mut cfg = sim("finish-in-a-timeout-diff");
+    let mut session = SessionConfig::default_for_group(3);
+    session.refusal_timeout = 10;
+    cfg.session_config = Some(session);
+    let escrow_cfg = EscrowConfig {
+        finish_poll_initial_ms: 600_000,
+        ..EscrowConfig::default()
+    };
+    let h = Harness::start_with(cfg, Arc::new(MemoryStore::new()), escrow_cfg).await;
+    let refused = h.snapshot("42").await.nonce + 1;
+    let refuse = Faults {
+        refuse_connections: true,
+        ..Default::default()
+    };
+    h.sim.set_faults(executor(&h, refused), refuse).unwrap();
+    let a = h.chat(Harness::body("refused, then answered", false)).await;
+    assert!(a.is_success(), "{a:?}");
+    assert_eq!(h.snapshot("42").await.pending_timeouts, vec![refused]);
+    // Refusal deadline (10 s) + the buffer (5 s) + the vote.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let escrow = h.escrow_addr("42").await;
+    assert!(h.snapshot("42").await.pending_timeouts.is_empty());
+    let progress = escrow.send(BeginDrain).await.unwrap();
+    assert_eq!(progress.unsettled, 0, "every nonce settled: {progress:?}");
 }

@@ -53,7 +53,7 @@ use crate::{
         warm::WarmKeyChecker,
     },
     stats::{timers, tracked_actor, ActorRegistry, Kind, StatsSlot, TrackedRecipient},
-    store::SharedStore,
+    store::{SharedStore, StoreError},
 };
 
 mod finalize;
@@ -339,15 +339,36 @@ impl EscrowActor {
         self.publish_budget(None);
         let Pending { nonce, ack, then } = p;
         ctx.spawn(ack.into_actor(self).map(move |res, act, ctx| {
-            match act.durable.acked(&act.deps, nonce, res, then) {
-                AfterAck::Done => act.release_durable_finishes(ctx),
-                AfterAck::Unclaimed(nonce) => {
-                    act.release_durable_finishes(ctx);
-                    act.unclaimed(nonce, ctx);
-                }
-                AfterAck::Stop => ctx.stop(),
-            }
+            act.acked(nonce, res, then, ctx);
         }));
+    }
+
+    /// A diff whose ack was awaited elsewhere (a timeout's diff, sent once durable): as after
+    /// [`Self::await_durable`] (seed 2624105436825454089: a finish it sequenced stayed in the book).
+    pub(super) fn after_ack(
+        &mut self,
+        nonce: u64,
+        res: Result<(), StoreError>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.acked(nonce, res, OnDurable::Nothing, ctx);
+    }
+
+    fn acked(
+        &mut self,
+        nonce: u64,
+        res: Result<(), StoreError>,
+        then: OnDurable,
+        ctx: &mut Context<Self>,
+    ) {
+        match self.durable.acked(&self.deps, nonce, res, then) {
+            AfterAck::Done => self.release_durable_finishes(ctx),
+            AfterAck::Unclaimed(nonce) => {
+                self.release_durable_finishes(ctx);
+                self.unclaimed(nonce, ctx);
+            }
+            AfterAck::Stop => ctx.stop(),
+        }
     }
 
     /// A granted nonce nobody will send: no host was given work, so no health outcome; the

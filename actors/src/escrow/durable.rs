@@ -293,6 +293,7 @@ impl Durable {
             .observe(pending.len() as f64);
         let (prelude, request) = self.bodies(deps, &pending, nonce, payload)?;
         let now_ms = deps.clock.now_ms();
+        let catching_up = !prelude.is_empty();
         Ok(NonceGrant {
             nonce,
             host: host.address.clone(),
@@ -304,7 +305,8 @@ impl Durable {
             hedge_due_ms: primary
                 .then(|| {
                     let input = payload.input_length;
-                    hedging::hedge_due(routing, &deps.settings, &host.address, input, now_ms)
+                    let primary = (&host.address, catching_up);
+                    hedging::hedge_due(routing, &deps.settings, primary, input, now_ms)
                 })
                 .flatten(),
             healthy_available: routing.healthy_available(),

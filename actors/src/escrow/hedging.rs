@@ -36,11 +36,12 @@ fn candidate(
     CandidateView::new(&perf, &health, settings, now, input_bytes)
 }
 
-/// When a hedge becomes due for a primary sent now to `host`.
+/// When a hedge becomes due for a primary sent now to `host` (`catching_up`: its grant carries
+/// catch-up chunks).
 pub(super) fn hedge_due(
     routing: &Routing,
     settings: &HealthSettings,
-    host: &Address,
+    (host, catching_up): (&Address, bool),
     input_bytes: u64,
     now: i64,
 ) -> Option<i64> {
@@ -50,6 +51,7 @@ pub(super) fn hedge_due(
         got_receipt: false,
         got_first_content: false,
         attempts: 1,
+        catching_up,
     };
     hedge::hedge_trigger(&primary, &progress, settings).map(|(due, _)| due)
 }
@@ -97,6 +99,7 @@ pub(super) fn hedge(
         got_receipt: req.got_receipt,
         got_first_content: req.got_first_content,
         attempts: req.attempts,
+        catching_up: req.catching_up,
     };
     let upcoming = upcoming(routing, session, settings, &w, input, now);
     let views: Vec<CandidateView> = upcoming.iter().map(|(_, c)| *c).collect();

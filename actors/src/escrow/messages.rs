@@ -73,6 +73,8 @@ pub struct HedgeRequest {
     pub got_receipt: bool,
     pub got_first_content: bool,
     pub attempts: u32,
+    /// The primary's grant carried catch-up chunks (its host was behind).
+    pub catching_up: bool,
 }
 
 /// Everything a race needs to send one attempt.

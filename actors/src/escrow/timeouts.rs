@@ -24,8 +24,17 @@ use crate::{
         state,
         wire::{DiffJson, InferenceRequest, VerifyTimeoutRequest, VerifyTimeoutResponse},
     },
-    store::Ack,
+    store::{Ack, StoreError},
 };
+
+/// Why a pending diff did not reach its host.
+#[derive(Debug)]
+pub(super) enum PendingDiffError {
+    /// The diff's write failed: it must never be sent, and the escrow stops.
+    NotDurable(StoreError),
+    /// The diff is durable, but the host did not take it (catch-up carries it later).
+    NotDelivered(String),
+}
 
 /// The answers of one vote round.
 pub(super) type Answers = Vec<(Address, VerifyTimeoutResponse)>;
@@ -152,14 +161,15 @@ pub(super) fn tally(
 }
 
 /// `SendPendingDiff`: sends the just composed diff `nonce` to `host` with catch-up, once `ack`
-/// says it is durable.
+/// says it is durable. Every answer but [`PendingDiffError::NotDurable`] means the diff is
+/// durable (the caller advances its durable nonce on it).
 pub(super) fn send_pending_diff(
     session: &Session,
     deps: &EscrowDeps,
     host: &HostEndpoint,
     nonce: u64,
     ack: Ack,
-) -> LocalBoxFuture<'static, Result<SendResult, String>> {
+) -> LocalBoxFuture<'static, Result<SendResult, PendingDiffError>> {
     let info = session.info();
     let diffs = session.catch_up(&host.address, deps.cfg.catch_up_chunk);
     let request = InferenceRequest {
@@ -172,9 +182,9 @@ pub(super) fn send_pending_diff(
     let signer = super::wire_cache::signer(session, deps);
     let timeout = deps.cfg.host_timeouts.query;
     Box::pin(async move {
-        ack.await.map_err(|e| e.to_string())?;
+        ack.await.map_err(PendingDiffError::NotDurable)?;
         client::send_diffs(&url, &request, &signer, timeout)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| PendingDiffError::NotDelivered(e.to_string()))
     })
 }

@@ -8,6 +8,11 @@
 //!   its mean it needs the rest of its mean; once late, a heavy tail (Pareto α = 2) expects it to
 //!   need about as long again as it has already taken. An Unresponsive primary's remaining time is
 //!   unbounded. A hedge target must have `expected_first_token_ms` below that.
+//! - A primary whose host must first be taught missed diffs (its grant carries catch-up chunks)
+//!   is hedged at once, like an Unresponsive one, until its receipt: the host verifies every
+//!   missed diff before it can answer, which its latency estimates (taken from caught-up
+//!   requests) do not include — right after a fault clears that is seconds, and the first request
+//!   after the clear would otherwise wait for it (chaos invariant 3, the 2 s recovery probe).
 //! - Among qualifying targets: fewest skipped nonces, then better health preference, then the
 //!   lowest expected first-token time. The next nonce's host is taken at once; a target that needs
 //!   skipped nonces is taken only after `hedge_target_wait_ms` past the trigger (other queued
@@ -132,6 +137,8 @@ pub struct PrimaryProgress {
     pub got_first_content: bool,
     /// Attempts this request has started so far (primary included).
     pub attempts: u32,
+    /// The primary's host is being taught missed diffs before its inference (catch-up chunks).
+    pub catching_up: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -140,6 +147,7 @@ pub enum HedgeReason {
     ReceiptTimeout,
     FirstTokenTimeout,
     PrimaryUnresponsive,
+    PrimaryCatchingUp,
 }
 
 /// `hedge_skipped reason=…`.
@@ -178,6 +186,9 @@ pub fn hedge_trigger(
     }
     if primary.unresponsive {
         return Some((progress.sent_ms, HedgeReason::PrimaryUnresponsive));
+    }
+    if progress.catching_up && !progress.got_receipt {
+        return Some((progress.sent_ms, HedgeReason::PrimaryCatchingUp));
     }
     let ttft = primary
         .expected_first_token_p95_ms
@@ -229,7 +240,7 @@ pub fn hedge_decision(
         };
     }
     let elapsed = now_ms.saturating_sub(progress.sent_ms).max(0);
-    let remaining = if primary.unresponsive {
+    let remaining = if primary.unresponsive || reason == HedgeReason::PrimaryCatchingUp {
         i64::MAX
     } else {
         primary

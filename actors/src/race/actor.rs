@@ -53,6 +53,8 @@ pub(super) struct AttemptSlot {
     pub sent_ms: i64,
     pub receipt: bool,
     pub first_content_ms: Option<i64>,
+    /// Its grant carried catch-up chunks (the host was behind; hedged at once).
+    pub catching_up: bool,
     pub kind: &'static str,
     /// Tells this attempt's task it lost the race or must stop (see [`CancelSignal`]).
     pub cancel: watch::Sender<CancelSignal>,
@@ -212,6 +214,7 @@ impl RaceActor {
             sent_ms: self.now(),
             receipt: false,
             first_content_ms: None,
+            catching_up: !grant.prelude.is_empty(),
             kind,
             cancel,
             end: None,
@@ -222,7 +225,7 @@ impl RaceActor {
             let hedge_in_ms = grant.hedge_due_ms.map(|d| d.saturating_sub(self.now()));
             let decision = if pair {
                 "pair_with_healthy"
-            } else if hedge_in_ms == Some(0) {
+            } else if hedge_in_ms.is_some_and(|ms| ms <= 0) {
                 "hedge_now"
             } else {
                 "primary_then_hedge_if_slow"
@@ -288,6 +291,7 @@ impl RaceActor {
             got_receipt: primary.receipt,
             got_first_content: false,
             attempts: u32::try_from(self.attempts.len()).unwrap_or(u32::MAX),
+            catching_up: primary.catching_up,
         };
         self.request_attempt(AttemptKind::Hedge(req), ctx);
     }

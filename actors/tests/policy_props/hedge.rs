@@ -32,6 +32,7 @@ fn progress(got_receipt: bool) -> PrimaryProgress {
         got_receipt,
         got_first_content: false,
         attempts: 1,
+        catching_up: false,
     }
 }
 
@@ -125,6 +126,50 @@ fn triggers_use_receipt_then_first_token_with_floors_and_defaults() {
     assert_eq!(
         hedge_decision(&fast, &content, &[host(1, 0)], true, &s, T0 + 9_999),
         HedgeDecision::NotNeeded
+    );
+}
+
+/// Chaos invariant 3 (the 2 s recovery probe after a clear, seed 12): the first request after a
+/// fault cleared landed on the host that had been refusing connections; its attempt first taught
+/// it the missed diffs (4 chunks, 2.4 s in a debug build), and the hedge waited for the primary's
+/// usual receipt p95 (≈ 5 s without data). A primary that is catching up is now hedged at once,
+/// to the next caught-up host even if it is usually slower, until its receipt.
+#[test]
+fn a_primary_catching_up_is_hedged_at_once_until_its_receipt() {
+    let s = settings();
+    let primary = host(100, 0);
+    let catching_up = PrimaryProgress {
+        catching_up: true,
+        ..progress(false)
+    };
+    assert_eq!(
+        hedge_trigger(&primary, &catching_up, &s),
+        Some((T0, HedgeReason::PrimaryCatchingUp))
+    );
+    let slower = [host(900, 0)];
+    assert_eq!(
+        hedge_decision(&primary, &catching_up, &slower, true, &s, T0),
+        HedgeDecision::Hedge {
+            target_index: 0,
+            reason: HedgeReason::PrimaryCatchingUp,
+            skip_nonces: 0
+        }
+    );
+    assert_eq!(
+        hedge_decision(&primary, &progress(false), &slower, true, &s, T0),
+        HedgeDecision::Wait {
+            until_ms: T0 + 1_000
+        },
+        "a caught-up primary waits for its usual trigger"
+    );
+    let caught_up = PrimaryProgress {
+        got_receipt: true,
+        ..catching_up
+    };
+    assert_eq!(
+        hedge_trigger(&primary, &caught_up, &s),
+        Some((T0 + 1_000, HedgeReason::FirstTokenTimeout)),
+        "once its receipt came, the catch-up is over"
     );
 }
 
@@ -277,7 +322,7 @@ proptest! {
         got_receipt in any::<bool>(), attempts in 1u32..4, budget in any::<bool>(), dt in 0i64..12_000,
     ) {
         let s = settings();
-        let p = PrimaryProgress { sent_ms: T0, got_receipt, got_first_content: false, attempts };
+        let p = PrimaryProgress { sent_ms: T0, got_receipt, got_first_content: false, attempts, catching_up: false };
         let now = T0 + dt;
         let (due, reason) = hedge_trigger(&primary, &p, &s).unwrap();
         match hedge_decision(&primary, &p, &hosts, budget, &s, now) {

@@ -13,7 +13,7 @@ use slog::{info, warn};
 use super::super::{
     book::NextTimeout,
     durable::{OnDurable, Pending},
-    timeouts,
+    timeouts::{self, PendingDiffError},
 };
 use super::EscrowActor;
 use crate::{
@@ -168,8 +168,11 @@ impl EscrowActor {
         }
         let send = timeouts::send_pending_diff(&self.session, &self.deps, host, diff.nonce, ack);
         let addr = host.address.clone();
+        let nonce = diff.nonce;
         ctx.spawn(send.into_actor(self).map(move |res, act, ctx| match res {
+            Err(PendingDiffError::NotDurable(e)) => act.after_ack(nonce, Err(e), ctx),
             Ok(sent) => {
+                act.after_ack(nonce, Ok(()), ctx);
                 if let Some(r) = sent.receipt {
                     if let Err(e) = act.session.process_receipt(&addr, None, &r) {
                         warn!(act.deps.log, "pending diff response rejected"; "stage" => "process_response_failed",
@@ -179,8 +182,11 @@ impl EscrowActor {
                 }
                 act.absorb_mempool(&addr, sent.mempool, ctx);
             }
-            Err(e) => warn!(act.deps.log, "pending diff not delivered"; "stage" => "pending_diff_failed",
-                "host" => addr.short(), "error" => e),
+            Err(PendingDiffError::NotDelivered(e)) => {
+                act.after_ack(nonce, Ok(()), ctx);
+                warn!(act.deps.log, "pending diff not delivered"; "stage" => "pending_diff_failed",
+                    "host" => addr.short(), "error" => e);
+            }
         }));
     }
 }
