@@ -17,6 +17,7 @@ use actix_web::{
 
 pub use self::lifecycle::{
     run, serve, start, start_with, AppError, RunningGateway, StartOptions, SERVER_KEEP_ALIVE,
+    STORE_FILE,
 };
 use crate::{
     http,
