@@ -23,7 +23,8 @@ const ESCROW: &str = "42";
 
 /// `diffsForHost` from the window (every diff of these sessions is in it).
 fn catch_up(s: &Session, host: &Address, limit: usize) -> Vec<Arc<Diff>> {
-    s.held_after(s.catch_up_after(host), u64::MAX, limit).unwrap()
+    s.held_after(s.catch_up_after(host), u64::MAX, limit)
+        .unwrap()
 }
 
 struct World {
@@ -263,7 +264,10 @@ fn host_sync_drives_catch_up_and_can_be_reset() {
     assert_eq!(s.host_sync(h), 4, "never beyond our own nonce");
     s.reset_host_sync(h);
     assert_eq!(
-        catch_up(&s, h, 2).iter().map(|d| d.nonce).collect::<Vec<_>>(),
+        catch_up(&s, h, 2)
+            .iter()
+            .map(|d| d.nonce)
+            .collect::<Vec<_>>(),
         vec![1, 2]
     );
 }
