@@ -376,6 +376,7 @@ impl Durable {
 
     /// Writes the host sync nonces when they changed (in the background; a failure is logged).
     pub(super) fn persist_syncs(&mut self, session: &Session, deps: &EscrowDeps) {
+        self.wire.forget_below(session.first_held());
         if !self.sync_dirty {
             return;
         }

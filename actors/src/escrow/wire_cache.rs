@@ -1,7 +1,8 @@
 //! The escrow's encoded diffs: each diff's wire JSON, encoded once and spliced into every request
 //! body that carries it (a lagging host is re-sent every diff it has not acknowledged, so under
 //! load one diff travels in many requests). Bounded to the newest nonces, as many as the session's
-//! diff window (`[escrow] diff_window`); an older diff (a host catching up from far behind, read
+//! diff window (`[escrow] diff_window`), and trimmed to the session's window each `sync_persist`
+//! tick; an older diff (a host catching up from far behind, read
 //! back from the store) is encoded again when needed and not kept. Bodies leave here
 //! unsigned: the host client signs each one as it is sent ([`signer`]), so a body that waits (a
 //! long catch-up before it) never carries an old timestamp.
@@ -63,6 +64,12 @@ impl WireDiffs {
         }
         cache.insert(diff.nonce, bytes.clone());
         Ok(bytes)
+    }
+
+    /// Lets go of the encoded diffs below `nonce` (the session's window moved past them).
+    pub fn forget_below(&self, nonce: u64) {
+        let mut cache = self.encoded.borrow_mut();
+        *cache = cache.split_off(&nonce);
     }
 
     /// A request body carrying `diffs` (and `payload`): see [`wire::encode_inference_request`].

@@ -40,7 +40,7 @@ mod window;
 
 pub use restore::ReplayFault;
 pub use warm::WarmSigner;
-pub use window::{DEFAULT_DIFF_WINDOW, RECALLED_ROOTS};
+pub use window::{DEFAULT_DIFF_WINDOW, LATE_ROOTS, RECALLED_ROOTS};
 
 pub use crate::protocol::session_error::SessionError;
 
@@ -245,7 +245,10 @@ impl Session {
             }
         }
         let sync = self.host_sync.entry(host.clone()).or_insert(0);
-        *sync = (*sync).max(body.nonce);
+        if body.nonce > *sync {
+            *sync = body.nonce;
+            self.trim();
+        }
         if let (Some(nonce), Some(receipt)) = (inference_nonce, body.receipt.as_ref()) {
             let confirmed_at = body.confirmed_at.unwrap_or(0);
             self.verify_receipt(nonce, receipt, confirmed_at)?;

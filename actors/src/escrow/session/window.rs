@@ -1,14 +1,18 @@
 //! The session's diff window: memory that does not grow with the escrow's age.
 //!
-//! Only the newest [`Session::diff_window`] diffs stay in memory (`[escrow] diff_window`); every
-//! diff is durable in the store before any host sees it, so an older one is read back from there
-//! when a host far behind needs it (`escrow/diff_log.rs`). What a diff older than the window
+//! Memory holds the diffs some host has not acknowledged yet (from the lowest sync point of the
+//! group, inclusive: the root a host reports there is checked against it), and at most the newest
+//! [`Session::diff_window`] of them (`[escrow] diff_window`): an escrow whose hosts keep up holds
+//! a handful of diffs whatever its age. Every diff is durable in the store before any host sees
+//! it, so an older one is read back from there when a host far behind needs it
+//! (`escrow/diff_log.rs`). What a diff older than the window
 //! still answers for comes from elsewhere:
 //! - the `MsgStartInference` of a live nonce (receipt checks) is rebuilt from the state
 //!   machine's inference record, which holds every field of it (`start_of`);
-//! - the root a host reports at an old nonce (a catch-up chunk's answer) is checked against the
-//!   roots of the diffs last read back from the store ([`RECALLED_ROOTS`] at most, kept until
-//!   every host acknowledged past them); a report at a nonce neither holds is refused
+//! - the root a host reports at an old nonce is checked against the roots kept apart: those of
+//!   the diffs that left memory (the newest [`LATE_ROOTS`] at or below the lowest sync point: an
+//!   answer that arrives late) and those of the diffs last read back from the store for a
+//!   catch-up ([`RECALLED_ROOTS`] at most); a report at a nonce neither holds is refused
 //!   ([`SessionError::BeyondWindow`](crate::protocol::session_error::SessionError)), never
 //!   taken unchecked.
 
@@ -22,6 +26,10 @@ pub const DEFAULT_DIFF_WINDOW: usize = 256;
 
 /// Roots of diffs read back from the store, kept at most (the lowest nonces go first).
 pub const RECALLED_ROOTS: usize = 16_384;
+
+/// Roots at or below the lowest sync point kept for answers that arrive late (out of order, or
+/// from a body overtaken on a jittered link): the newest this many.
+pub const LATE_ROOTS: usize = 256;
 
 impl Session {
     /// Keeps at most the newest `window` diffs in memory (at least 1).
@@ -96,21 +104,36 @@ impl Session {
         self.trim();
     }
 
-    fn trim(&mut self) {
-        while self.diffs.len() > self.diff_window {
-            self.diffs.pop_first();
-        }
-        // Recalled roots nobody can report any more: every host acknowledged past them.
-        let hosts = self.info.hosts.len();
-        let lowest_sync = if self.host_sync.len() >= hosts {
-            self.host_sync.values().min().copied().unwrap_or(0)
-        } else {
-            0
-        };
+    /// The lowest sync point of the group's hosts (0 while one never answered).
+    pub fn lowest_sync(&self) -> u64 {
+        self.info
+            .hosts
+            .iter()
+            .map(|h| self.host_sync(&h.address))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Lets go of the diffs beyond the window and those every host acknowledged (the lowest sync
+    /// point's own diff stays), keeping their roots apart (see the module docs).
+    pub(super) fn trim(&mut self) {
+        let lowest_sync = self.lowest_sync();
         let mut recalled = self.recalled.borrow_mut();
-        while recalled
-            .first_key_value()
-            .is_some_and(|(n, _)| *n <= lowest_sync)
+        while self.diffs.len() > self.diff_window
+            || self
+                .diffs
+                .first_key_value()
+                .is_some_and(|(n, _)| *n < lowest_sync)
+        {
+            if let Some((nonce, diff)) = self.diffs.pop_first() {
+                recalled.insert(nonce, diff.post_state_root.clone());
+            }
+        }
+        while recalled.len() > RECALLED_ROOTS
+            || (recalled.len() > LATE_ROOTS
+                && recalled
+                    .first_key_value()
+                    .is_some_and(|(n, _)| *n <= lowest_sync))
         {
             recalled.pop_first();
         }

@@ -53,47 +53,85 @@ fn answer_at(nonce: u64, root: &[u8]) -> ReceiptBody {
 #[test]
 fn only_the_newest_diffs_stay_in_memory_and_older_ones_are_asked_of_the_store() {
     let (mut s, key, host) = session(8);
-    let diffs: Vec<_> = (0..20)
+    let diffs: Vec<_> = (0..300)
         .map(|_| s.compose(Vec::new(), &key).unwrap())
         .collect();
+    let root = |n: usize| diffs[n - 1].post_state_root.clone();
     assert_eq!(s.held_diffs(), 8);
-    assert_eq!(s.first_held(), 13);
+    assert_eq!(s.first_held(), 293);
     assert!(
         s.held_after(0, u64::MAX, usize::MAX).is_none(),
         "below the window"
     );
-    let held = s.held_after(12, u64::MAX, usize::MAX).unwrap();
-    assert_eq!(
-        held.iter().map(|d| d.nonce).collect::<Vec<_>>(),
-        (13..=20).collect::<Vec<_>>()
-    );
-    assert_eq!(
-        s.held_after(20, u64::MAX, 5).unwrap().len(),
-        0,
+    let held = s.held_after(292, u64::MAX, usize::MAX).unwrap();
+    let nonces: Vec<u64> = held.iter().map(|d| d.nonce).collect();
+    assert_eq!(nonces, (293..=300).collect::<Vec<_>>());
+    assert!(
+        s.held_after(300, u64::MAX, 5).unwrap().is_empty(),
         "nothing above our nonce"
     );
-    // An answer at nonce 5 cannot be checked until its root is read back from the store…
-    let root5 = diffs[4].post_state_root.clone();
+    // Nobody acknowledged anything yet: the roots of the diffs that left memory are kept apart.
     assert_eq!(
-        s.process_receipt(&host, None, &answer_at(5, &root5)),
-        Err(SessionError::BeyondWindow { nonce: 5 })
-    );
-    assert_eq!(s.host_sync(&host), 0, "an unchecked answer moves nothing");
-    // …then it is verified like any other: the right root is taken, a wrong one is a divergence.
-    s.recall_roots(&diffs[..12]);
-    assert_eq!(
-        s.process_receipt(&host, None, &answer_at(5, &root5)),
+        s.process_receipt(&host, None, &answer_at(5, &root(5))),
         Ok(())
     );
-    assert_eq!(s.host_sync(&host), 5);
+    // Once the host acknowledged 299, only the newest LATE_ROOTS roots below it stay…
     assert_eq!(
-        s.process_receipt(&host, None, &answer_at(6, &[9u8; 32])),
-        Err(SessionError::StateHashMismatch { nonce: 6 })
+        s.process_receipt(&host, None, &answer_at(299, &root(299))),
+        Ok(())
     );
-    // Roots every host acknowledged past are forgotten as the window moves on.
-    s.compose(Vec::new(), &key).unwrap();
-    assert_eq!(s.expected_root(5), None);
-    assert_eq!(s.expected_root(6), Some(diffs[5].post_state_root.clone()));
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(6, &root(6))),
+        Err(SessionError::BeyondWindow { nonce: 6 })
+    );
+    assert_eq!(s.host_sync(&host), 299, "an unchecked answer moves nothing");
+    // …until they are read back from the store: then checked like any other.
+    s.recall_roots(&diffs[..12]);
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(6, &root(6))),
+        Ok(())
+    );
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(7, &[9u8; 32])),
+        Err(SessionError::StateHashMismatch { nonce: 7 })
+    );
+}
+
+#[test]
+fn diffs_every_host_acknowledged_leave_memory() {
+    let (mut s, key, host) = session(256);
+    let diffs: Vec<_> = (0..20)
+        .map(|_| s.compose(Vec::new(), &key).unwrap())
+        .collect();
+    assert_eq!(s.held_diffs(), 20, "no host acknowledged anything yet");
+    let root = diffs[16].post_state_root.clone();
+    s.process_receipt(&host, None, &answer_at(17, &root))
+        .unwrap();
+    assert_eq!(s.first_held(), 17, "the lowest sync point's own diff stays");
+    assert_eq!(s.held_diffs(), 4);
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(17, &root)),
+        Ok(())
+    );
+    assert!(
+        s.held_after(10, u64::MAX, usize::MAX).is_none(),
+        "older ones: the store"
+    );
+    // A late answer at an older nonce is still checked, against the root kept apart.
+    let late = diffs[9].post_state_root.clone();
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(10, &late)),
+        Ok(())
+    );
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(11, &late)),
+        Err(SessionError::StateHashMismatch { nonce: 11 })
+    );
+    assert_eq!(
+        s.host_sync(&host),
+        17,
+        "a late answer never moves the sync point back"
+    );
 }
 
 #[test]
