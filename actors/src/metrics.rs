@@ -59,6 +59,9 @@ pub struct ActorMetrics {
     /// Catch-up chunks sent to hosts, each signed as it left, by path (`attempt`, `sync`,
     /// `repair`) and result (`ok`, `auth_rejected`: the host answered 401, `failed`).
     pub catch_up_chunks: IntCounterVec,
+    /// Diffs below the in-memory window read back from the store for a host far behind, by path
+    /// (`attempt`, `resend`, `sync`, `vote`, `repair`: `escrow/diff_log.rs`).
+    pub diffs_from_store: IntCounterVec,
     /// Host sync points moved back, by cause (`nonce_gap`: to what the host says it holds;
     /// `session_lost`: to 0).
     pub host_sync_rewinds: IntCounterVec,
@@ -192,6 +195,13 @@ impl ActorMetrics {
                 ),
                 &["path", "result"],
             )?,
+            diffs_from_store: IntCounterVec::new(
+                Opts::new(
+                    "diffs_from_store_total",
+                    "Diffs below the in-memory window read back from the store, by path",
+                ),
+                &["path"],
+            )?,
             host_sync_rewinds: IntCounterVec::new(
                 Opts::new(
                     "host_sync_rewinds_total",
@@ -252,6 +262,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.repair_attempts.clone()))?;
         registry.register(Box::new(m.repair_unblock_seconds.clone()))?;
         registry.register(Box::new(m.catch_up_chunks.clone()))?;
+        registry.register(Box::new(m.diffs_from_store.clone()))?;
         registry.register(Box::new(m.host_sync_rewinds.clone()))?;
         registry.register(Box::new(m.catch_up_diffs.clone()))?;
         registry.register(Box::new(m.gap_resends.clone()))?;

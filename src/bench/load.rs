@@ -1,8 +1,10 @@
 //! The load driver of `bench`: streaming requests, closed or open loop, and what one phase
-//! measured (time to first byte and total time, sheds and other failures by kind).
+//! measured (time to first byte, gaps between chunks and total time, sheds and other failures by
+//! kind, and which escrow served each request when the gateway names it).
 
 use std::{
     cell::RefCell,
+    collections::BTreeMap,
     rc::Rc,
     time::{Duration, Instant},
 };
@@ -13,7 +15,11 @@ use futures::StreamExt;
 pub(super) struct Phase {
     pub name: &'static str,
     pub ttfb_ms: Vec<f64>,
+    /// Time between two chunks of one stream, every stream's.
+    pub gaps_ms: Vec<f64>,
     pub total_ms: Vec<f64>,
+    /// Served requests per escrow (`X-Devshard-Escrow`; empty on the direct path).
+    pub per_escrow: BTreeMap<String, usize>,
     /// 503 + `Retry-After` (shed by the gateway's overload control, or a host's own 503).
     pub shed: usize,
     /// Any other 5xx.
@@ -31,7 +37,9 @@ impl Phase {
         Phase {
             name,
             ttfb_ms: Vec::with_capacity(n),
+            gaps_ms: Vec::new(),
             total_ms: Vec::with_capacity(n),
+            per_escrow: BTreeMap::new(),
             shed: 0,
             server_errors: 0,
             client_errors: 0,
@@ -56,9 +64,14 @@ impl Phase {
         pct(&self.ttfb_ms, q)
     }
 
+    /// The `q` quantile of the gaps between chunks (ms).
+    pub fn gap(&self, q: f64) -> f64 {
+        pct(&self.gaps_ms, q)
+    }
+
     pub fn line(&self) -> String {
         format!(
-            "{:<8} requests={:<6} shed_503={:<5} other_5xx={:<4} 4xx={:<4} transport={:<4} ttfb_p50={:>7.2}ms ttfb_p99={:>7.2}ms ttfb_p99.9={:>8.2}ms total_p50={:>7.2}ms total_p99={:>7.2}ms throughput={:>7.0}/s peak_rss={}",
+            "{:<8} requests={:<6} shed_503={:<5} other_5xx={:<4} 4xx={:<4} transport={:<4} ttfb_p50={:>7.2}ms ttfb_p99={:>7.2}ms ttfb_p99.9={:>8.2}ms gap_p99={:>7.2}ms total_p50={:>7.2}ms total_p99={:>7.2}ms throughput={:>7.0}/s peak_rss={}",
             self.name,
             self.served(),
             self.shed,
@@ -68,6 +81,7 @@ impl Phase {
             self.ttfb(0.50),
             self.ttfb(0.99),
             self.ttfb(0.999),
+            self.gap(0.99),
             pct(&self.total_ms, 0.50),
             pct(&self.total_ms, 0.99),
             self.throughput(),
@@ -92,6 +106,8 @@ pub(super) struct Load {
     pub concurrency: usize,
     /// Open loop: request `i` is due at `i / rate` seconds after the start.
     pub rate: Option<f64>,
+    /// `max_tokens` of each request.
+    pub max_tokens: u32,
 }
 
 /// How one request ended.
@@ -99,6 +115,8 @@ enum Ended {
     Served {
         first: Duration,
         total: Duration,
+        gaps_ms: Vec<f64>,
+        escrow: Option<String>,
     },
     /// 503 with `Retry-After` (seconds).
     Shed(u64),
@@ -127,13 +145,22 @@ pub(super) async fn drive(name: &'static str, urls: &[String], n: usize, load: L
                     let due = started + Duration::from_secs_f64(i as f64 / rate);
                     tokio::time::sleep_until(due.into()).await;
                 }
-                let ended = one(&client, &url, i).await;
+                let ended = one(&client, &url, i, load.max_tokens).await;
                 let wait = {
                     let mut p = phase.borrow_mut();
                     match ended {
-                        Ended::Served { first, total } => {
+                        Ended::Served {
+                            first,
+                            total,
+                            gaps_ms,
+                            escrow,
+                        } => {
                             p.ttfb_ms.push(first.as_secs_f64() * 1e3);
                             p.total_ms.push(total.as_secs_f64() * 1e3);
+                            p.gaps_ms.extend(gaps_ms);
+                            if let Some(e) = escrow {
+                                *p.per_escrow.entry(e).or_default() += 1;
+                            }
                             None
                         }
                         Ended::Shed(s) => {
@@ -167,15 +194,16 @@ pub(super) async fn drive(name: &'static str, urls: &[String], n: usize, load: L
     };
     p.elapsed = elapsed;
     p.ttfb_ms.sort_by(f64::total_cmp);
+    p.gaps_ms.sort_by(f64::total_cmp);
     p.total_ms.sort_by(f64::total_cmp);
     p
 }
 
 /// One streaming request, timed from its actual start (the timer wheel wakes up to 1 ms late,
 /// which would otherwise dominate both phases' figures).
-async fn one(client: &awc::Client, url: &str, i: usize) -> Ended {
+async fn one(client: &awc::Client, url: &str, i: usize, max_tokens: u32) -> Ended {
     let body = format!(
-        r#"{{"stream":true,"max_tokens":16,"messages":[{{"role":"user","content":"bench {i}"}}]}}"#
+        r#"{{"stream":true,"max_tokens":{max_tokens},"messages":[{{"role":"user","content":"bench {i}"}}]}}"#
     );
     let t0 = Instant::now();
     let sent = client
@@ -202,17 +230,29 @@ async fn one(client: &awc::Client, url: &str, i: usize) -> Ended {
     if !status.is_success() {
         return Ended::ClientError;
     }
-    let mut first = None;
+    let escrow = resp
+        .headers()
+        .get("x-devshard-escrow")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let (mut first, mut last, mut gaps_ms) = (None, None::<Instant>, Vec::new());
     while let Some(chunk) = resp.next().await {
         if chunk.is_err() {
             return Ended::Failed;
         }
+        let now = Instant::now();
+        if let Some(prev) = last {
+            gaps_ms.push(now.duration_since(prev).as_secs_f64() * 1e3);
+        }
+        last = Some(now);
         first.get_or_insert_with(|| t0.elapsed());
     }
     match first {
         Some(first) => Ended::Served {
             first,
             total: t0.elapsed(),
+            gaps_ms,
+            escrow,
         },
         None => Ended::Failed,
     }

@@ -1,21 +1,25 @@
 //! `devshard-gateway bench`: the gateway's overhead, measured.
 //!
-//! Starts the simulated network in this process (zero added host latency), starts the real
-//! gateway as a child process (`serve`, its own threads and memory), and drives the same load
-//! twice from this process — directly against the simulated hosts' plain OpenAI endpoint, then
-//! through the gateway — printing p50/p99 time to first byte and total time, throughput and peak
-//! RSS for both, the gateway's sheds (503 + `Retry-After`) and mean diffs per request body.
-//! With `--stragglers RATE` every host stalls that share of requests for
-//! `--straggler-delay-ms` before the first token, and the gateway phase runs twice, hedging on
-//! and hedging off, comparing TTFT p50/p99/p99.9 and the extra attempts. Not a test: figures
-//! depend on the machine; the README records ours.
+//! Starts the simulated network in this process (zero added host latency by default, or the
+//! simulator's latency profile named by `--profile`, e.g. `mixed`: fast local hosts and remote
+//! ones at ≈ 300 ms RTT and ≈ 1 s to a receipt), starts the real gateway as a child process
+//! (`serve`, its own threads and memory: `process.rs`), and drives the same load twice from this
+//! process — directly against the simulated hosts' plain OpenAI endpoint, then through the
+//! gateway — printing p50/p99 time to first byte, the p99 gap between chunks and total time,
+//! throughput and peak RSS for both, what the gateway adds, its sheds (503 + `Retry-After`) and
+//! mean diffs per request body. With `--stragglers RATE` every host stalls that share of requests
+//! for `--straggler-delay-ms` before the first token, and the gateway phase runs twice, hedging
+//! on and hedging off, comparing TTFT p50/p99/p99.9 and the extra attempts. `--idle-memory` is
+//! the memory run instead (`idle.rs`). Not a test: figures depend on the machine; the README
+//! records ours.
 
+mod idle;
 mod load;
+mod process;
 mod scrape;
 
 use std::{
     io::Write,
-    process::{Child, Command, ExitCode, Stdio},
     time::{Duration, Instant},
 };
 
@@ -24,6 +28,7 @@ use devshard_actors::clock::TokioClock;
 
 use self::{
     load::{drive, Load, Phase},
+    process::{cpu_seconds, peak_rss_kib, Gateway},
     scrape::{Figures, Scrape},
 };
 use crate::sim::{LatencyProfile, Profile, SimConfig, SimNetwork};
@@ -46,6 +51,9 @@ pub struct BenchArgs {
     /// Simulated hosts.
     #[arg(long, default_value_t = 7)]
     pub hosts: usize,
+    /// The simulated hosts' latency profile (`zero`, `fast`, `default`, `mixed`).
+    #[arg(long, default_value = "zero")]
+    pub profile: Profile,
     /// Open loop: start requests at this rate (per second) instead of back to back, with at most
     /// `--concurrency` in flight.
     #[arg(long)]
@@ -60,60 +68,69 @@ pub struct BenchArgs {
     /// How long a straggler stalls.
     #[arg(long, default_value_t = 3_000)]
     pub straggler_delay_ms: u64,
-}
-
-/// CPU seconds (user + system) a process has used so far (Linux).
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
-/// Peak resident set size (`VmHWM`) of a process, in KiB (Linux).
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    /// The memory run instead (`idle.rs`): `--escrows` escrows of `--hosts` participants each,
+    /// `--requests-per-escrow` requests per escrow through the gateway; prints the gateway's RSS
+    /// and WAL size registered, after a fifth of the requests, after all and idle again.
+    #[arg(long)]
+    pub idle_memory: bool,
+    /// Escrows registered by `--idle-memory`.
+    #[arg(long, default_value_t = 1_000)]
+    pub escrows: usize,
+    /// Requests per escrow of `--idle-memory` (in total: escrows × this, spread by the gateway).
+    #[arg(long, default_value_t = 100)]
+    pub requests_per_escrow: usize,
 }
 
 /// Runs the benchmark.
-pub fn run(args: &BenchArgs) -> ExitCode {
-    actix_web::rt::System::new().block_on(bench(args.clone()))
+pub fn run(args: &BenchArgs) -> std::process::ExitCode {
+    let run = if args.idle_memory {
+        actix_web::rt::System::new().block_on(idle::run(args.clone()))
+    } else {
+        actix_web::rt::System::new().block_on(bench(args.clone()))
+    };
+    match run {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "bench: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
 }
 
-async fn bench(args: BenchArgs) -> ExitCode {
+/// The hosts' latency: the named profile, each host with the stragglers when asked.
+fn host_profile(args: &BenchArgs) -> Profile {
+    let Some(rate) = args.stragglers else {
+        return args.profile.clone();
+    };
+    let hosts = args.hosts.max(1);
+    Profile::Custom(
+        (0..hosts)
+            .map(|i| LatencyProfile {
+                straggler_rate: rate,
+                straggler_delay_ms: args.straggler_delay_ms,
+                ..args.profile.for_host(i, hosts)
+            })
+            .collect(),
+    )
+}
+
+async fn bench(args: BenchArgs) -> Result<(), String> {
     let mut cfg = SimConfig::with_seed("bench");
     cfg.hosts = args.hosts;
-    cfg.profile = match args.stragglers {
-        Some(rate) => Profile::Custom(vec![LatencyProfile {
-            straggler_rate: rate,
-            straggler_delay_ms: args.straggler_delay_ms,
-            ..LatencyProfile::zero()
-        }]),
-        None => Profile::Zero,
-    };
+    cfg.profile = host_profile(&args);
     cfg.output_tokens = args.output_tokens;
     cfg.validation_rate = 0.0;
-    let sim = match SimNetwork::start(cfg, TokioClock::new().shared()).await {
-        Ok(s) => s,
-        Err(e) => return fail(&format!("bench: simulator: {e}")),
-    };
-    let port = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
-        Ok(a) => a.port(),
-        Err(e) => return fail(&format!("bench: port: {e}")),
-    };
-    let dir = std::env::temp_dir().join(format!("devshard-bench-{}", std::process::id()));
-    let mut child = match spawn_gateway(&sim, &dir, port) {
-        Ok(c) => c,
-        Err(e) => return fail(&format!("bench: gateway: {e}")),
-    };
-    let gateway = format!("http://127.0.0.1:{port}");
-    if !wait_ready(&gateway).await {
-        let _ = child.kill();
-        return fail("bench: the gateway did not become ready");
-    }
+    let sim = SimNetwork::start(cfg, TokioClock::new().shared())
+        .await
+        .map_err(|e| format!("simulator: {e}"))?;
+    let mut gw = Gateway::start(&sim, Duration::from_secs(10)).await?;
+    let result = phases(&args, &sim, &gw).await;
+    gw.stop();
+    result
+}
+
+async fn phases(args: &BenchArgs, sim: &SimNetwork, gw: &Gateway) -> Result<(), String> {
+    let gateway = gw.url.as_str();
     let direct: Vec<String> = sim
         .hosts()
         .iter()
@@ -124,43 +141,43 @@ async fn bench(args: BenchArgs) -> ExitCode {
     let load = Load {
         concurrency: args.concurrency,
         rate: args.rate,
+        max_tokens: args.output_tokens,
     };
     let _ = drive("warmup", &direct, warm, load).await;
     let _ = drive("warmup", &via, warm, load).await;
     let mut d = drive("direct", &direct, args.requests, load).await;
     d.peak_rss_kib = peak_rss_kib(std::process::id());
-    let g = measure("gateway", &gateway, &child, &via, args.requests, load).await;
+    let g = measure("gateway", gw, &via, args.requests, load).await;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "bench: concurrency={} requests={} output_tokens={} hosts={} rate={} stragglers={}",
+        "bench: concurrency={} requests={} output_tokens={} hosts={} profile={} rate={} stragglers={} load_average={}",
         args.concurrency,
         args.requests,
         args.output_tokens,
         args.hosts,
+        args.profile,
         args.rate
             .map_or("closed loop".to_string(), |r| format!("{r}/s open loop")),
         args.stragglers.map_or("none".to_string(), |r| format!(
             "{r} of {} ms",
             args.straggler_delay_ms
         )),
+        load_average(),
     );
     let _ = writeln!(out, "{}", d.line());
     let _ = writeln!(out, "{}", g.phase.line());
-    let added = g.phase.ttfb(0.99) - d.ttfb(0.99);
-    let _ = writeln!(out, "gateway adds {added:.2} ms at p99 time to first byte (direct peak RSS is this process: client + simulator)");
+    let _ = writeln!(out, "{}", added_line(&d, &g.phase));
     let _ = writeln!(out, "{}", g.figures.line());
     let _ = writeln!(out, "{}", crypto_floor());
     let _ = writeln!(out, "{}", g.cpu_line());
     drop(out);
     if args.stragglers.is_some() {
+        if !set_hedging(gateway, false).await {
+            return Err("could not switch hedging off through the admin API".into());
+        }
         let on = g;
-        let off = if set_hedging(&gateway, false).await {
-            measure("no-hedge", &gateway, &child, &via, args.requests, load).await
-        } else {
-            let _ = child.kill();
-            return fail("bench: could not switch hedging off through the admin API");
-        };
+        let off = measure("no-hedge", gw, &via, args.requests, load).await;
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}", off.phase.line());
         for run in [on, off] {
@@ -168,12 +185,30 @@ async fn bench(args: BenchArgs) -> ExitCode {
         }
     }
     if let Some(path) = &args.metrics_out {
-        save_metrics(&gateway, path).await;
+        save_metrics(gateway, path).await;
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
-    ExitCode::SUCCESS
+    Ok(())
+}
+
+/// What the gateway adds to the direct path: TTFT p50 and p99, the p99 gap between chunks.
+fn added_line(direct: &Phase, gateway: &Phase) -> String {
+    format!(
+        "gateway adds: ttft p50 {:+.2} ms, ttft p99 {:+.2} ms, inter-chunk gap p99 {:+.2} ms (direct peak RSS is this process: client + simulator)",
+        gateway.ttfb(0.50) - direct.ttfb(0.50),
+        gateway.ttfb(0.99) - direct.ttfb(0.99),
+        gateway.gap(0.99) - direct.gap(0.99),
+    )
+}
+
+/// The 1, 5 and 15 minute load averages (the machine is shared: context for the figures).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| {
+            let v: Vec<&str> = s.split_whitespace().take(3).collect();
+            (v.len() == 3).then(|| v.join(" "))
+        })
+        .unwrap_or_else(|| "n/a".to_string())
 }
 
 /// One gateway phase: what the client saw, what the gateway's metrics moved, its CPU.
@@ -211,17 +246,17 @@ impl Measured {
 
 async fn measure(
     name: &'static str,
-    gateway: &str,
-    child: &Child,
+    gw: &Gateway,
     via: &[String],
     n: usize,
     load: Load,
 ) -> Measured {
+    let gateway = gw.url.as_str();
     let before = Scrape::fetch(gateway).await;
-    let cpu_before = cpu_seconds(child.id());
+    let cpu_before = cpu_seconds(gw.pid());
     let mut phase = drive(name, via, n, load).await;
-    phase.peak_rss_kib = peak_rss_kib(child.id());
-    let cpu_s = cpu_seconds(child.id()).zip(cpu_before).map(|(a, b)| a - b);
+    phase.peak_rss_kib = peak_rss_kib(gw.pid());
+    let cpu_s = cpu_seconds(gw.pid()).zip(cpu_before).map(|(a, b)| a - b);
     // Attempts settle (and count) as their races end: give the last ones a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let figures = Scrape::fetch(gateway).await.since(&before);
@@ -281,23 +316,6 @@ fn crypto_floor() -> String {
     )
 }
 
-fn spawn_gateway(sim: &SimNetwork, dir: &std::path::Path, port: u16) -> std::io::Result<Child> {
-    Command::new(std::env::current_exe()?)
-        .arg("serve")
-        .env("DEVSHARD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("DEVSHARD_DATA_DIR", dir)
-        .env("DEVSHARD_PRIVATE_KEY", sim.gateway_key().secret_hex())
-        .env("DEVSHARD_CHAIN_REST_URL", sim.chain_url())
-        .env("DEVSHARD_PUBLIC_API_URL", sim.chain_url())
-        .env("DEVSHARD_ESCROWS", sim.config().escrow_ids.join(","))
-        .env("DEVSHARD_LOG_LEVEL", "warning")
-        .env("DEVSHARD_MAX_CONCURRENT_RACES", "4096")
-        .env("DEVSHARD_ADMIN_API_KEY", ADMIN_KEY)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-}
-
 async fn save_metrics(gateway: &str, path: &std::path::Path) {
     let scrape = Scrape::fetch(gateway).await;
     match std::fs::write(path, scrape.text()) {
@@ -309,22 +327,4 @@ async fn save_metrics(gateway: &str, path: &std::path::Path) {
             );
         }
     }
-}
-
-async fn wait_ready(url: &str) -> bool {
-    let client = awc::Client::default();
-    for _ in 0..400 {
-        if let Ok(r) = client.get(format!("{url}/readyz")).send().await {
-            if r.status().is_success() {
-                return true;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    false
-}
-
-fn fail(message: &str) -> ExitCode {
-    let _ = writeln!(std::io::stderr(), "{message}");
-    ExitCode::from(1)
 }

@@ -3,7 +3,10 @@
 //!   2 s round trip, the whole catch-up about 50 s, past the hosts' 30 s drift window) is
 //!   caught up with no 401 — signed at grant time, its later chunks were minutes old;
 //! - a `NonceGap` answer sends the same nonce again with every diff above what the host says it
-//!   holds (not from nonce 1), and the request is served on that host.
+//!   holds (not from nonce 1), and the request is served on that host;
+//! - both with a diff window (`[escrow] diff_window`) far smaller than the catch-up: the diffs
+//!   below it are read back from the store (`devshard_diffs_from_store_total`) and every answer
+//!   at their nonces is still verified.
 //!
 //! The gateway's durable log is filled before the escrow actor starts (diffs the gateway composed
 //! and signed, as after a long run no host saw): the escrow restores it and the simulated hosts
@@ -31,6 +34,21 @@ use super::{
 
 /// Diffs in the gateway's log before the escrow starts.
 const BEHIND: u64 = 5_000;
+
+/// Diffs the escrow keeps in memory: far fewer than the catch-up needs.
+const WINDOW: usize = 64;
+
+fn small_window() -> EscrowConfig {
+    EscrowConfig {
+        diff_window: WINDOW,
+        ..EscrowConfig::default()
+    }
+}
+
+/// Diffs read back from the store for `path`.
+fn from_store(h: &Harness, path: &str) -> u64 {
+    h.metrics.diffs_from_store.with_label_values(&[path]).get()
+}
 
 fn sim(seed: &str) -> SimConfig {
     let mut cfg = SimConfig::with_seed(seed);
@@ -72,20 +90,15 @@ async fn a_host_5000_diffs_behind_on_a_slow_link_catches_up_with_no_401() {
     tokio::time::pause();
     let store: SharedStore = Arc::new(MemoryStore::new());
     let filled = store.clone();
-    let h = Harness::start_mapped(
-        sim("far-behind"),
-        store,
-        EscrowConfig::default(),
-        |sim, info| {
-            let (_, acks) = fill_log(sim, &info, &filled);
-            async move {
-                for ack in acks {
-                    ack.await.unwrap();
-                }
-                info
+    let h = Harness::start_mapped(sim("far-behind"), store, small_window(), |sim, info| {
+        let (_, acks) = fill_log(sim, &info, &filled);
+        async move {
+            for ack in acks {
+                ack.await.unwrap();
             }
-        },
-    )
+            info
+        }
+    })
     .await;
     no_hedging(&h).await;
     let info = super::harness::escrow_info(&h.sim, "42");
@@ -120,6 +133,11 @@ async fn a_host_5000_diffs_behind_on_a_slow_link_catches_up_with_no_401() {
     assert_eq!(chunks("auth_rejected"), 0, "no 401 drift");
     assert!(chunks("ok") >= BEHIND / 200 - 1, "{}", chunks("ok"));
     assert!(fault_free(&h.participant(&addr).await));
+    assert!(
+        from_store(&h, "attempt") >= BEHIND - WINDOW as u64,
+        "the diffs below the window came from the store: {}",
+        from_store(&h, "attempt")
+    );
 }
 
 #[actix_rt::test]
@@ -128,46 +146,41 @@ async fn a_nonce_gap_sends_the_same_nonce_again_from_what_the_host_holds() {
     const HOLDS: u64 = 3_000;
     let store: SharedStore = Arc::new(MemoryStore::new());
     let filled = store.clone();
-    let h = Harness::start_mapped(
-        sim("nonce-gap"),
-        store,
-        EscrowConfig::default(),
-        |sim, info| {
-            let store = filled.clone();
-            let (diffs, acks) = fill_log(sim, &info, &store);
-            // The executor of the next nonce got the first HOLDS diffs; our persisted sync point
-            // says it has them all (as after the host rolled back to an older snapshot).
-            let (index, addr) = executor(sim, &info, BEHIND + 1);
-            let url = sim.session_url(index, &info.escrow_id).unwrap() + "/chat/completions";
-            let signer = RequestSigner::new(
-                Arc::new(sim.gateway_key().clone()),
-                &info.escrow_id,
-                devshard_actors::clock::TokioClock::new().shared(),
-            );
-            async move {
-                for ack in acks {
-                    ack.await.unwrap();
-                }
-                for part in diffs[..HOLDS as usize].chunks(200) {
-                    let request = InferenceRequest {
-                        diffs: part.iter().map(|d| DiffJson::from_diff(d)).collect(),
-                        nonce: part.last().unwrap().nonce,
-                        payload: None,
-                        stream: None,
-                    };
-                    client::send_diffs(&url, &request, &signer, Duration::from_secs(30))
-                        .await
-                        .unwrap();
-                }
-                let record = serde_json::json!({ "host_sync": { addr.to_string(): BEHIND } });
-                store
-                    .put(ns::SESSIONS, &info.escrow_id, record)
+    let h = Harness::start_mapped(sim("nonce-gap"), store, small_window(), |sim, info| {
+        let store = filled.clone();
+        let (diffs, acks) = fill_log(sim, &info, &store);
+        // The executor of the next nonce got the first HOLDS diffs; our persisted sync point
+        // says it has them all (as after the host rolled back to an older snapshot).
+        let (index, addr) = executor(sim, &info, BEHIND + 1);
+        let url = sim.session_url(index, &info.escrow_id).unwrap() + "/chat/completions";
+        let signer = RequestSigner::new(
+            Arc::new(sim.gateway_key().clone()),
+            &info.escrow_id,
+            devshard_actors::clock::TokioClock::new().shared(),
+        );
+        async move {
+            for ack in acks {
+                ack.await.unwrap();
+            }
+            for part in diffs[..HOLDS as usize].chunks(200) {
+                let request = InferenceRequest {
+                    diffs: part.iter().map(|d| DiffJson::from_diff(d)).collect(),
+                    nonce: part.last().unwrap().nonce,
+                    payload: None,
+                    stream: None,
+                };
+                client::send_diffs(&url, &request, &signer, Duration::from_secs(30))
                     .await
                     .unwrap();
-                info
             }
-        },
-    )
+            let record = serde_json::json!({ "host_sync": { addr.to_string(): BEHIND } });
+            store
+                .put(ns::SESSIONS, &info.escrow_id, record)
+                .await
+                .unwrap();
+            info
+        }
+    })
     .await;
     no_hedging(&h).await;
     let info = super::harness::escrow_info(&h.sim, "42");
@@ -210,4 +223,5 @@ async fn a_nonce_gap_sends_the_same_nonce_again_from_what_the_host_holds() {
     assert!(fault_free(&h.participant(&addr).await));
     let view = h.sim.host_view(index, "42").unwrap();
     assert_eq!(view.latest_nonce, BEHIND + 1);
+    assert!(from_store(&h, "resend") >= BEHIND - HOLDS - WINDOW as u64);
 }

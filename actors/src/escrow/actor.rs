@@ -9,7 +9,8 @@
 //!   fault such as a failed fsync stops it; a panic kills it): the `Directory` respawns it from
 //!   the store: the diff log replays into a fresh session, sync nonces come from their record, and
 //!   every nonce that was handed out without a finish or timeout in the log is re-registered so it
-//!   is still settled (finish reconciliation, then timeout votes).
+//!   is still settled (finish reconciliation, then timeout votes). In memory the session keeps
+//!   only the newest `diff_window` diffs; older ones stay in the store (`diff_log.rs`).
 //! - **Timers** (named as in its stats, `GET /v1/debug/actors`): `picker_hold` (a nonce nobody
 //!   may take waits `picker_hold_ms` before it is withheld), `nonce <n>` per unsettled nonce
 //!   (finish reconciliation poll or timeout deadline), `fault_release` (held host faults confirmed
@@ -113,6 +114,7 @@ pub struct EscrowActor {
 impl EscrowActor {
     /// A new actor over a session (fresh or restored).
     pub fn new(session: Session, mut deps: EscrowDeps) -> EscrowActor {
+        let session = session.with_diff_window(deps.cfg.diff_window);
         let info = session.info().clone();
         let stats = deps
             .actors
@@ -128,7 +130,7 @@ impl EscrowActor {
         EscrowActor {
             picker: Picker::new(deps.cfg.max_waiting),
             book: NonceBook::new(deadlines, VoteLimits::of(&deps.cfg), log.clone()),
-            durable: Durable::new(session.nonce()),
+            durable: Durable::new(session.nonce(), session.diff_window()),
             guard: FaultGuard::new(&deps.settings, log.clone(), metrics.clone()),
             routing: Routing::new(hosts, &deps.settings, log, metrics),
             session,

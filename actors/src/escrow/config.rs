@@ -16,6 +16,9 @@ pub struct EscrowConfig {
     /// the host's sync point, when fewer), so it survives overtaking earlier bodies; beyond, only
     /// what no request carried to the host yet (`session/sync_points.rs`).
     pub catch_up_window: usize,
+    /// Diffs kept in memory (and encoded) per escrow, the newest; a host further behind is
+    /// served from the store (`escrow/diff_log.rs`). At least `catch_up_window` is sensible.
+    pub diff_window: usize,
     /// Races that may wait for a nonce at once (beyond: 503 + Retry-After).
     pub max_waiting: usize,
     /// Added to protocol deadlines before a timeout vote (`TimeoutBuffer`).
@@ -41,6 +44,7 @@ impl Default for EscrowConfig {
             picker_hold_ms: 200,
             catch_up_chunk: 200,
             catch_up_window: 64,
+            diff_window: crate::escrow::session::DEFAULT_DIFF_WINDOW,
             max_waiting: 512,
             timeout_buffer_ms: 5_000,
             finish_poll_initial_ms: 1_000,

@@ -15,6 +15,7 @@ use slog::{debug, error, info, warn};
 use tokio::sync::oneshot;
 
 use super::{
+    diff_log::{self, DiffPath},
     error::EscrowError,
     hedging,
     info::HostEndpoint,
@@ -70,7 +71,6 @@ struct Attempt<'a> {
 }
 
 /// See the module docs.
-#[derive(Default)]
 pub(super) struct Durable {
     /// Highest nonce whose diff the store acknowledged.
     durable_nonce: u64,
@@ -81,11 +81,13 @@ pub(super) struct Durable {
 }
 
 impl Durable {
-    /// Starts at the session's nonce (a restored session replayed only durable diffs).
-    pub(super) fn new(durable_nonce: u64) -> Durable {
+    /// Starts at the session's nonce (a restored session replayed only durable diffs), keeping
+    /// at most `window` encoded diffs (the session's diff window).
+    pub(super) fn new(durable_nonce: u64, window: usize) -> Durable {
         Durable {
             durable_nonce,
-            ..Durable::default()
+            sync_dirty: false,
+            wire: WireDiffs::new(window),
         }
     }
 
@@ -286,7 +288,15 @@ impl Durable {
             primary,
         } = attempt;
         let info = session.info();
-        let pending = session.windowed_catch_up(&host.address, nonce, deps.cfg.catch_up_window);
+        let after = session.windowed_after(&host.address, nonce, deps.cfg.catch_up_window);
+        let pending = diff_log::diffs_after(
+            session,
+            deps,
+            DiffPath::Attempt,
+            after,
+            u64::MAX,
+            usize::MAX,
+        )?;
         deps.metrics
             .catch_up_diffs
             .with_label_values(&["first"])
@@ -352,7 +362,8 @@ impl Durable {
                 self.durable_nonce
             )));
         }
-        let diffs = session.diffs_between(holds.saturating_add(1), nonce);
+        let diffs =
+            diff_log::diffs_after(session, deps, DiffPath::Resend, holds, nonce, usize::MAX)?;
         deps.metrics
             .catch_up_diffs
             .with_label_values(&["resend"])
@@ -376,6 +387,7 @@ impl Durable {
 
     /// Writes the host sync nonces when they changed (in the background; a failure is logged).
     pub(super) fn persist_syncs(&mut self, session: &Session, deps: &EscrowDeps) {
+        self.wire.forget_below(session.first_held());
         if !self.sync_dirty {
             return;
         }

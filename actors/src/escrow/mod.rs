@@ -14,7 +14,8 @@
 //!
 //! Decisions over several parts, without state of their own: `hedging.rs` (hedge and pair),
 //! `settle.rs` (what an attempt's end means), `timeouts.rs` (timeout votes), `sync.rs`
-//! (`SyncHosts` sends), `repair.rs` (repair plans and steps).
+//! (`SyncHosts` sends), `repair.rs` (repair plans and steps), `diff_log.rs` (the diffs a host
+//! needs: the session's window, or the store below it).
 //!
 //! | message | handled by |
 //! |---|---|
@@ -41,6 +42,7 @@ pub mod attempt;
 mod book;
 pub mod budget;
 pub mod config;
+mod diff_log;
 mod durable;
 pub mod error;
 mod ghost;

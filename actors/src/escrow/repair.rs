@@ -7,6 +7,7 @@
 use slog::{info, warn};
 
 use super::{
+    diff_log::{self, DiffPath},
     durable::Durable,
     routing::Routing,
     session::{Session, SessionError},
@@ -67,11 +68,16 @@ pub(super) fn plan(
         .host(participant)
         .ok_or("not a participant of this escrow")?;
     let durable_nonce = durable.durable_nonce();
-    let diffs: Vec<_> = session
-        .catch_up(participant, usize::MAX)
-        .into_iter()
-        .filter(|d| d.nonce <= durable_nonce)
-        .collect();
+    let after = session.catch_up_after(participant);
+    let diffs = diff_log::diffs_after(
+        session,
+        deps,
+        DiffPath::Repair,
+        after,
+        durable_nonce,
+        usize::MAX,
+    )
+    .map_err(|e| e.to_string())?;
     let target_nonce = diffs
         .last()
         .map_or(session.host_sync(participant).min(durable_nonce), |d| {

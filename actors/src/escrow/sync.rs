@@ -8,7 +8,12 @@
 
 use futures::future::LocalBoxFuture;
 
-use super::{routing::Routing, session::Session, EscrowDeps};
+use super::{
+    diff_log::{self, DiffPath},
+    routing::Routing,
+    session::Session,
+    EscrowDeps,
+};
 use crate::{
     host::{
         client::{self, SendResult},
@@ -63,7 +68,22 @@ pub(super) fn catch_up_hosts(
         .iter()
         .filter(|h| !routing.is_withheld(&h.address))
     {
-        let mut diffs = session.catch_up(&host.address, usize::MAX);
+        let after = session.catch_up_after(&host.address);
+        let mut diffs = match diff_log::diffs_after(
+            session,
+            deps,
+            DiffPath::Sync,
+            after,
+            u64::MAX,
+            usize::MAX,
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                slog::warn!(deps.log, "a host's catch-up could not be read"; "stage" => "diffs_from_store_failed",
+                        "host" => host.address.short(), "error" => %e);
+                continue;
+            }
+        };
         if diffs.is_empty() && resend_last {
             diffs.extend(session.diff(session.nonce()).cloned());
         }

@@ -15,7 +15,13 @@ use std::collections::BTreeSet;
 use futures::{future::LocalBoxFuture, stream::FuturesUnordered, StreamExt};
 use slog::{info, warn};
 
-use super::{info::HostEndpoint, nonces::NonceEntry, session::Session, EscrowDeps};
+use super::{
+    diff_log::{self, DiffPath},
+    info::HostEndpoint,
+    nonces::NonceEntry,
+    session::Session,
+    EscrowDeps,
+};
 use crate::{
     host::client::{self, SendResult},
     protocol::{
@@ -55,7 +61,22 @@ pub(super) fn collect_votes(
     let timeout = deps.cfg.host_timeouts.verify_timeout;
     let mut calls = Vec::new();
     for host in info.hosts.iter().filter(|h| h.address != entry.host) {
-        let diffs = session.catch_up(&host.address, usize::MAX);
+        let after = session.catch_up_after(&host.address);
+        let diffs = match diff_log::diffs_after(
+            session,
+            deps,
+            DiffPath::Vote,
+            after,
+            u64::MAX,
+            usize::MAX,
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                warn!(deps.log, "a verifier's catch-up could not be read"; "stage" => "diffs_from_store_failed",
+                    "host" => host.address.short(), "error" => %e);
+                continue;
+            }
+        };
         let request = VerifyTimeoutRequest {
             inference_id: entry.nonce,
             reason: reason.as_wire().to_string(),
@@ -171,7 +192,12 @@ pub(super) fn send_pending_diff(
     ack: Ack,
 ) -> LocalBoxFuture<'static, Result<SendResult, PendingDiffError>> {
     let info = session.info();
-    let diffs = session.catch_up(&host.address, deps.cfg.catch_up_chunk);
+    let after = session.catch_up_after(&host.address);
+    let limit = deps.cfg.catch_up_chunk;
+    let diffs = match diff_log::diffs_after(session, deps, DiffPath::Vote, after, u64::MAX, limit) {
+        Ok(d) => d,
+        Err(e) => return Box::pin(futures::future::ready(Err(e.to_string()))),
+    };
     let request = InferenceRequest {
         diffs: diffs.iter().map(|d| DiffJson::from_diff(d)).collect(),
         nonce,

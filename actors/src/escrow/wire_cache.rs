@@ -1,7 +1,9 @@
 //! The escrow's encoded diffs: each diff's wire JSON, encoded once and spliced into every request
 //! body that carries it (a lagging host is re-sent every diff it has not acknowledged, so under
-//! load one diff travels in many requests). Bounded to the [`CAPACITY`] newest nonces; an older
-//! diff (a host catching up from far behind) is encoded again when needed. Bodies leave here
+//! load one diff travels in many requests). Bounded to the newest nonces, as many as the session's
+//! diff window (`[escrow] diff_window`), and trimmed to the session's window each `sync_persist`
+//! tick; an older diff (a host catching up from far behind, read
+//! back from the store) is encoded again when needed and not kept. Bodies leave here
 //! unsigned: the host client signs each one as it is sent ([`signer`]), so a body that waits (a
 //! long catch-up before it) never carries an old timestamp.
 
@@ -9,22 +11,39 @@ use std::{cell::RefCell, collections::BTreeMap};
 
 use bytes::Bytes;
 
-use super::{error::EscrowError, session::Session, EscrowDeps};
+use super::{
+    error::EscrowError,
+    session::{Session, DEFAULT_DIFF_WINDOW},
+    EscrowDeps,
+};
 use crate::{
     host::RequestSigner,
     protocol::{diff::Diff, wire},
 };
 
-/// Encoded diffs kept (the newest nonces).
-pub const CAPACITY: usize = 4_096;
-
 /// See the module docs. Interior mutability: filled while building bodies from `&self`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WireDiffs {
     encoded: RefCell<BTreeMap<u64, Bytes>>,
+    /// Encoded diffs kept at most (the newest nonces).
+    capacity: usize,
+}
+
+impl Default for WireDiffs {
+    fn default() -> Self {
+        WireDiffs::new(DEFAULT_DIFF_WINDOW)
+    }
 }
 
 impl WireDiffs {
+    /// A cache of at most `capacity` encoded diffs (at least 1).
+    pub fn new(capacity: usize) -> WireDiffs {
+        WireDiffs {
+            encoded: RefCell::default(),
+            capacity: capacity.max(1),
+        }
+    }
+
     /// The wire JSON of `diff`, from the cache when present.
     pub fn get(&self, diff: &Diff) -> Result<Bytes, serde_json::Error> {
         if let Some(b) = self.encoded.borrow().get(&diff.nonce) {
@@ -32,7 +51,7 @@ impl WireDiffs {
         }
         let bytes = wire::encode_diff(diff)?;
         let mut cache = self.encoded.borrow_mut();
-        if cache.len() >= CAPACITY {
+        if cache.len() >= self.capacity {
             if cache
                 .keys()
                 .next()
@@ -45,6 +64,12 @@ impl WireDiffs {
         }
         cache.insert(diff.nonce, bytes.clone());
         Ok(bytes)
+    }
+
+    /// Lets go of the encoded diffs below `nonce` (the session's window moved past them).
+    pub fn forget_below(&self, nonce: u64) {
+        let mut cache = self.encoded.borrow_mut();
+        *cache = cache.split_off(&nonce);
     }
 
     /// A request body carrying `diffs` (and `payload`): see [`wire::encode_inference_request`].
@@ -105,7 +130,7 @@ mod tests {
     #[test]
     fn bodies_match_serde_and_the_cache_stays_bounded() {
         let key = SigningKey::from_bytes(&[5u8; 32]).unwrap();
-        let cache = WireDiffs::default();
+        let cache = WireDiffs::new(64);
         let diffs: Vec<Diff> = (1..=3).map(|n| diff(n, &key)).collect();
         let refs: Vec<&Diff> = diffs.iter().collect();
         let body = cache.body(diffs.iter(), 3, None).unwrap();
@@ -113,10 +138,10 @@ mod tests {
             body,
             wire::encode_inference_request_slow(&refs, 3, None).unwrap()
         );
-        for n in 4..(CAPACITY as u64 + 10) {
+        for n in 4..74 {
             cache.get(&diff(n, &key)).unwrap();
         }
-        assert_eq!(cache.encoded.borrow().len(), CAPACITY);
+        assert_eq!(cache.encoded.borrow().len(), 64);
         // An old diff is still encoded correctly, without evicting a newer one.
         let old = cache.get(&diffs[0]).unwrap();
         assert_eq!(old, wire::encode_diff(&diffs[0]).unwrap());

@@ -13,6 +13,10 @@ pub enum SessionError {
     /// The host's root differs for a reason we can name (`protocol/guard.rs`).
     #[error("host state root at nonce {nonce} cannot be reproduced: {reason}")]
     Unreproducible { nonce: u64, reason: Unreproducible },
+    /// A host reports a root at a nonce whose diff left the in-memory window and was not read
+    /// back (`escrow/session/window.rs`): it cannot be checked, so it is not taken.
+    #[error("host reports nonce {nonce}, below the diff window and not recalled")]
+    BeyondWindow { nonce: u64 },
     #[error("host reports nonce {host_nonce} beyond ours ({ours})")]
     HostAhead { host_nonce: u64, ours: u64 },
     #[error("invalid state signature: {0}")]

@@ -3,8 +3,10 @@
 //!
 //! - `compose*` builds the next diff (`nonce + 1`): pending txs in priority order plus extras,
 //!   best-effort applied to the local state machine, signed over the applied subset.
-//! - `catch_up` is `diffsForHost`: every diff the host has not acknowledged; `windowed_catch_up`
-//!   is bounded by a window and what no request sent it yet (`sync_points.rs`).
+//! - `catch_up_after` starts `diffsForHost`: every diff the host has not acknowledged;
+//!   `windowed_after` is bounded by a window and what no request sent it yet (`sync_points.rs`).
+//! - Only the newest `diff_window` diffs stay in memory (`window.rs`); older ones are read back
+//!   from the store (`escrow/diff_log.rs`).
 //! - `process_receipt` / `process_mempool` are `processResponse`: state-hash check
 //!   (`ErrStateHashMismatch`), state-signature verification (`ErrInvalidStateSig`), sync-nonce
 //!   advance, receipt → verified `MsgConfirmStart`, mempool txs queued with dedup, finished nonces.
@@ -14,6 +16,7 @@
 //! best-effort apply may be queued again when a host shows it again.
 
 use std::{
+    cell::RefCell,
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
 };
@@ -33,9 +36,11 @@ mod restore;
 mod sync_points;
 mod unsettled;
 mod warm;
+mod window;
 
 pub use restore::ReplayFault;
 pub use warm::WarmSigner;
+pub use window::{DEFAULT_DIFF_WINDOW, LATE_ROOTS, RECALLED_ROOTS};
 
 pub use crate::protocol::session_error::SessionError;
 
@@ -62,7 +67,11 @@ pub struct HostSignature {
 pub struct Session {
     info: Arc<EscrowInfo>,
     sm: StateMachine,
+    /// The newest `diff_window` diffs (`window.rs`); older ones are read from the store.
     diffs: BTreeMap<u64, Arc<Diff>>,
+    diff_window: usize,
+    /// Roots of diffs read back from the store (`window.rs`).
+    recalled: RefCell<BTreeMap<u64, Vec<u8>>>,
     host_sync: BTreeMap<Address, u64>,
     /// Highest nonce sent to each host in an inference request (optimistic catch-up).
     host_sent: BTreeMap<Address, u64>,
@@ -88,6 +97,8 @@ impl Session {
             info,
             sm,
             diffs: BTreeMap::new(),
+            diff_window: DEFAULT_DIFF_WINDOW,
+            recalled: RefCell::default(),
             host_sync: BTreeMap::new(),
             host_sent: BTreeMap::new(),
             signatures: BTreeMap::new(),
@@ -115,6 +126,7 @@ impl Session {
         &self.pending
     }
 
+    /// The diff of `nonce`, when it is in the window.
     pub fn diff(&self, nonce: u64) -> Option<&Arc<Diff>> {
         self.diffs.get(&nonce)
     }
@@ -151,7 +163,7 @@ impl Session {
             best.root,
             key,
         ));
-        self.diffs.insert(nonce, diff.clone());
+        self.hold(diff.clone());
         Ok(diff)
     }
 
@@ -172,23 +184,13 @@ impl Session {
         self.compose(vec![DevshardTx::new(Tx::StartInference(start))], key)
     }
 
-    /// Diffs in `[from, to]` (catch-up chunks, timeout-vote context).
-    pub fn diffs_between(&self, from: u64, to: u64) -> Vec<Arc<Diff>> {
-        if from > to {
-            return Vec::new();
-        }
-        self.diffs
-            .range(from..=to)
-            .map(|(_, d)| d.clone())
-            .collect()
-    }
-
-    /// The root we expect a host to report at `nonce`.
+    /// The root we expect a host to report at `nonce` (`None` beyond our nonce, or below the
+    /// window and not recalled: `window.rs`).
     pub fn expected_root(&self, nonce: u64) -> Option<Vec<u8>> {
         if nonce == self.nonce() {
             return Some(self.sm.state_root().to_vec());
         }
-        self.diffs.get(&nonce).map(|d| d.post_state_root.clone())
+        self.held_root(nonce)
     }
 
     /// `processResponse` for a receipt event (or a finalize/catch-up response) of `host`.
@@ -208,6 +210,9 @@ impl Session {
         }
         if let Some(hash) = body.state_hash.as_ref().filter(|h| !h.is_empty()) {
             let expected = self.expected_root(body.nonce);
+            if expected.is_none() && body.nonce < self.first_held() {
+                return Err(SessionError::BeyondWindow { nonce: body.nonce });
+            }
             if expected.as_deref() != Some(hash.as_slice()) {
                 // A mismatch we can name (another protocol version, a rest_hash composition we
                 // do not implement) is reported as such, never as a divergence to repair.
@@ -240,7 +245,10 @@ impl Session {
             }
         }
         let sync = self.host_sync.entry(host.clone()).or_insert(0);
-        *sync = (*sync).max(body.nonce);
+        if body.nonce > *sync {
+            *sync = body.nonce;
+            self.trim();
+        }
         if let (Some(nonce), Some(receipt)) = (inference_nonce, body.receipt.as_ref()) {
             let confirmed_at = body.confirmed_at.unwrap_or(0);
             self.verify_receipt(nonce, receipt, confirmed_at)?;
@@ -273,16 +281,23 @@ impl Session {
             .map_err(|e| e.into_session(invalid))
     }
 
-    /// The `MsgStartInference` we sequenced at `nonce`, if any.
+    /// The `MsgStartInference` we sequenced at `nonce`, if any: from its diff, or rebuilt from
+    /// its inference record once the diff left the window (the record holds every field).
     pub fn start_of(&self, nonce: u64) -> Option<MsgStartInference> {
-        self.diffs
-            .get(&nonce)?
-            .txs
-            .iter()
-            .find_map(|tx| match &tx.tx {
-                Some(Tx::StartInference(s)) => Some(s.clone()),
-                _ => None,
-            })
+        let Some(diff) = self.diffs.get(&nonce) else {
+            return self.sm.record(nonce).map(|r| MsgStartInference {
+                inference_id: r.inference_id,
+                prompt_hash: r.prompt_hash.clone(),
+                model: r.model.clone(),
+                input_length: r.input_length,
+                max_tokens: r.max_tokens,
+                started_at: r.started_at,
+            });
+        };
+        diff.txs.iter().find_map(|tx| match &tx.tx {
+            Some(Tx::StartInference(s)) => Some(s.clone()),
+            _ => None,
+        })
     }
 
     /// Queues a host's mempool; returns the nonces whose verified finish marker it contained.

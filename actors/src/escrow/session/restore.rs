@@ -75,7 +75,7 @@ impl Session {
                 self.finished.insert(f.inference_id);
             }
         }
-        self.diffs.insert(nonce, Arc::new(diff));
+        self.hold(Arc::new(diff));
         Ok(applied.warm_delta)
     }
 }

@@ -1,18 +1,19 @@
 //! What each host holds, as far as the session knows: its *sync point* (the highest nonce it
 //! acknowledged in a receipt) and its *sent mark* (the highest nonce an inference request carried
-//! to it). Catch-up for votes, syncs and repairs starts at the sync point (`catch_up`). An
+//! to it). Catch-up for votes, syncs and repairs starts at the sync point (`catch_up_after`). An
 //! inference request for nonce `n` starts at `max(sync, min(sent, n − window))`
-//! (`windowed_catch_up`): every diff no request carried to the host yet, and at least the newest
+//! (`windowed_after`); the diffs come from memory or, below the diff window, from the store
+//! (`escrow/diff_log.rs`): every diff no request carried to the host yet, and at least the newest
 //! `window` diffs (or all above the sync point, when fewer), so it still fits when it overtakes
 //! a few earlier bodies on the way. Its size is bounded by `window` plus what the host was never
 //! sent, whatever the number of requests in flight. A body that overtook more (or followed one
 //! that was never sent) gets the host's nonce gap naming what it holds, and the same nonce is
 //! sent again from there (`EscrowActor`'s `ResendGrant`).
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use super::Session;
-use crate::protocol::{crypto::Address, diff::Diff};
+use crate::protocol::crypto::Address;
 
 impl Session {
     /// Highest nonce the host acknowledged.
@@ -45,32 +46,22 @@ impl Session {
         self.host_sync.insert(host.clone(), to).unwrap_or(0)
     }
 
-    /// `diffsForHost`: diffs the host has not acknowledged, oldest first, at most `limit`.
-    pub fn catch_up(&self, host: &Address, limit: usize) -> Vec<Arc<Diff>> {
-        self.diffs_after(self.host_sync(host), limit)
+    /// `diffsForHost` starts above this: the diffs the host has not acknowledged.
+    pub fn catch_up_after(&self, host: &Address) -> u64 {
+        self.host_sync(host)
     }
 
-    /// The diffs an inference request for `nonce` carries to the host (see the module docs).
-    pub fn windowed_catch_up(&self, host: &Address, nonce: u64, window: usize) -> Vec<Arc<Diff>> {
+    /// An inference request for `nonce` carries the diffs above this (see the module docs).
+    pub fn windowed_after(&self, host: &Address, nonce: u64, window: usize) -> u64 {
         let sent = self.host_sent.get(host).copied().unwrap_or(0);
         let window = u64::try_from(window.max(1)).unwrap_or(u64::MAX);
-        let from = self
-            .host_sync(host)
-            .max(sent.min(nonce.saturating_sub(window)));
-        self.diffs_after(from, usize::MAX)
+        self.host_sync(host)
+            .max(sent.min(nonce.saturating_sub(window)))
     }
 
     /// An inference request carrying diffs up to `nonce` is on its way to `host`.
     pub fn mark_sent(&mut self, host: &Address, nonce: u64) {
         let sent = self.host_sent.entry(host.clone()).or_insert(0);
         *sent = (*sent).max(nonce);
-    }
-
-    fn diffs_after(&self, after: u64, limit: usize) -> Vec<Arc<Diff>> {
-        self.diffs
-            .range(after.saturating_add(1)..)
-            .take(limit)
-            .map(|(_, d)| d.clone())
-            .collect()
     }
 }

@@ -36,45 +36,29 @@ impl Session {
 
     /// Nonces whose inference is neither finished nor timed out in our own state (after a
     /// restart: attempts whose race died with the process). They are settled like a pending
-    /// finish: reconciliation polls, then a timeout vote at the protocol deadline.
+    /// finish: reconciliation polls, then a timeout vote at the protocol deadline. Read from the
+    /// inference records, so a nonce whose diff left the window is still found.
     pub fn unsettled_entries(&self, now_ms: i64) -> Vec<NonceEntry> {
         let mut out = Vec::new();
-        for (nonce, diff) in &self.diffs {
-            let Some(start) = self.start_of(*nonce) else {
-                continue;
-            };
-            if self.finished.contains(nonce) {
-                continue;
-            }
-            let open = self.sm.record(*nonce).is_some_and(|r| {
-                matches!(
-                    r.status,
-                    InferenceStatus::Pending | InferenceStatus::Started
-                )
-            });
-            if !open {
+        for rec in self.sm.records() {
+            let nonce = rec.inference_id;
+            let open = matches!(
+                rec.status,
+                InferenceStatus::Pending | InferenceStatus::Started
+            );
+            if !open || self.finished.contains(&nonce) {
                 continue;
             }
-            let confirmed_at = self
-                .sm
-                .record(*nonce)
-                .map(|r| r.confirmed_at)
-                .filter(|c| *c > 0);
-            let Some(host) = self
-                .info
-                .slot_for_nonce(*nonce)
-                .map(|s| s.validator.clone())
-            else {
+            let Some(host) = self.info.slot_for_nonce(nonce).map(|s| s.validator.clone()) else {
                 continue;
             };
-            let _ = diff;
             out.push(NonceEntry {
-                nonce: *nonce,
+                nonce,
                 host,
                 race_id: None,
                 request_id: String::new(),
-                started_at: start.started_at,
-                confirmed_at,
+                started_at: rec.started_at,
+                confirmed_at: Some(rec.confirmed_at).filter(|c| *c > 0),
                 payload: None,
                 timings: AttemptTimings::default(),
                 state: NonceState::PendingFinish {

@@ -1,0 +1,145 @@
+//! The session's diff window: memory that does not grow with the escrow's age.
+//!
+//! Memory holds the diffs some host has not acknowledged yet (from the lowest sync point of the
+//! group, inclusive: the root a host reports there is checked against it), and at most the newest
+//! [`Session::diff_window`] of them (`[escrow] diff_window`): an escrow whose hosts keep up holds
+//! a handful of diffs whatever its age. Every diff is durable in the store before any host sees
+//! it, so an older one is read back from there when a host far behind needs it
+//! (`escrow/diff_log.rs`). What a diff older than the window
+//! still answers for comes from elsewhere:
+//! - the `MsgStartInference` of a live nonce (receipt checks) is rebuilt from the state
+//!   machine's inference record, which holds every field of it (`start_of`);
+//! - the root a host reports at an old nonce is checked against the roots kept apart: those of
+//!   the diffs that left memory (the newest [`LATE_ROOTS`] at or below the lowest sync point: an
+//!   answer that arrives late) and those of the diffs last read back from the store for a
+//!   catch-up ([`RECALLED_ROOTS`] at most); a report at a nonce neither holds is refused
+//!   ([`SessionError::BeyondWindow`](crate::protocol::session_error::SessionError)), never
+//!   taken unchecked.
+
+use std::sync::Arc;
+
+use super::Session;
+use crate::protocol::diff::Diff;
+
+/// Diffs kept in memory by default (the newest nonces).
+pub const DEFAULT_DIFF_WINDOW: usize = 256;
+
+/// Roots of diffs read back from the store, kept at most (the lowest nonces go first).
+pub const RECALLED_ROOTS: usize = 16_384;
+
+/// Roots at or below the lowest sync point kept for answers that arrive late (out of order, or
+/// from a body overtaken on a jittered link): the newest this many.
+pub const LATE_ROOTS: usize = 256;
+
+impl Session {
+    /// Keeps at most the newest `window` diffs in memory (at least 1).
+    pub fn with_diff_window(mut self, window: usize) -> Session {
+        self.diff_window = window.max(1);
+        self.trim();
+        self
+    }
+
+    /// Diffs kept in memory at most.
+    pub fn diff_window(&self) -> usize {
+        self.diff_window
+    }
+
+    /// Diffs held in memory now.
+    pub fn held_diffs(&self) -> usize {
+        self.diffs.len()
+    }
+
+    /// The oldest nonce whose diff is in memory (our nonce + 1 when none is).
+    pub fn first_held(&self) -> u64 {
+        self.diffs
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or_else(|| self.nonce().saturating_add(1))
+    }
+
+    /// The diffs in `(after, to]`, at most `limit`, when memory holds them all; `None` when some
+    /// left the window (the caller reads them from the store).
+    pub fn held_after(&self, after: u64, to: u64, limit: usize) -> Option<Vec<Arc<Diff>>> {
+        let from = after.saturating_add(1);
+        if from > to.min(self.nonce()) {
+            return Some(Vec::new());
+        }
+        if from < self.first_held() {
+            return None;
+        }
+        Some(
+            self.diffs
+                .range(from..=to)
+                .take(limit)
+                .map(|(_, d)| d.clone())
+                .collect(),
+        )
+    }
+
+    /// Remembers the roots of diffs read back from the store, so a host's answer at one of
+    /// their nonces can still be checked (see the module docs).
+    pub fn recall_roots(&self, diffs: &[Arc<Diff>]) {
+        let first_held = self.first_held();
+        let mut recalled = self.recalled.borrow_mut();
+        for d in diffs.iter().filter(|d| d.nonce < first_held) {
+            recalled.insert(d.nonce, d.post_state_root.clone());
+        }
+        while recalled.len() > RECALLED_ROOTS {
+            recalled.pop_first();
+        }
+    }
+
+    /// The root of `nonce` from memory: the window, then the recalled roots.
+    pub(super) fn held_root(&self, nonce: u64) -> Option<Vec<u8>> {
+        match self.diffs.get(&nonce) {
+            Some(d) => Some(d.post_state_root.clone()),
+            None => self.recalled.borrow().get(&nonce).cloned(),
+        }
+    }
+
+    /// Adds a diff at the top of the window and lets the oldest go beyond its size.
+    pub(super) fn hold(&mut self, diff: Arc<Diff>) {
+        self.diffs.insert(diff.nonce, diff);
+        self.trim();
+    }
+
+    /// The lowest sync point of the group's hosts (0 while one never answered).
+    pub fn lowest_sync(&self) -> u64 {
+        self.info
+            .hosts
+            .iter()
+            .map(|h| self.host_sync(&h.address))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Lets go of the diffs beyond the window and those every host acknowledged (the lowest sync
+    /// point's own diff stays), keeping their roots apart (see the module docs).
+    pub(super) fn trim(&mut self) {
+        let lowest_sync = self.lowest_sync();
+        let mut recalled = self.recalled.borrow_mut();
+        while self.diffs.len() > self.diff_window
+            || self
+                .diffs
+                .first_key_value()
+                .is_some_and(|(n, _)| *n < lowest_sync)
+        {
+            if let Some((nonce, diff)) = self.diffs.pop_first() {
+                recalled.insert(nonce, diff.post_state_root.clone());
+            }
+        }
+        while recalled.len() > RECALLED_ROOTS
+            || (recalled.len() > LATE_ROOTS
+                && recalled
+                    .first_key_value()
+                    .is_some_and(|(n, _)| *n <= lowest_sync))
+        {
+            recalled.pop_first();
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "window_tests.rs"]
+mod tests;

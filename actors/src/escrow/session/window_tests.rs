@@ -1,0 +1,157 @@
+//! The diff window on a real session: what stays in memory, what is asked of the store, and how
+//! an answer at a nonce below the window is still verified.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::{
+    escrow::{
+        info::{EscrowInfo, HostEndpoint},
+        session::{SessionError, StartParams},
+    },
+    protocol::{
+        crypto::{Address, SigningKey},
+        state::{SessionConfig, Slot},
+        wire::ReceiptBody,
+    },
+};
+
+fn session(window: usize) -> (Session, SigningKey, Address) {
+    let creator = SigningKey::from_bytes(&[3u8; 32]).unwrap();
+    let host = SigningKey::from_bytes(&[4u8; 32]).unwrap();
+    let info = Arc::new(EscrowInfo {
+        escrow_id: "42".into(),
+        creator: creator.address().clone(),
+        model: "m".into(),
+        amount: 10_000_000,
+        config: SessionConfig::default_for_group(1),
+        group: vec![Slot {
+            slot_id: 0,
+            validator: host.address().clone(),
+        }],
+        hosts: vec![HostEndpoint {
+            address: host.address().clone(),
+            base_url: "http://h0".into(),
+            slots: vec![0],
+            weight: 1,
+        }],
+        max_nonce: 20_000,
+        route_prefix: "/v1/devshard".into(),
+    });
+    let s = Session::new(info).unwrap().with_diff_window(window);
+    (s, creator, host.address().clone())
+}
+
+fn answer_at(nonce: u64, root: &[u8]) -> ReceiptBody {
+    ReceiptBody {
+        nonce,
+        state_hash: Some(root.to_vec()),
+        ..ReceiptBody::default()
+    }
+}
+
+#[test]
+fn only_the_newest_diffs_stay_in_memory_and_older_ones_are_asked_of_the_store() {
+    let (mut s, key, host) = session(8);
+    let diffs: Vec<_> = (0..300)
+        .map(|_| s.compose(Vec::new(), &key).unwrap())
+        .collect();
+    let root = |n: usize| diffs[n - 1].post_state_root.clone();
+    assert_eq!(s.held_diffs(), 8);
+    assert_eq!(s.first_held(), 293);
+    assert!(
+        s.held_after(0, u64::MAX, usize::MAX).is_none(),
+        "below the window"
+    );
+    let held = s.held_after(292, u64::MAX, usize::MAX).unwrap();
+    let nonces: Vec<u64> = held.iter().map(|d| d.nonce).collect();
+    assert_eq!(nonces, (293..=300).collect::<Vec<_>>());
+    assert!(
+        s.held_after(300, u64::MAX, 5).unwrap().is_empty(),
+        "nothing above our nonce"
+    );
+    // Nobody acknowledged anything yet: the roots of the diffs that left memory are kept apart.
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(5, &root(5))),
+        Ok(())
+    );
+    // Once the host acknowledged 299, only the newest LATE_ROOTS roots below it stay…
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(299, &root(299))),
+        Ok(())
+    );
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(6, &root(6))),
+        Err(SessionError::BeyondWindow { nonce: 6 })
+    );
+    assert_eq!(s.host_sync(&host), 299, "an unchecked answer moves nothing");
+    // …until they are read back from the store: then checked like any other.
+    s.recall_roots(&diffs[..12]);
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(6, &root(6))),
+        Ok(())
+    );
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(7, &[9u8; 32])),
+        Err(SessionError::StateHashMismatch { nonce: 7 })
+    );
+}
+
+#[test]
+fn diffs_every_host_acknowledged_leave_memory() {
+    let (mut s, key, host) = session(256);
+    let diffs: Vec<_> = (0..20)
+        .map(|_| s.compose(Vec::new(), &key).unwrap())
+        .collect();
+    assert_eq!(s.held_diffs(), 20, "no host acknowledged anything yet");
+    let root = diffs[16].post_state_root.clone();
+    s.process_receipt(&host, None, &answer_at(17, &root))
+        .unwrap();
+    assert_eq!(s.first_held(), 17, "the lowest sync point's own diff stays");
+    assert_eq!(s.held_diffs(), 4);
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(17, &root)),
+        Ok(())
+    );
+    assert!(
+        s.held_after(10, u64::MAX, usize::MAX).is_none(),
+        "older ones: the store"
+    );
+    // A late answer at an older nonce is still checked, against the root kept apart.
+    let late = diffs[9].post_state_root.clone();
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(10, &late)),
+        Ok(())
+    );
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(11, &late)),
+        Err(SessionError::StateHashMismatch { nonce: 11 })
+    );
+    assert_eq!(
+        s.host_sync(&host),
+        17,
+        "a late answer never moves the sync point back"
+    );
+}
+
+#[test]
+fn a_start_below_the_window_is_rebuilt_from_its_inference_record() {
+    let (mut s, key, _) = session(4);
+    let params = StartParams {
+        prompt_hash: [7u8; 32],
+        model: "m".into(),
+        input_length: 10,
+        max_tokens: 20,
+        started_at: 1_700_000_000,
+    };
+    let first = s.compose_start(&params, &key).unwrap();
+    let sequenced = s.start_of(first.nonce).unwrap();
+    for _ in 0..10 {
+        s.compose(Vec::new(), &key).unwrap();
+    }
+    assert!(s.diff(first.nonce).is_none(), "its diff left the window");
+    assert_eq!(s.start_of(first.nonce), Some(sequenced));
+    assert_eq!(s.start_of(2), None, "a nonce that started nothing");
+    let open: Vec<u64> = s.unsettled_entries(0).iter().map(|e| e.nonce).collect();
+    assert_eq!(open, vec![first.nonce], "still settled after a restart");
+}
