@@ -23,6 +23,8 @@ mod lease;
 mod migrate;
 #[path = "store/pgdb.rs"]
 mod pgdb;
+#[path = "store/readiness.rs"]
+mod readiness;
 #[path = "store/support.rs"]
 mod support;
 
@@ -351,6 +353,11 @@ async fn postgres_leases_renew_and_release() {
 #[tokio::test]
 async fn migrate_moves_sqlite_to_postgres() {
     migrate::every_table_moves_and_a_non_empty_target_is_refused().await;
+}
+
+#[tokio::test]
+async fn postgres_readiness_follows_leases_and_the_database() {
+    readiness::readiness_follows_lease_ownership_and_database_reachability().await;
 }
 
 #[tokio::test]

@@ -40,7 +40,9 @@ use crate::state::{
 };
 use crate::{
     config::{process_env, Config, ConfigError, ENV_CONFIG},
-    escrows, logging,
+    escrows,
+    http::readiness::ReplicaReadiness,
+    logging,
     metrics::{self, HttpMetrics},
     state::{polling::PollerWiring, AppState, StateParts},
     store::{metrics::StoreMetrics, GatewayStore, StoreTarget},
@@ -243,6 +245,9 @@ pub async fn start_with(
     }
     .start();
     state.ledger = Some(ledger.clone());
+    state.replica_readiness =
+        ReplicaReadiness::for_store(store.clone(), &state.registry, log.clone())
+            .map_err(|e| AppError::Metrics(e.to_string()))?;
     // The poller first: registration takes the participants from its first snapshot.
     let poller = match &config.chain.public_api_url {
         Some(api) => Some(state.polling.start_poller(

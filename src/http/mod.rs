@@ -47,6 +47,7 @@ pub mod operator;
 pub mod ops;
 pub mod participants;
 pub mod placement;
+pub mod readiness;
 pub mod settings;
 pub mod settlement;
 pub mod shaping;

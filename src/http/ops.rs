@@ -2,7 +2,8 @@
 //!
 //! - `GET /healthz`: the process (and its root actor, the directory) is alive → 200.
 //! - `GET /readyz`: the store answers a read and at least one escrow actor is alive → 200;
-//!   otherwise 503 with the reason.
+//!   otherwise 503 with the reason. On PostgreSQL first: the database answers and this replica's
+//!   escrow leases are claimed and fresh (`readiness.rs`), else 503 with `code` and `reason`.
 //! - `GET /metrics`: Prometheus text exposition of the process registry.
 //! - `GET /v1/models`: the models of registered, healthy escrows (OpenAI list shape).
 
@@ -40,6 +41,13 @@ pub async fn healthz(state: web::Data<AppState>) -> HttpResponse {
 
 /// `GET /readyz`.
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    if let Some(stage) = &state.replica_readiness {
+        if let Err(e) = stage.check().await {
+            return HttpResponse::ServiceUnavailable()
+                .insert_header((header::RETRY_AFTER, "1"))
+                .json(json!({"status": "unavailable", "code": e.code(), "reason": e.to_string()}));
+        }
+    }
     if let Err(e) = state.store.get(ns::SETTINGS, READINESS_PROBE_KEY) {
         return unavailable(format!("the store is not usable: {e}"));
     }

@@ -138,6 +138,8 @@ pub struct AppState {
     pub deactivated: Deactivated,
     /// The cost ledger (`None` until the process opened it: tests that build a bare state).
     pub ledger: Option<ledger::Ledger>,
+    /// The PostgreSQL stage of `/readyz` (`None`: SQLite, or a bare test state).
+    pub replica_readiness: Option<crate::http::readiness::ReplicaReadiness>,
     /// The live page's 15-minute series.
     pub series: series::Series,
     /// Settlement actors (`http::settlement`).
@@ -245,6 +247,7 @@ impl AppState {
             accounting: accounting::Accounting::new(config.accounting),
             deactivated,
             ledger: None,
+            replica_readiness: None,
             series: series::Series::default(),
             settlements,
             rotation,

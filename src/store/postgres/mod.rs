@@ -20,6 +20,7 @@
 //! leases every TTL/3 and forgets the ones it lost; [`PgStore::close`] releases them.
 
 pub mod lease;
+pub mod readiness;
 pub(crate) mod schema;
 mod writer;
 
@@ -43,7 +44,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{Client, Config, NoTls};
 
 pub use self::schema::SCHEMA_VERSION;
-use self::writer::PgWriter;
+use self::{
+    readiness::{LeaseClock, NotReady},
+    writer::PgWriter,
+};
 use super::{
     codec::{decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, now_ms},
     codec::{nonce_to_sql, DiffRow},
@@ -118,6 +122,7 @@ pub struct PgStore {
     reader: Arc<Client>,
     leases: tokio::sync::Mutex<Client>,
     held: Held,
+    lease_clock: Arc<LeaseClock>,
     closed: AtomicBool,
     writer_done: Mutex<Option<Receiver<()>>>,
     dropped: Mutex<Option<oneshot::Sender<()>>>,
@@ -161,7 +166,9 @@ impl PgStore {
         let (drop_tx, drop_rx) = oneshot::channel();
         let counters = Arc::new(Counters::default());
         let held: Held = Arc::default();
+        let lease_clock = Arc::new(LeaseClock::default());
         let thread_state = (counters.clone(), held.clone(), replica.clone());
+        let renew_clock = lease_clock.clone();
         let handle = std::thread::Builder::new()
             .name("store-postgres".into())
             .spawn(move || {
@@ -190,7 +197,7 @@ impl PgStore {
                     let renewer = tokio::spawn(renew_loop(
                         writer.1.clone(),
                         replica.clone(),
-                        held.clone(),
+                        (held.clone(), renew_clock),
                         log.clone(),
                     ));
                     PgWriter::new(writer.0, replica.id.clone(), counters)
@@ -213,6 +220,7 @@ impl PgStore {
             reader: connected.reader,
             leases: tokio::sync::Mutex::new(connected.leases),
             held,
+            lease_clock,
             closed: AtomicBool::new(false),
             writer_done: Mutex::new(Some(done_rx)),
             dropped: Mutex::new(Some(drop_tx)),
@@ -232,6 +240,32 @@ impl PgStore {
         let mut out: Vec<_> = held.iter().map(|(e, n)| (e.clone(), *n)).collect();
         out.sort();
         out
+    }
+
+    /// Whether this replica is ready (`readiness.rs`): the database answers within
+    /// [`readiness::PING_TIMEOUT`] and the held leases were claimed or renewed within the TTL.
+    /// Awaited on the caller's runtime (which must have a tokio timer).
+    pub async fn readiness(&self) -> Result<(), NotReady> {
+        let ping = match tokio::time::timeout(
+            readiness::PING_TIMEOUT,
+            self.reader.simple_query("SELECT 1"),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(pg_err(e).to_string()),
+            Err(_) => Err(format!(
+                "no answer within {} ms",
+                readiness::PING_TIMEOUT.as_millis()
+            )),
+        };
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).len();
+        readiness::decide(
+            ping,
+            held,
+            self.lease_clock.since_last(),
+            self.replica.lease_ttl,
+        )
     }
 
     /// A snapshot of the group-commit counters (the WAL fields are SQLite's: zero here).
@@ -329,7 +363,12 @@ async fn connect(config: &Config, log: &Logger) -> Result<Client, StoreError> {
 }
 
 /// Renews the held leases every TTL/3; forgets (and logs) the ones another replica took.
-async fn renew_loop(client: Arc<Client>, replica: ReplicaConfig, held: Held, log: Logger) {
+async fn renew_loop(
+    client: Arc<Client>,
+    replica: ReplicaConfig,
+    (held, clock): (Held, Arc<LeaseClock>),
+    log: Logger,
+) {
     let mut tick = tokio::time::interval(lease::renew_every(replica.lease_ttl));
     loop {
         tick.tick().await;
@@ -339,6 +378,7 @@ async fn renew_loop(client: Arc<Client>, replica: ReplicaConfig, held: Held, log
         }
         match lease::renew(&client, &replica.id, &snapshot, replica.lease_ttl).await {
             Ok(renewed) => {
+                clock.mark();
                 let mut map = held.lock().unwrap_or_else(|e| e.into_inner());
                 for (escrow, epoch) in &snapshot {
                     if !renewed.contains(escrow) && map.get(escrow) == Some(epoch) {
@@ -500,6 +540,7 @@ impl Store for PgStore {
         })?;
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.insert(escrow_id.to_string(), epoch);
+        self.lease_clock.mark();
         Ok(())
     }
 }
