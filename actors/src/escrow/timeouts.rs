@@ -194,21 +194,21 @@ pub(super) fn send_pending_diff(
     let info = session.info();
     let after = session.catch_up_after(&host.address);
     let limit = deps.cfg.catch_up_chunk;
-    let diffs = match diff_log::diffs_after(session, deps, DiffPath::Vote, after, u64::MAX, limit) {
-        Ok(d) => d,
-        Err(e) => return Box::pin(futures::future::ready(Err(e.to_string()))),
-    };
-    let request = InferenceRequest {
-        diffs: diffs.iter().map(|d| DiffJson::from_diff(d)).collect(),
-        nonce,
-        payload: None,
-        stream: None,
-    };
+    // A store read that fails still waits for the diff's own ack: the caller advances its
+    // durable nonce on every answer but `NotDurable`.
+    let diffs = diff_log::diffs_after(session, deps, DiffPath::Vote, after, u64::MAX, limit);
     let url = info.session_url(host, "chat/completions");
     let signer = super::wire_cache::signer(session, deps);
     let timeout = deps.cfg.host_timeouts.query;
     Box::pin(async move {
         ack.await.map_err(PendingDiffError::NotDurable)?;
+        let diffs = diffs.map_err(|e| PendingDiffError::NotDelivered(e.to_string()))?;
+        let request = InferenceRequest {
+            diffs: diffs.iter().map(|d| DiffJson::from_diff(d)).collect(),
+            nonce,
+            payload: None,
+            stream: None,
+        };
         client::send_diffs(&url, &request, &signer, timeout)
             .await
             .map_err(|e| PendingDiffError::NotDelivered(e.to_string()))
