@@ -21,7 +21,9 @@
 
 pub mod lease;
 pub mod readiness;
+mod renewals;
 pub(crate) mod schema;
+mod store_trait;
 mod writer;
 
 use std::{
@@ -35,10 +37,7 @@ use std::{
     time::Duration,
 };
 
-use devshard_actors::{
-    protocol::{diff::Diff, warm::WarmBinding},
-    store::{Ack, Store, StoreError, WarmDeltas},
-};
+use devshard_actors::store::{Ack, StoreError};
 use slog::{info, warn, Logger};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{Client, Config, NoTls};
@@ -46,14 +45,10 @@ use tokio_postgres::{Client, Config, NoTls};
 pub use self::schema::SCHEMA_VERSION;
 use self::{
     readiness::{LeaseClock, NotReady},
+    renewals::{release_all, renew_loop},
     writer::PgWriter,
 };
-use super::{
-    codec::{decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, now_ms},
-    codec::{nonce_to_sql, DiffRow},
-    writer::AckTx,
-    StoreStats,
-};
+use super::{codec::DiffRow, writer::AckTx, StoreStats};
 
 /// Most writes applied (and committed) in one transaction.
 pub const MAX_GROUP: usize = 512;
@@ -360,187 +355,4 @@ async fn connect(config: &Config, log: &Logger) -> Result<Client, StoreError> {
         }
     });
     Ok(client)
-}
-
-/// Renews the held leases every TTL/3; forgets (and logs) the ones another replica took.
-async fn renew_loop(
-    client: Arc<Client>,
-    replica: ReplicaConfig,
-    (held, clock): (Held, Arc<LeaseClock>),
-    log: Logger,
-) {
-    let mut tick = tokio::time::interval(lease::renew_every(replica.lease_ttl));
-    loop {
-        tick.tick().await;
-        let snapshot = snapshot(&held);
-        if snapshot.is_empty() {
-            continue;
-        }
-        match lease::renew(&client, &replica.id, &snapshot, replica.lease_ttl).await {
-            Ok(renewed) => {
-                clock.mark();
-                let mut map = held.lock().unwrap_or_else(|e| e.into_inner());
-                for (escrow, epoch) in &snapshot {
-                    if !renewed.contains(escrow) && map.get(escrow) == Some(epoch) {
-                        map.remove(escrow);
-                        warn!(log, "escrow lease taken by another replica";
-                            "stage" => "lease_renew_lost", "escrow" => escrow.as_str(),
-                            "epoch" => epoch);
-                    }
-                }
-            }
-            Err(e) => warn!(log, "lease renewal failed"; "stage" => "lease_renew_failed",
-                "error" => %e),
-        }
-    }
-}
-
-async fn release_all(client: &Client, replica: &str, held: &Held, log: &Logger) {
-    let snapshot = snapshot(held);
-    if snapshot.is_empty() {
-        return;
-    }
-    match lease::release(client, replica, &snapshot).await {
-        Ok(n) => info!(log, "escrow leases released"; "stage" => "leases_released", "count" => n),
-        Err(e) => warn!(log, "escrow leases not released (they expire by themselves)";
-            "stage" => "leases_release_failed", "error" => %e),
-    }
-}
-
-fn snapshot(held: &Held) -> Vec<(String, u64)> {
-    let map = held.lock().unwrap_or_else(|e| e.into_inner());
-    map.iter().map(|(e, n)| (e.clone(), *n)).collect()
-}
-
-impl Store for PgStore {
-    fn append_diff_with_warm(
-        &self,
-        escrow_id: &str,
-        diff: &Diff,
-        warm_delta: &[WarmBinding],
-    ) -> Ack {
-        let epoch = {
-            let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            held.get(escrow_id).copied()
-        };
-        // Never claimed (or lost at a renewal): the epoch 0 no claim gives is refused.
-        let epoch = epoch.unwrap_or(0);
-        self.submit(encode_diff(diff, warm_delta).map(|row| Op::AppendDiff {
-            escrow: escrow_id.to_string(),
-            epoch,
-            row,
-        }))
-    }
-
-    fn load_warm_deltas(&self, escrow_id: &str) -> Result<WarmDeltas, StoreError> {
-        let rows = self.query(
-            "SELECT nonce, warm_delta FROM diffs \
-             WHERE escrow_id = $1 AND warm_delta IS NOT NULL ORDER BY nonce",
-            &[&escrow_id],
-        )?;
-        rows.iter()
-            .map(|r| {
-                let nonce: i64 = r.get(0);
-                let delta = decode_warm_delta(escrow_id, nonce, r.get(1))?;
-                let nonce = u64::try_from(nonce).map_err(|_| {
-                    StoreError::Corrupt(format!("escrow {escrow_id}: nonce {nonce}"))
-                })?;
-                Ok((nonce, delta))
-            })
-            .collect()
-    }
-
-    fn load_diffs(&self, escrow_id: &str) -> Result<Vec<Diff>, StoreError> {
-        self.load_diffs_from(escrow_id, 0)
-    }
-
-    fn load_diffs_from(&self, escrow_id: &str, from: u64) -> Result<Vec<Diff>, StoreError> {
-        let Ok(from) = nonce_to_sql(from) else {
-            return Ok(Vec::new());
-        };
-        let rows = self.query(
-            "SELECT nonce, txs, user_sig, post_state_root FROM diffs \
-             WHERE escrow_id = $1 AND nonce >= $2 ORDER BY nonce",
-            &[&escrow_id, &from],
-        )?;
-        rows.into_iter()
-            .map(|r| {
-                let row = DiffRow {
-                    nonce: r.get(0),
-                    txs: r.get(1),
-                    user_sig: r.get(2),
-                    post_state_root: r.get(3),
-                    warm_delta: None,
-                };
-                decode_diff(escrow_id, row)
-            })
-            .collect()
-    }
-
-    fn delete_diffs(&self, escrow_id: &str) -> Ack {
-        self.submit(Ok(Op::DeleteDiffs {
-            escrow: escrow_id.to_string(),
-        }))
-    }
-
-    fn put(&self, namespace: &str, key: &str, value: serde_json::Value) -> Ack {
-        self.submit(encode_value(&value).map(|json| Op::Put {
-            namespace: namespace.to_string(),
-            key: key.to_string(),
-            json,
-            updated_ms: now_ms(),
-        }))
-    }
-
-    fn delete(&self, namespace: &str, key: &str) -> Ack {
-        self.submit(Ok(Op::Delete {
-            namespace: namespace.to_string(),
-            key: key.to_string(),
-        }))
-    }
-
-    fn get(&self, namespace: &str, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        let rows = self.query(
-            "SELECT value FROM records WHERE namespace = $1 AND key = $2",
-            &[&namespace, &key],
-        )?;
-        rows.first()
-            .map(|r| decode_value(namespace, key, r.get(0)))
-            .transpose()
-    }
-
-    fn list(&self, namespace: &str) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
-        let rows = self.query(
-            "SELECT key, value FROM records WHERE namespace = $1 ORDER BY key COLLATE \"C\"",
-            &[&namespace],
-        )?;
-        rows.iter()
-            .map(|r| {
-                let key: String = r.get(0);
-                let value = decode_value(namespace, &key, r.get(1))?;
-                Ok((key, value))
-            })
-            .collect()
-    }
-
-    fn flush(&self) -> Ack {
-        self.submit(Ok(Op::Flush))
-    }
-
-    fn claim_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
-        let epoch = futures::executor::block_on(async {
-            let mut client = self.leases.lock().await;
-            lease::claim(
-                &mut client,
-                escrow_id,
-                &self.replica.id,
-                self.replica.lease_ttl,
-            )
-            .await
-        })?;
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.insert(escrow_id.to_string(), epoch);
-        self.lease_clock.mark();
-        Ok(())
-    }
 }

@@ -1,0 +1,146 @@
+//! [`Store`] on PostgreSQL: writes go to the group-commit writer (`writer.rs`), appends carry the
+//! lease epoch they are fenced by, reads block on the readers' connection.
+
+use devshard_actors::{
+    protocol::{diff::Diff, warm::WarmBinding},
+    store::{Ack, Store, StoreError, WarmDeltas},
+};
+
+use super::{lease, Op, PgStore};
+use crate::store::codec::{
+    decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, nonce_to_sql, now_ms,
+    DiffRow,
+};
+
+impl Store for PgStore {
+    fn append_diff_with_warm(
+        &self,
+        escrow_id: &str,
+        diff: &Diff,
+        warm_delta: &[WarmBinding],
+    ) -> Ack {
+        let epoch = {
+            let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.get(escrow_id).copied()
+        };
+        // Never claimed (or lost at a renewal): the epoch 0 no claim gives is refused.
+        let epoch = epoch.unwrap_or(0);
+        self.submit(encode_diff(diff, warm_delta).map(|row| Op::AppendDiff {
+            escrow: escrow_id.to_string(),
+            epoch,
+            row,
+        }))
+    }
+
+    fn load_warm_deltas(&self, escrow_id: &str) -> Result<WarmDeltas, StoreError> {
+        let rows = self.query(
+            "SELECT nonce, warm_delta FROM diffs \
+             WHERE escrow_id = $1 AND warm_delta IS NOT NULL ORDER BY nonce",
+            &[&escrow_id],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let nonce: i64 = r.get(0);
+                let delta = decode_warm_delta(escrow_id, nonce, r.get(1))?;
+                let nonce = u64::try_from(nonce).map_err(|_| {
+                    StoreError::Corrupt(format!("escrow {escrow_id}: nonce {nonce}"))
+                })?;
+                Ok((nonce, delta))
+            })
+            .collect()
+    }
+
+    fn load_diffs(&self, escrow_id: &str) -> Result<Vec<Diff>, StoreError> {
+        self.load_diffs_from(escrow_id, 0)
+    }
+
+    fn load_diffs_from(&self, escrow_id: &str, from: u64) -> Result<Vec<Diff>, StoreError> {
+        let Ok(from) = nonce_to_sql(from) else {
+            return Ok(Vec::new());
+        };
+        let rows = self.query(
+            "SELECT nonce, txs, user_sig, post_state_root FROM diffs \
+             WHERE escrow_id = $1 AND nonce >= $2 ORDER BY nonce",
+            &[&escrow_id, &from],
+        )?;
+        rows.into_iter()
+            .map(|r| {
+                let row = DiffRow {
+                    nonce: r.get(0),
+                    txs: r.get(1),
+                    user_sig: r.get(2),
+                    post_state_root: r.get(3),
+                    warm_delta: None,
+                };
+                decode_diff(escrow_id, row)
+            })
+            .collect()
+    }
+
+    fn delete_diffs(&self, escrow_id: &str) -> Ack {
+        self.submit(Ok(Op::DeleteDiffs {
+            escrow: escrow_id.to_string(),
+        }))
+    }
+
+    fn put(&self, namespace: &str, key: &str, value: serde_json::Value) -> Ack {
+        self.submit(encode_value(&value).map(|json| Op::Put {
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+            json,
+            updated_ms: now_ms(),
+        }))
+    }
+
+    fn delete(&self, namespace: &str, key: &str) -> Ack {
+        self.submit(Ok(Op::Delete {
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+        }))
+    }
+
+    fn get(&self, namespace: &str, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let rows = self.query(
+            "SELECT value FROM records WHERE namespace = $1 AND key = $2",
+            &[&namespace, &key],
+        )?;
+        rows.first()
+            .map(|r| decode_value(namespace, key, r.get(0)))
+            .transpose()
+    }
+
+    fn list(&self, namespace: &str) -> Result<Vec<(String, serde_json::Value)>, StoreError> {
+        let rows = self.query(
+            "SELECT key, value FROM records WHERE namespace = $1 ORDER BY key COLLATE \"C\"",
+            &[&namespace],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let key: String = r.get(0);
+                let value = decode_value(namespace, &key, r.get(1))?;
+                Ok((key, value))
+            })
+            .collect()
+    }
+
+    fn flush(&self) -> Ack {
+        self.submit(Ok(Op::Flush))
+    }
+
+    fn claim_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
+        let epoch = futures::executor::block_on(async {
+            let mut client = self.leases.lock().await;
+            lease::claim(
+                &mut client,
+                escrow_id,
+                &self.replica.id,
+                self.replica.lease_ttl,
+            )
+            .await
+        })?;
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.insert(escrow_id.to_string(), epoch);
+        self.lease_clock.mark();
+        Ok(())
+    }
+}
