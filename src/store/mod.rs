@@ -34,6 +34,7 @@ pub mod ledger;
 mod ledger_writer;
 pub mod metrics;
 pub mod migrate;
+mod ops;
 pub mod postgres;
 mod schema;
 mod writer;
@@ -61,7 +62,8 @@ use self::{
         decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, now_ms, sql_err,
         DiffRow,
     },
-    writer::{Counters, Msg, Op, Writer},
+    ops::{Counters, Msg, Op},
+    writer::Writer,
 };
 
 /// Capacity of the writer's queue; issuing a write blocks while it is full.
@@ -222,6 +224,7 @@ impl Store for SqliteStore {
     ) -> Ack {
         self.submit(encode_diff(diff, warm_delta).map(|row| Op::AppendDiff {
             escrow: escrow_id.to_string(),
+            epoch: 0,
             row,
         }))
     }

@@ -11,64 +11,17 @@
 
 use std::{
     collections::HashMap,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        mpsc::Receiver,
-        Arc,
-    },
+    sync::{atomic::Ordering, mpsc::Receiver, Arc},
 };
 
 use devshard_actors::store::StoreError;
 use rusqlite::{params, Connection, OptionalExtension};
-use tokio::sync::oneshot;
 
 use super::{
-    codec::{sql_err, DiffRow},
+    codec::sql_err,
+    ops::{AckTx, Counters, Msg, Op},
     MAX_GROUP,
 };
-
-/// Resolves one op's [`devshard_actors::store::Ack`].
-pub(crate) type AckTx = oneshot::Sender<Result<(), StoreError>>;
-
-/// One write, already encoded on the caller's thread.
-#[derive(Debug)]
-pub(crate) enum Op {
-    AppendDiff {
-        escrow: String,
-        row: DiffRow,
-    },
-    DeleteDiffs {
-        escrow: String,
-    },
-    Put {
-        namespace: String,
-        key: String,
-        json: String,
-        updated_ms: i64,
-    },
-    Delete {
-        namespace: String,
-        key: String,
-    },
-    /// Writes nothing: resolves once everything queued before it has committed.
-    Flush,
-}
-
-/// What goes through the writer's channel.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    Write(Op, AckTx),
-    /// Commit everything queued before, then stop.
-    Shutdown,
-}
-
-/// Counters shared with [`super::SqliteStore::stats`].
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub groups: AtomicU64,
-    pub ops: AtomicU64,
-    pub last_group: AtomicU64,
-}
 
 pub(crate) struct Writer {
     conn: Connection,
@@ -167,7 +120,7 @@ impl Writer {
 
     fn apply(&mut self, op: &Op) -> Result<(), StoreError> {
         match op {
-            Op::AppendDiff { escrow, row } => {
+            Op::AppendDiff { escrow, row, .. } => {
                 let last = self.last_nonce(escrow)?;
                 let got = u64::try_from(row.nonce).unwrap_or(0);
                 if got <= last {

@@ -29,7 +29,7 @@ mod writer;
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
         mpsc::{sync_channel, Receiver},
         Arc, Mutex,
     },
@@ -48,7 +48,10 @@ use self::{
     renewals::{release_all, renew_loop},
     writer::PgWriter,
 };
-use super::{codec::DiffRow, writer::AckTx, StoreStats};
+use super::{
+    ops::{Counters, Msg, Op},
+    StoreStats,
+};
 
 /// Most writes applied (and committed) in one transaction.
 pub const MAX_GROUP: usize = 512;
@@ -59,46 +62,6 @@ pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
         Some(db) => StoreError::Io(format!("postgres {}: {}", db.code().code(), db.message())),
         None => StoreError::Io(format!("postgres: {e}")),
     }
-}
-
-/// One write, encoded on the caller's thread.
-#[derive(Debug)]
-pub(crate) enum Op {
-    AppendDiff {
-        escrow: String,
-        /// The lease epoch the append was issued under.
-        epoch: u64,
-        row: DiffRow,
-    },
-    DeleteDiffs {
-        escrow: String,
-    },
-    Put {
-        namespace: String,
-        key: String,
-        json: String,
-        updated_ms: i64,
-    },
-    Delete {
-        namespace: String,
-        key: String,
-    },
-    Flush,
-}
-
-/// What goes to the writer task.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    Write(Op, AckTx),
-    Shutdown,
-}
-
-/// Group-commit counters.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub groups: AtomicU64,
-    pub ops: AtomicU64,
-    pub last_group: AtomicU64,
 }
 
 /// Who this replica is and how long its leases last.

@@ -6,11 +6,12 @@ use devshard_actors::{
     store::{Ack, Store, StoreError, WarmDeltas},
 };
 
-use super::{lease, Op, PgStore};
+use super::{lease, PgStore};
 use crate::store::codec::{
     decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, nonce_to_sql, now_ms,
     DiffRow,
 };
+use crate::store::ops::Op;
 
 impl Store for PgStore {
     fn append_diff_with_warm(

@@ -20,8 +20,8 @@ use devshard_actors::store::StoreError;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_postgres::{Client, Transaction};
 
-use super::{lease, pg_err, Counters, Msg, Op, MAX_GROUP};
-use crate::store::writer::AckTx;
+use super::{lease, pg_err, MAX_GROUP};
+use crate::store::ops::{AckTx, Counters, Msg, Op};
 
 /// The writer's state.
 pub(super) struct PgWriter {

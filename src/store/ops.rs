@@ -1,0 +1,56 @@
+//! The writes both stores' writers take: encoded on the caller's thread, applied in issue order
+//! by one writer (SQLite's `writer.rs`, PostgreSQL's `postgres/writer.rs`), each acked once the
+//! transaction holding it has committed.
+
+use std::sync::atomic::AtomicU64;
+
+use devshard_actors::store::StoreError;
+use tokio::sync::oneshot;
+
+use super::codec::DiffRow;
+
+/// Resolves one op's [`devshard_actors::store::Ack`].
+pub(crate) type AckTx = oneshot::Sender<Result<(), StoreError>>;
+
+/// One write, already encoded on the caller's thread.
+#[derive(Debug)]
+pub(crate) enum Op {
+    AppendDiff {
+        escrow: String,
+        /// The lease epoch the append was issued under: PostgreSQL fences the append with it
+        /// (`postgres/lease.rs`); SQLite, one process without leases, ignores it.
+        epoch: u64,
+        row: DiffRow,
+    },
+    DeleteDiffs {
+        escrow: String,
+    },
+    Put {
+        namespace: String,
+        key: String,
+        json: String,
+        updated_ms: i64,
+    },
+    Delete {
+        namespace: String,
+        key: String,
+    },
+    /// Writes nothing: resolves once everything queued before it has committed.
+    Flush,
+}
+
+/// What goes through the writer's channel.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Write(Op, AckTx),
+    /// Commit everything queued before, then stop.
+    Shutdown,
+}
+
+/// Group-commit counters, read by `stats()`.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub groups: AtomicU64,
+    pub ops: AtomicU64,
+    pub last_group: AtomicU64,
+}
