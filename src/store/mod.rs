@@ -58,10 +58,7 @@ use rusqlite::{params, Connection};
 pub use self::backend::{redact_url, GatewayStore, StoreTarget};
 use self::{
     checkpoint::{Checkpointer, WalCounters},
-    codec::{
-        decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, now_ms, sql_err,
-        DiffRow,
-    },
+    codec::{decode_diff, decode_value, decode_warm_delta, encode_diff, sql_err, DiffRow},
     ops::{Counters, Msg, Op},
     writer::Writer,
 };
@@ -283,25 +280,15 @@ impl Store for SqliteStore {
     }
 
     fn delete_diffs(&self, escrow_id: &str) -> Ack {
-        self.submit(Ok(Op::DeleteDiffs {
-            escrow: escrow_id.to_string(),
-        }))
+        self.submit(Ok(Op::delete_diffs(escrow_id)))
     }
 
     fn put(&self, namespace: &str, key: &str, value: serde_json::Value) -> Ack {
-        self.submit(encode_value(&value).map(|json| Op::Put {
-            namespace: namespace.to_string(),
-            key: key.to_string(),
-            json,
-            updated_ms: now_ms(),
-        }))
+        self.submit(Op::put(namespace, key, &value))
     }
 
     fn delete(&self, namespace: &str, key: &str) -> Ack {
-        self.submit(Ok(Op::Delete {
-            namespace: namespace.to_string(),
-            key: key.to_string(),
-        }))
+        self.submit(Ok(Op::delete(namespace, key)))
     }
 
     fn get(&self, namespace: &str, key: &str) -> Result<Option<serde_json::Value>, StoreError> {

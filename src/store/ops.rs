@@ -54,3 +54,34 @@ pub(crate) struct Counters {
     pub ops: AtomicU64,
     pub last_group: AtomicU64,
 }
+
+impl Op {
+    /// Upserts the record `(namespace, key)` (its JSON encoded here, on the caller's thread).
+    pub(crate) fn put(
+        namespace: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<Op, StoreError> {
+        super::codec::encode_value(value).map(|json| Op::Put {
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+            json,
+            updated_ms: super::codec::now_ms(),
+        })
+    }
+
+    /// Deletes the record `(namespace, key)`.
+    pub(crate) fn delete(namespace: &str, key: &str) -> Op {
+        Op::Delete {
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+        }
+    }
+
+    /// Removes an escrow's diff log.
+    pub(crate) fn delete_diffs(escrow_id: &str) -> Op {
+        Op::DeleteDiffs {
+            escrow: escrow_id.to_string(),
+        }
+    }
+}

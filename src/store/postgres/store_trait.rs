@@ -8,8 +8,7 @@ use devshard_actors::{
 
 use super::{lease, PgStore};
 use crate::store::codec::{
-    decode_diff, decode_value, decode_warm_delta, encode_diff, encode_value, nonce_to_sql, now_ms,
-    DiffRow,
+    decode_diff, decode_value, decode_warm_delta, encode_diff, nonce_to_sql, DiffRow,
 };
 use crate::store::ops::Op;
 
@@ -79,25 +78,15 @@ impl Store for PgStore {
     }
 
     fn delete_diffs(&self, escrow_id: &str) -> Ack {
-        self.submit(Ok(Op::DeleteDiffs {
-            escrow: escrow_id.to_string(),
-        }))
+        self.submit(Ok(Op::delete_diffs(escrow_id)))
     }
 
     fn put(&self, namespace: &str, key: &str, value: serde_json::Value) -> Ack {
-        self.submit(encode_value(&value).map(|json| Op::Put {
-            namespace: namespace.to_string(),
-            key: key.to_string(),
-            json,
-            updated_ms: now_ms(),
-        }))
+        self.submit(Op::put(namespace, key, &value))
     }
 
     fn delete(&self, namespace: &str, key: &str) -> Ack {
-        self.submit(Ok(Op::Delete {
-            namespace: namespace.to_string(),
-            key: key.to_string(),
-        }))
+        self.submit(Ok(Op::delete(namespace, key)))
     }
 
     fn get(&self, namespace: &str, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
