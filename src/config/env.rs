@@ -65,6 +65,8 @@ pub const ENV_DATABASE_URL: &str = "DEVSHARD_DATABASE_URL";
 pub const ENV_REPLICA_ID: &str = "DEVSHARD_REPLICA_ID";
 /// `store.lease_ttl_ms`.
 pub const ENV_LEASE_TTL_MS: &str = "DEVSHARD_LEASE_TTL_MS";
+/// `store.advertise_url`: where the other replicas reach this one.
+pub const ENV_ADVERTISE_URL: &str = "DEVSHARD_ADVERTISE_URL";
 /// The host (pod) name: the default replica id.
 const ENV_HOSTNAME: &str = "HOSTNAME";
 
@@ -150,6 +152,9 @@ pub fn apply(raw: &mut RawConfig, env: &EnvMap) -> Result<(), ConfigError> {
     }
     if let Some((name, v)) = lookup(env, &[ENV_LEASE_TTL_MS]) {
         raw.store.lease_ttl_ms = parse(name, v, "milliseconds")?;
+    }
+    if let Some((_, v)) = lookup(env, &[ENV_ADVERTISE_URL]) {
+        raw.store.advertise_url = v.to_string();
     }
     if let Some((_, v)) = lookup(env, &[ENV_CHAIN_REST_URL, ENV_CHAIN_REST]) {
         raw.chain_rest_url = v.to_string();

@@ -9,11 +9,13 @@
 //! replica_id = ""                             # empty = $HOSTNAME (the pod name), else "gateway"
 //! ```
 //!
-//! Environment: `DEVSHARD_DATABASE_URL`, `DEVSHARD_REPLICA_ID`, `DEVSHARD_LEASE_TTL_MS`; the
+//! Environment: `DEVSHARD_DATABASE_URL`, `DEVSHARD_REPLICA_ID`, `DEVSHARD_LEASE_TTL_MS`,
+//! `DEVSHARD_ADVERTISE_URL`; the
 //! replica id falls back to `HOSTNAME` (`super::env`).
 //!
 //! ```toml
 //! lease_ttl_ms = 10000                        # an escrow's lease; renewed every third of it
+//! advertise_url = "http://10.0.0.7:8080"      # where other replicas forward to (DEVSHARD_ADVERTISE_URL)
 //! ```
 
 use std::{path::Path, time::Duration};
@@ -33,6 +35,7 @@ pub struct RawStore {
     pub url: String,
     pub replica_id: String,
     pub lease_ttl_ms: u64,
+    pub advertise_url: String,
 }
 
 impl std::fmt::Debug for RawStore {
@@ -41,6 +44,7 @@ impl std::fmt::Debug for RawStore {
             .field("url", &crate::store::redact_url(&self.url))
             .field("replica_id", &self.replica_id)
             .field("lease_ttl_ms", &self.lease_ttl_ms)
+            .field("advertise_url", &self.advertise_url)
             .finish()
     }
 }
@@ -51,6 +55,7 @@ impl Default for RawStore {
             url: String::new(),
             replica_id: String::new(),
             lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
+            advertise_url: String::new(),
         }
     }
 }
@@ -73,6 +78,16 @@ pub fn store_target(raw: &RawStore, sqlite_path: &Path) -> Result<StoreTarget, C
             message: "must be at least 300 (renewed every third of it)".into(),
         });
     }
+    let advertise = raw.advertise_url.trim();
+    if !(advertise.is_empty()
+        || advertise.starts_with("http://")
+        || advertise.starts_with("https://"))
+    {
+        return Err(ConfigError::Invalid {
+            key: "store.advertise_url",
+            message: "must be empty or an http(s):// URL the other replicas reach".into(),
+        });
+    }
     let id = match raw.replica_id.trim() {
         "" => "gateway",
         id => id,
@@ -82,6 +97,7 @@ pub fn store_target(raw: &RawStore, sqlite_path: &Path) -> Result<StoreTarget, C
         replica: ReplicaConfig {
             id: id.to_string(),
             lease_ttl: Duration::from_millis(raw.lease_ttl_ms),
+            advertise_url: advertise.trim_end_matches('/').to_string(),
         },
     })
 }

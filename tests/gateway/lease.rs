@@ -21,6 +21,7 @@ fn replica(db: &TestDb, id: &str) -> PgStore {
         id: id.into(),
         // No renewal runs during the test: the takeover below expires the lease by hand.
         lease_ttl: Duration::from_secs(600),
+        advertise_url: String::new(),
     };
     PgStore::open_config(
         db.config(),

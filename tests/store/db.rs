@@ -52,6 +52,7 @@ pub fn pg_store(db: &TestDb, replica: &str, ttl: Duration) -> PgStore {
     let replica = ReplicaConfig {
         id: replica.into(),
         lease_ttl: ttl,
+        advertise_url: String::new(),
     };
     let log = slog::Logger::root(slog::Discard, slog::o!());
     PgStore::open_config(db.config(), replica, log).unwrap()

@@ -114,6 +114,7 @@ pub async fn a_newer_schema_is_refused() {
     let replica = devshard_gateway::store::postgres::ReplicaConfig {
         id: "a".into(),
         lease_ttl: LONG_TTL,
+        advertise_url: String::new(),
     };
     let err = devshard_gateway::store::postgres::PgStore::open_config(db.config(), replica, log)
         .unwrap_err();

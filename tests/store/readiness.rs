@@ -21,6 +21,7 @@ pub async fn readiness_follows_lease_ownership_and_database_reachability() {
     let replica = ReplicaConfig {
         id: "r1".into(),
         lease_ttl: Duration::from_secs(3),
+        advertise_url: String::new(),
     };
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let store = PgStore::open_config(config, replica, log).unwrap();

@@ -69,6 +69,9 @@ pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
 pub struct ReplicaConfig {
     pub id: String,
     pub lease_ttl: Duration,
+    /// Where the other replicas reach this one (`http://pod-ip:port`); empty = not reachable,
+    /// so nothing is forwarded to it.
+    pub advertise_url: String,
 }
 
 type Held = Arc<Mutex<HashMap<String, u64>>>;

@@ -78,6 +78,14 @@ const MIGRATIONS: &[&str] = &[
          epoch      BIGINT      NOT NULL,
          expires_at TIMESTAMPTZ NOT NULL
      );",
+    // 1 -> 2: the live replicas (heartbeat, timed by the database's clock) and the address other
+    // replicas forward requests to.
+    "CREATE TABLE replicas (
+         replica_id TEXT        NOT NULL PRIMARY KEY,
+         address    TEXT        NOT NULL,
+         started_at TIMESTAMPTZ NOT NULL,
+         expires_at TIMESTAMPTZ NOT NULL
+     );",
 ];
 
 /// Why a schema cannot be used.
