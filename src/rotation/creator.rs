@@ -17,6 +17,7 @@ use devshard_actors::{
     protocol::{
         cosmos::{create_tx, MsgCreateDevshardEscrow, TxSettings},
         crypto::{Address, SigningKey},
+        tx_timeout::TxTimeout,
     },
     settlement::{
         chain::ChainTxClient,
@@ -181,9 +182,9 @@ impl Creator {
             amount,
             model_id: model.to_owned(),
         };
-        let now_s = self.clock.now_unix();
+        let timeout = TxTimeout::unique(self.clock.now_ms(), self.tx.timeout_s);
         Ok(create_tx(
-            &self.key, &msg, &self.tx, &chain_id, account, now_s,
+            &self.key, &msg, &self.tx, &chain_id, account, timeout,
         ))
     }
 

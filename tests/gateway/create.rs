@@ -154,3 +154,33 @@ async fn an_unreachable_chain_keeps_the_intent_until_the_chain_answers() {
     assert_eq!(l.sim.created_escrows().len(), 1);
     l.stop().await;
 }
+
+/// Found by the rotation test under load: two creations of one model and amount signed in the
+/// same second were one tx (whole-second timeouts), so the second was refused as a duplicate and
+/// its intent registered the first's escrow as its own. Each creation is a tx of its own now.
+#[actix_rt::test]
+async fn creations_back_to_back_are_distinct_txs_and_distinct_escrows() {
+    let l = live::start("create-back-to-back", 4, &[], |_| {}).await;
+    let url = l.url().to_string();
+    let model = l.sim.config().model.clone();
+    let creator = l.sim.gateway_key().address().clone();
+    let before = l.sim.balance(&creator);
+    let mut ids = Vec::new();
+    let mut hashes = Vec::new();
+    for _ in 0..3 {
+        let (status, v) = admin_post(&url, "/v1/admin/escrows", &body(&model, 1_000_000_000)).await;
+        assert_eq!(status, 201, "{v}");
+        ids.push(v["escrow_id"].as_str().unwrap().to_owned());
+        hashes.push(v["tx_hash"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(ids, ["43", "44", "45"], "three creations, three escrows");
+    hashes.dedup();
+    assert_eq!(hashes.len(), 3, "three txs");
+    assert_eq!(l.sim.created_escrows().len(), 3);
+    assert_eq!(
+        l.sim.balance(&creator),
+        before - 3 * (1_000_000 + 1_000_000_000),
+        "three deposits and three fees"
+    );
+    l.stop().await;
+}

@@ -213,11 +213,8 @@ async fn the_daily_deposit_cap_is_never_exceeded_even_across_a_restart() {
     let (status, body) = put_settings(&url, &patch).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["rotation"]["models"][0]["max_deposit_per_day"], cap);
-    // Not `failed == 0` here: this zero-latency load sometimes runs an escrow dry before its
-    // replacement serves (README, "Creating and rotating escrows": an open finding). The
-    // steady-load test above keeps the strict check; this test is about the cap.
     let (_, failed) = load(&url, 400, || l.sim.created_escrows().len() >= 2).await;
-    eprintln!("requests failed before two creations: {failed}");
+    assert_eq!(failed, 0, "no request fails before the two creations");
     // The third replacement is due but capped: the load exhausts the newest escrow.
     let _ = load(&url, 400, || false).await;
     let v = view(&url).await;

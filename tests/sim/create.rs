@@ -7,6 +7,7 @@
 use devshard_actors::protocol::{
     cosmos::{create_tx, MsgCreateDevshardEscrow, SignedTx, TxSettings},
     crypto::SigningKey,
+    tx_timeout::TxTimeout,
 };
 use devshard_gateway::sim::{EscrowStatus, TxFaults};
 use serde_json::Value;
@@ -31,7 +32,7 @@ fn create(net: &TestNet, key: &SigningKey, account: u64, amount: u64, model: &st
         &TxSettings::default(),
         net.chain_id(),
         account,
-        now,
+        TxTimeout::after_s(now, 540),
     )
 }
 

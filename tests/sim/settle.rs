@@ -12,6 +12,7 @@ use devshard_actors::{
         cosmos::{settle_tx, SignedTx, TxSettings},
         proto::{DevshardTx, MsgFinalizeRound, Tx},
         state::Phase,
+        tx_timeout::TxTimeout,
     },
     settlement::payload::SettlementPayload,
 };
@@ -104,7 +105,7 @@ pub(crate) fn sign(
         &settings,
         net.chain_id(),
         account,
-        s.now(),
+        TxTimeout::after_s(s.now(), 540),
     )
 }
 
@@ -214,7 +215,7 @@ async fn a_signature_over_another_account_number_or_chain_is_refused_at_check_tx
         &settings,
         net.chain_id(),
         account + 1,
-        s.now(),
+        TxTimeout::after_s(s.now(), 540),
     );
     assert_eq!(
         broadcast(&net, &wrong_account).await["tx_response"]["code"],
@@ -226,7 +227,7 @@ async fn a_signature_over_another_account_number_or_chain_is_refused_at_check_tx
         &settings,
         "other-chain",
         account,
-        s.now(),
+        TxTimeout::after_s(s.now(), 540),
     );
     assert_eq!(
         broadcast(&net, &wrong_chain).await["tx_response"]["code"],
@@ -238,7 +239,7 @@ async fn a_signature_over_another_account_number_or_chain_is_refused_at_check_tx
         &settings,
         net.chain_id(),
         account,
-        s.now() - 600,
+        TxTimeout::after_s(s.now() - 600, 540),
     );
     assert_eq!(broadcast(&net, &expired).await["tx_response"]["code"], 30);
     assert_eq!(net.escrow_status("42"), Some(EscrowStatus::Open));

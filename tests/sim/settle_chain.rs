@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use devshard_actors::protocol::cosmos::{settle_tx, TxSettings};
+use devshard_actors::protocol::{
+    cosmos::{settle_tx, TxSettings},
+    tx_timeout::TxTimeout,
+};
 use devshard_gateway::sim::EscrowStatus;
 use serde_json::json;
 
@@ -34,7 +37,14 @@ async fn the_chain_settles_only_for_the_escrow_creator_who_signed_the_tx() {
     let by_host = |settler| {
         let msg = payload.to_msg(settler).unwrap();
         let t = TxSettings::default();
-        settle_tx(&host.key, &msg, &t, net.chain_id(), host_account, s.now())
+        settle_tx(
+            &host.key,
+            &msg,
+            &t,
+            net.chain_id(),
+            host_account,
+            TxTimeout::after_s(s.now(), 540),
+        )
     };
     // A funded account that is not the creator settles in its own name: refused in the block.
     let t = by_host(&host.address);

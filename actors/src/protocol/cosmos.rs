@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     crypto::{sha256, SigningKey},
     proto::HostStatsProto,
+    tx_timeout::TxTimeout,
 };
 
 /// Type URL of the settlement message.
@@ -130,16 +131,16 @@ pub fn tx_hash(tx_bytes: &[u8]) -> String {
     hex::encode_upper(sha256(tx_bytes))
 }
 
-/// An unordered body carrying one message, valid until `timeout_unix_s`.
-pub fn unordered_body(message: Any, timeout_unix_s: i64) -> TxBody {
+/// An unordered body carrying one message, valid until `timeout`.
+pub fn unordered_body(message: Any, timeout: TxTimeout) -> TxBody {
     TxBody {
         messages: vec![message],
         memo: String::new(),
         timeout_height: 0,
         unordered: true,
         timeout_timestamp: Some(Timestamp {
-            seconds: timeout_unix_s,
-            nanos: 0,
+            seconds: timeout.seconds,
+            nanos: timeout.nanos,
         }),
     }
 }
@@ -228,28 +229,28 @@ pub fn sign_tx(
     }
 }
 
-/// One message in a signed, unordered tx valid for `settings.timeout_s` from `now_unix_s`.
+/// One message in a signed, unordered tx valid until `timeout` (callers take it from
+/// [`TxTimeout::unique`], so no two txs of this process share it).
 fn unordered_tx(
     key: &SigningKey,
     message: Any,
     settings: &TxSettings,
     chain_id: &str,
     account_number: u64,
-    now_unix_s: i64,
+    timeout: TxTimeout,
 ) -> SignedTx {
-    let timeout = now_unix_s.saturating_add(i64::try_from(settings.timeout_s).unwrap_or(i64::MAX));
     let body = unordered_body(message, timeout);
     sign_tx(key, &body, settings, chain_id, account_number)
 }
 
-/// The signed, unordered settlement tx valid for `settings.timeout_s` from `now_unix_s`.
+/// The signed, unordered settlement tx valid until `timeout`.
 pub fn settle_tx(
     key: &SigningKey,
     msg: &MsgSettleDevshardEscrow,
     settings: &TxSettings,
     chain_id: &str,
     account_number: u64,
-    now_unix_s: i64,
+    timeout: TxTimeout,
 ) -> SignedTx {
     unordered_tx(
         key,
@@ -257,7 +258,7 @@ pub fn settle_tx(
         settings,
         chain_id,
         account_number,
-        now_unix_s,
+        timeout,
     )
 }
 
@@ -268,13 +269,13 @@ pub fn create_tx(
     settings: &TxSettings,
     chain_id: &str,
     account_number: u64,
-    now_unix_s: i64,
+    timeout: TxTimeout,
 ) -> SignedTx {
     let any = Any {
         type_url: CREATE_TYPE_URL.to_owned(),
         value: msg.encode_to_vec(),
     };
-    unordered_tx(key, any, settings, chain_id, account_number, now_unix_s)
+    unordered_tx(key, any, settings, chain_id, account_number, timeout)
 }
 
 #[cfg(test)]
@@ -334,7 +335,14 @@ mod tests {
             [0x0a, 2, b'a', b'b', 0x10, 0xac, 0x02, 0x1a, 1, b'm']
         );
         let key = SigningKey::derive("cosmos", 1);
-        let tx = create_tx(&key, &m, &TxSettings::default(), "c", 7, 1_000);
+        let tx = create_tx(
+            &key,
+            &m,
+            &TxSettings::default(),
+            "c",
+            7,
+            TxTimeout::after_s(1_000, 540),
+        );
         let raw = TxRaw::decode(tx.bytes.as_slice()).unwrap();
         let body = TxBody::decode(raw.body_bytes.as_slice()).unwrap();
         assert_eq!(body.messages[0].type_url, CREATE_TYPE_URL);
@@ -344,7 +352,7 @@ mod tests {
 
     #[test]
     fn unordered_body_sets_tags_4_and_5() {
-        let body = unordered_body(settle_any(&msg()), 1_700_000_540);
+        let body = unordered_body(settle_any(&msg()), TxTimeout::after_s(1_700_000_000, 540));
         let bytes = body.encode_to_vec();
         let decoded = TxBody::decode(bytes.as_slice()).unwrap();
         assert!(decoded.unordered);
@@ -363,7 +371,14 @@ mod tests {
     fn signed_tx_verifies_over_the_sign_doc_and_hashes_its_bytes() {
         let key = SigningKey::derive("cosmos", 1);
         let settings = TxSettings::default();
-        let tx = settle_tx(&key, &msg(), &settings, "gonka-test", 17, 1_700_000_000);
+        let tx = settle_tx(
+            &key,
+            &msg(),
+            &settings,
+            "gonka-test",
+            17,
+            TxTimeout::after_s(1_700_000_000, 540),
+        );
         assert_eq!(tx.hash, tx_hash(&tx.bytes));
         assert_eq!(tx.hash, tx.hash.to_uppercase());
         assert_eq!(tx.timeout_unix_s, 1_700_000_540);
@@ -390,7 +405,14 @@ mod tests {
             .verify_ecdsa(&digest, &sig, key.public_key())
             .is_err());
         // Same inputs, same bytes (RFC 6979): a re-sign is the same tx.
-        let again = settle_tx(&key, &msg(), &settings, "gonka-test", 17, 1_700_000_000);
+        let again = settle_tx(
+            &key,
+            &msg(),
+            &settings,
+            "gonka-test",
+            17,
+            TxTimeout::after_s(1_700_000_000, 540),
+        );
         assert_eq!(again, tx);
     }
 }

@@ -13,6 +13,7 @@ pub mod recovered;
 pub mod session_error;
 pub mod sse;
 pub mod state;
+pub mod tx_timeout;
 pub mod version;
 pub mod warm;
 pub mod wire;

@@ -30,6 +30,7 @@ use crate::{
     protocol::{
         cosmos::{SignedTx, TxSettings},
         crypto::SigningKey,
+        tx_timeout::TxTimeout,
     },
     store::SharedStore,
 };
@@ -257,9 +258,9 @@ impl SettlementActor {
             self.deps.key.clone(),
             self.deps.tx.clone(),
         );
-        let now_s = self.deps.clock.now_unix();
+        let timeout = TxTimeout::unique(self.deps.clock.now_ms(), settings.timeout_s);
         self.busy = true;
-        let fut = async move { sign_step(chain, key, settings, payload, now_s).await };
+        let fut = async move { sign_step(chain, key, settings, payload, timeout).await };
         ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
             act.busy = false;
             match res {

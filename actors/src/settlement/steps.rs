@@ -24,6 +24,7 @@ use crate::{
         cosmos::{settle_tx, SignedTx, TxSettings},
         crypto::SigningKey,
         state::Phase,
+        tx_timeout::TxTimeout,
     },
 };
 
@@ -169,7 +170,7 @@ pub(super) async fn sign_step(
     key: SigningKey,
     settings: TxSettings,
     payload: SettlementPayload,
-    now_s: i64,
+    timeout: TxTimeout,
 ) -> Result<SignedTx, String> {
     let chain_id = chain.chain_id().await.map_err(|e| e.to_string())?;
     let account = chain
@@ -177,7 +178,9 @@ pub(super) async fn sign_step(
         .await
         .map_err(|e| e.to_string())?;
     let msg = payload.to_msg(key.address()).map_err(|e| e.to_string())?;
-    Ok(settle_tx(&key, &msg, &settings, &chain_id, account, now_s))
+    Ok(settle_tx(
+        &key, &msg, &settings, &chain_id, account, timeout,
+    ))
 }
 
 /// One broadcast of the persisted bytes, the confirmation polls and the escrow check.
