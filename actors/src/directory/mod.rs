@@ -47,8 +47,8 @@ use crate::{
 pub use board::{Board, BoardEscrow, EscrowBoard};
 pub use messages::*;
 pub use participants::{
-    AdminParticipants, GetHealthSettings, ListParticipants, ParticipantOp, SetHealthSettings,
-    HEALTH_SETTINGS_KEY,
+    AdminParticipants, GetHealthSettings, ListParticipants, ParticipantOp, ReloadHealthSettings,
+    ReloadParticipants, SetHealthSettings, HEALTH_SETTINGS_KEY,
 };
 pub use warm::GetWarmChecker;
 

@@ -69,21 +69,30 @@ pub struct ParticipantActor {
     stats: StatsSlot,
 }
 
+/// The participant's persisted record (a fresh one when absent or unreadable).
+pub(super) fn stored_record(
+    address: &Address,
+    store: &SharedStore,
+    log: &Logger,
+) -> ParticipantRecord {
+    match store.get(ns::PARTICIPANTS, address.as_str()) {
+        Ok(Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| {
+            warn!(log, "participant record unreadable; starting fresh"; "error" => %e);
+            ParticipantRecord::new(address.clone())
+        }),
+        Ok(None) => ParticipantRecord::new(address.clone()),
+        Err(e) => {
+            warn!(log, "participant record not loaded"; "error" => %e);
+            ParticipantRecord::new(address.clone())
+        }
+    }
+}
+
 impl ParticipantActor {
     /// Loads the participant's record from the store (or starts a fresh one).
     pub fn load(address: Address, deps: ParticipantDeps) -> ParticipantActor {
         let log = deps.log.new(o!("participant" => address.to_string()));
-        let record = match deps.store.get(ns::PARTICIPANTS, address.as_str()) {
-            Ok(Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| {
-                warn!(log, "participant record unreadable; starting fresh"; "error" => %e);
-                ParticipantRecord::new(address.clone())
-            }),
-            Ok(None) => ParticipantRecord::new(address.clone()),
-            Err(e) => {
-                warn!(log, "participant record not loaded"; "error" => %e);
-                ParticipantRecord::new(address.clone())
-            }
-        };
+        let record = stored_record(&address, &deps.store, &log);
         let stats = deps
             .actors
             .register(Kind::Participant, address.to_string(), &deps.clock);

@@ -49,6 +49,12 @@ pub struct Forget;
 #[rtype(result = "Result<Arc<ParticipantView>, String>")]
 pub struct ForceEject;
 
+/// Another replica changed this participant's health (PostgreSQL, shared health): reload the
+/// record from the store and tell the escrows.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ReloadRecord;
+
 /// New health settings (applied live).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
