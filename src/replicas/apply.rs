@@ -50,7 +50,7 @@ async fn apply(
             .await
             .map(|()| 0)
             .map_err(|e| e.to_string()),
-        EventKind::Eject | EventKind::Unquarantine | EventKind::Forget => {
+        EventKind::Eject | EventKind::Unquarantine | EventKind::Forget | EventKind::Probation => {
             match event.participant.as_deref().map(Address::parse).transpose() {
                 Ok(address) => directory
                     .send(ReloadParticipants {

@@ -1,7 +1,8 @@
 //! Host health and settings shared between replicas through `LISTEN/NOTIFY`.
 //!
-//! A replica that ejects, forgets or unquarantines a participant (admin API), or changes the
-//! settings (`PUT /v1/admin/settings`), persists the change first and then `NOTIFY`s the channel
+//! A replica that ejects, forgets or unquarantines a participant (admin API), whose participant
+//! actor ejects one or starts its probation by itself, or that changes the settings
+//! (`PUT /v1/admin/settings`), persists the change first and then `NOTIFY`s the channel
 //! ([`channel_for`]: `devshard_events`, or `devshard_events_<schema>` when the tables are not in
 //! `public`, so databases shared by several schemas keep their events apart) with a JSON
 //! [`SharedEvent`]. Every replica listens on a dedicated connection of its own
@@ -15,7 +16,7 @@
 
 use std::time::Duration;
 
-use devshard_actors::directory::ParticipantOp;
+use devshard_actors::{directory::ParticipantOp, participant::messages::HealthDecision};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use slog::{info, warn, Logger};
@@ -36,6 +37,8 @@ pub enum EventKind {
     Eject,
     Forget,
     Unquarantine,
+    /// A replica's own health decision moved a participant into probation.
+    Probation,
     Settings,
 }
 
@@ -45,6 +48,7 @@ impl EventKind {
             EventKind::Eject => "eject",
             EventKind::Forget => "forget",
             EventKind::Unquarantine => "unquarantine",
+            EventKind::Probation => "probation",
             EventKind::Settings => "settings",
         }
     }
@@ -56,6 +60,15 @@ impl From<ParticipantOp> for EventKind {
             ParticipantOp::ForceEject => EventKind::Eject,
             ParticipantOp::Forget => EventKind::Forget,
             ParticipantOp::Unquarantine => EventKind::Unquarantine,
+        }
+    }
+}
+
+impl From<HealthDecision> for EventKind {
+    fn from(d: HealthDecision) -> EventKind {
+        match d {
+            HealthDecision::Ejected => EventKind::Eject,
+            HealthDecision::ProbationStarted => EventKind::Probation,
         }
     }
 }

@@ -23,7 +23,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use devshard_actors::{directory::Directory, stats::TrackedAddr};
+use devshard_actors::{
+    directory::{Directory, ShareHealthDecisions},
+    participant::messages::HealthDecided,
+    stats::TrackedAddr,
+};
 use prometheus::{IntCounterVec, Opts, Registry};
 use slog::{info, warn, Logger};
 
@@ -97,11 +101,21 @@ impl ForwardOutcome {
 
 type Cached = Option<(Instant, Arc<Vec<RemoteEscrow>>)>;
 
-/// Starts sharing host health with the other replicas: the applier on this actix system and
-/// the listener thread feeding it (a listener that cannot start is logged; forwarding works
+/// Starts sharing host health with the other replicas: this replica's own participant
+/// decisions (ejections, probations) are published once persisted, and the others' events are
+/// applied here (the applier on this actix system and the listener thread feeding it (a listener that cannot start is logged; forwarding works
 /// without it).
 pub fn start_sharing(replicas: &Replicas, directory: TrackedAddr<Directory>, log: &Logger) {
     let Some(pg) = replicas.pg() else { return };
+    let (decided, mut decisions) = tokio::sync::mpsc::unbounded_channel::<HealthDecided>();
+    directory.do_send(ShareHealthDecisions(decided));
+    let own = replicas.clone();
+    actix_web::rt::spawn(async move {
+        while let Some(d) = decisions.recv().await {
+            own.publish(d.decision.into(), Some(d.address.to_string()))
+                .await;
+        }
+    });
     let sink = apply::start(replicas.clone(), directory, log.clone());
     let wiring = events::ListenerWiring {
         config: pg.connect_config().clone(),

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use actix::prelude::*;
 use futures::future::join_all;
 use slog::error;
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Directory, DirectoryError};
 use crate::{
     participant::{
         messages::{
-            ApplyHealthSettings, ForceEject, Forget, GetParticipant, HealthChanged,
+            ApplyHealthSettings, ForceEject, Forget, GetParticipant, HealthChanged, HealthDecided,
             ParticipantView, ReloadRecord, Unquarantine,
         },
         ParticipantActor, ParticipantDeps,
@@ -67,6 +68,12 @@ pub struct ReloadParticipants {
 #[rtype(result = "()")]
 pub struct ReloadHealthSettings;
 
+/// Where participant actors spawned from now on send their own health decisions once persisted
+/// (the edge shares them with the other replicas).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ShareHealthDecisions(pub UnboundedSender<HealthDecided>);
+
 /// The current health settings.
 #[derive(Debug, Message)]
 #[rtype(result = "Arc<HealthSettings>")]
@@ -83,6 +90,7 @@ impl Directory {
             fault_injection: self.deps.fault_injection,
             changes: self.tracked_address(ctx).recipient(),
             on_stop: self.tracked_address(ctx).recipient(),
+            decisions: self.decisions.clone(),
             actors: self.deps.actors.clone(),
         }
     }
@@ -245,6 +253,14 @@ impl Handler<ReloadHealthSettings> for Directory {
         if settings != *self.settings {
             self.apply_settings(Arc::new(settings));
         }
+    }
+}
+
+impl Handler<ShareHealthDecisions> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: ShareHealthDecisions, _: &mut Self::Context) {
+        self.decisions = Some(msg.0);
     }
 }
 

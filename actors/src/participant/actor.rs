@@ -20,7 +20,9 @@ use actix::prelude::*;
 use slog::{info, o, warn, Logger};
 
 use super::{
-    messages::{GetParticipant, HealthChanged, ParticipantView},
+    messages::{
+        DecisionSink, GetParticipant, HealthChanged, HealthDecided, HealthDecision, ParticipantView,
+    },
     record::ParticipantRecord,
 };
 use crate::{
@@ -53,6 +55,8 @@ pub struct ParticipantDeps {
     /// Where health changes go (the directory forwards them to escrows).
     pub changes: TrackedRecipient<HealthChanged>,
     pub on_stop: TrackedRecipient<Died>,
+    /// Where its own ejections and probations go once persisted (shared with other replicas).
+    pub decisions: DecisionSink,
     /// Where this actor registers its stats.
     pub actors: ActorRegistry,
 }
@@ -119,12 +123,26 @@ impl ParticipantActor {
             .put(ns::PARTICIPANTS, self.address.as_str(), value)
     }
 
-    fn persist_in_background(&self) {
+    /// Persists the record; once durable, hands `decision` (if any) to the decision sink.
+    fn persist_in_background(&self, decision: Option<HealthDecision>) {
         let ack = self.persist();
         let log = self.log.clone();
+        let shared = decision
+            .zip(self.deps.decisions.clone())
+            .map(|(decision, sink)| {
+                let address = self.address.clone();
+                (sink, HealthDecided { address, decision })
+            });
         actix::spawn(async move {
-            if let Err(e) = ack.await {
-                warn!(log, "participant record not persisted"; "stage" => "store_error", "error" => %e);
+            match ack.await {
+                Err(e) => {
+                    warn!(log, "participant record not persisted"; "stage" => "store_error", "error" => %e)
+                }
+                Ok(()) => {
+                    if let Some((sink, decided)) = shared {
+                        let _ = sink.send(decided);
+                    }
+                }
             }
         });
     }
@@ -232,8 +250,9 @@ impl ParticipantActor {
         self.tick = None;
         let (next, effects) = health::tick(&self.record.health, &self.deps.settings, self.now());
         if next != self.record.health {
+            let decision = HealthDecision::of(&effects);
             self.commit(next, effects, ctx);
-            self.persist_in_background();
+            self.persist_in_background(decision);
         } else {
             self.arm_tick(ctx);
         }
@@ -334,8 +353,9 @@ impl Handler<ParticipantOutcome> for ParticipantActor {
             now,
             draw,
         );
+        let decision = HealthDecision::of(&effects);
         self.commit(next, effects, ctx);
-        self.persist_in_background();
+        self.persist_in_background(decision);
     }
 }
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::record::ParticipantRecord;
 use crate::{
     policy::{
-        health::{HealthState, Preference},
+        health::{HealthEffect, HealthState, Preference},
         perf::PerfEstimates,
         settings::HealthSettings,
     },
@@ -54,6 +54,40 @@ pub struct ForceEject;
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct ReloadRecord;
+
+/// A health decision this replica's actor took by itself (not an admin call), once persisted:
+/// what the other replicas are told (PostgreSQL, shared health).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthDecided {
+    pub address: Address,
+    pub decision: HealthDecision,
+}
+
+/// The decisions shared with the other replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthDecision {
+    Ejected,
+    ProbationStarted,
+}
+
+impl HealthDecision {
+    /// The decision among a commit's effects, if any (an ejection wins).
+    pub fn of(effects: &[HealthEffect]) -> Option<HealthDecision> {
+        if effects
+            .iter()
+            .any(|e| matches!(e, HealthEffect::Ejected { .. }))
+        {
+            return Some(HealthDecision::Ejected);
+        }
+        effects
+            .iter()
+            .any(|e| matches!(e, HealthEffect::ProbationStarted))
+            .then_some(HealthDecision::ProbationStarted)
+    }
+}
+
+/// Where an actor's own health decisions go (`None`: nobody listens, e.g. SQLite).
+pub type DecisionSink = Option<tokio::sync::mpsc::UnboundedSender<HealthDecided>>;
 
 /// New health settings (applied live).
 #[derive(Debug, Clone, Message)]
