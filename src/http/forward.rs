@@ -241,18 +241,11 @@ pub async fn escrow_calls(
             .await
             .map(ServiceResponse::map_into_boxed_body);
     };
-    let body = match req.extract::<web::Payload>().await {
-        Ok(payload) => read_body(req.request(), payload, ADMIN_BODY_LIMIT).await,
-        Err(e) => return Err(e),
-    };
-    let body = match body {
-        Ok(body) => body,
-        Err(e) => return Ok(req.into_response(e.error_response())),
-    };
+    let payload = req.extract::<web::Payload>().await?;
     let log = replicas.log().clone();
-    let res = match send(&replicas, req.request(), body, None, &to, &log).await {
-        Ok(res) => res,
-        Err(e) => e.error_response(),
+    let res = match read_body(req.request(), payload, ADMIN_BODY_LIMIT).await {
+        Ok(body) => send(&replicas, req.request(), body, None, &to, &log).await,
+        Err(e) => Err(e),
     };
-    Ok(req.into_response(res))
+    Ok(req.into_response(res.unwrap_or_else(|e| e.error_response())))
 }
