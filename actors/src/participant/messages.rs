@@ -104,3 +104,29 @@ pub struct HealthChanged {
     pub routable: bool,
     pub preference: Preference,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ejections_and_probations_are_shared_an_ejection_first() {
+        let ejected = HealthEffect::Ejected {
+            until_ms: 1,
+            level: 0,
+        };
+        assert_eq!(HealthDecision::of(&[]), None);
+        assert_eq!(
+            HealthDecision::of(&[HealthEffect::BecameSuspect, HealthEffect::BecameHealthy]),
+            None
+        );
+        assert_eq!(
+            HealthDecision::of(&[HealthEffect::ProbationStarted]),
+            Some(HealthDecision::ProbationStarted)
+        );
+        assert_eq!(
+            HealthDecision::of(&[HealthEffect::ProbationStarted, ejected]),
+            Some(HealthDecision::Ejected)
+        );
+    }
+}
