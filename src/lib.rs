@@ -25,6 +25,7 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod overload;
+pub mod replicas;
 pub mod rotation;
 pub mod sim;
 pub mod state;

@@ -248,6 +248,13 @@ pub async fn start_with(
     state.replica_readiness =
         ReplicaReadiness::for_store(store.clone(), &state.registry, log.clone())
             .map_err(|e| AppError::Metrics(e.to_string()))?;
+    state.replicas =
+        crate::replicas::Replicas::for_store(store.clone(), &state.registry, log.clone())
+            .await
+            .map_err(|e| AppError::Metrics(e.to_string()))?;
+    if let Some(replicas) = &state.replicas {
+        crate::replicas::start_sharing(replicas, directory.clone(), &log);
+    }
     // The poller first: registration takes the participants from its first snapshot.
     let poller = match &config.chain.public_api_url {
         Some(api) => Some(state.polling.start_poller(

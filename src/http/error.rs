@@ -42,6 +42,7 @@
 //! | settle: unknown escrow / already settled / not ours | 404 / 409 / 403 | `invalid_request_error` | `escrow_not_found`, `escrow_settled`, `escrow_not_ours` |
 //! | chain unreachable / odd chain data | 502 | `upstream_error` | `chain_unavailable`, `chain_data_invalid` |
 //! | store or internal failure | 500 | `server_error` | `store_error`, `escrow_start_failed`, `internal_error` |
+//! | PostgreSQL replicas: the owner replica unreachable / a forwarded request not servable here (`Forward`, `crate::replicas`) | 503 | `service_unavailable` | `owner_unreachable`, `forward_hop_limit` (Retry-After 1) |
 
 use actix::MailboxError;
 use actix_web::{
@@ -169,6 +170,8 @@ pub enum ApiError {
     ActorGone,
     #[error("internal error: {0}")]
     Internal(String),
+    #[error(transparent)]
+    Forward(#[from] crate::replicas::ForwardError),
 }
 
 impl From<MailboxError> for ApiError {
@@ -387,6 +390,7 @@ impl ApiError {
             ApiError::ActorTimeout => parts(503, UNAVAILABLE, "actor_timeout"),
             ApiError::ActorGone => parts(503, UNAVAILABLE, "actor_unavailable"),
             ApiError::Internal(_) => parts(500, SERVER, "internal_error"),
+            ApiError::Forward(e) => parts(503, UNAVAILABLE, e.code()),
         }
     }
 

@@ -24,6 +24,8 @@
 //! - [`debug`]: every `/v1/debug/…` route (actors, escrows, chain, series; admin);
 //! - [`openapi`]: `GET /openapi.json`;
 //! - [`ui`]: `GET /debug/ui`, the operator page;
+//! - [`forward`]: PostgreSQL replicas: chat requests and escrow admin calls sent to the replica
+//!   that owns the escrow;
 //! - [`error`]: the one mapping of every error to a status and an OpenAI-shaped answer.
 
 pub mod access;
@@ -37,6 +39,7 @@ pub mod escrow_adopt;
 pub mod escrow_create;
 pub mod escrow_delete;
 pub mod filter;
+pub mod forward;
 pub mod gate;
 pub mod ledger;
 pub mod messages;
@@ -96,6 +99,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(resource("/metrics").route(web::get().to(ops::metrics)))
         .service(
             web::scope("/v1/admin")
+                .wrap(from_fn(forward::escrow_calls))
                 .wrap(from_fn(admin::require_admin))
                 .service(
                     resource("/escrows")
@@ -149,6 +153,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .service(
             web::scope("/v1/debug")
+                .wrap(from_fn(forward::escrow_calls))
                 .wrap(from_fn(admin::require_admin))
                 .service(resource("/chain").route(web::get().to(debug_chain::debug_chain)))
                 .service(resource("/series").route(web::get().to(debug_chain::series)))

@@ -13,10 +13,14 @@
 //! started there to another escrow of the model). The race starts inside the handler, so that it
 //! lives on this worker's arbiter (awc is `!Send`).
 //!
+//! On PostgreSQL replicas, a request whose model has no usable escrow here is forwarded, after
+//! the body checks, to the replica owning one ([`forward::chat_elsewhere`]), before any
+//! accounting here (the owner records it).
+//!
 //! Answers: streaming → 200 `text/event-stream` with the race's bytes; non-streaming → 200 JSON;
 //! a race failure before the first byte → its status with an OpenAI error body. Every answer
 //! carries `X-Request-Id`, and `X-Devshard-Escrow` (+ upstream `X-Devshard-ID`) once an escrow
-//! was picked.
+//! was picked; on PostgreSQL also `X-Devshard-Replica` (the replica that served it).
 
 use std::sync::Arc;
 
@@ -28,11 +32,12 @@ use devshard_actors::{escrow::messages::InferenceParams, race::RaceStart};
 use slog::{info, o, warn, Logger};
 
 use super::{
-    access, accounting, error::ApiError, gate, normalize, placement, read_body, request_id,
-    sse::InFlight, HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
+    access, accounting, error::ApiError, forward, gate, normalize, placement, read_body,
+    request_id, sse::InFlight, HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
 use crate::{
     metrics::REJECT_MAX_CONCURRENT,
+    replicas::HEADER_REPLICA,
     state::accounting::{fingerprint, Begin, Outcome, Record, Stored},
     state::AppState,
 };
@@ -73,6 +78,14 @@ pub async fn chat(
     let headers = res.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&rid) {
         headers.insert(header::HeaderName::from_static(HEADER_REQUEST_ID), v);
+    }
+    let replica = state.replicas.as_ref().map(|r| r.id());
+    if let Some(id) = replica.and_then(|id| HeaderValue::from_str(id).ok()) {
+        // A forwarded answer already names the owner that served it.
+        let name = header::HeaderName::from_static(HEADER_REPLICA);
+        if !headers.contains_key(&name) {
+            headers.insert(name, id);
+        }
     }
     if let Some(id) = escrow.and_then(|id| HeaderValue::from_str(&id).ok()) {
         headers.insert(header::HeaderName::from_static(HEADER_ESCROW), id.clone());
@@ -127,6 +140,12 @@ async fn chat_inner(
     let caller = access::identify(req, state)?;
     let raw = read_body(req, payload, state.limits.max_body_bytes).await?;
     let parsed = normalize::parse(&raw, state.limits.chat)?;
+    // PostgreSQL replicas: no usable escrow of the model here → its owner serves it.
+    if let Some(res) =
+        forward::chat_elsewhere(req, state, parsed.model.as_deref(), raw.clone(), rid, log).await?
+    {
+        return Ok(res);
+    }
     let model = normalize::choose_model(
         parsed.model.as_deref(),
         &state.board.load().models,

@@ -5,7 +5,8 @@
 //!   otherwise 503 with the reason. On PostgreSQL first: the database answers and this replica's
 //!   escrow leases are claimed and fresh (`readiness.rs`), else 503 with `code` and `reason`.
 //! - `GET /metrics`: Prometheus text exposition of the process registry.
-//! - `GET /v1/models`: the models of registered, healthy escrows (OpenAI list shape).
+//! - `GET /v1/models`: the models of registered, healthy escrows (OpenAI list shape); on
+//!   PostgreSQL also those of every other replica's live escrows (they are forwarded there).
 
 use actix_web::{http::header, web, HttpResponse, ResponseError};
 use devshard_actors::{
@@ -15,7 +16,7 @@ use devshard_actors::{
 use serde_json::json;
 
 use super::error::ApiError;
-use crate::{metrics, state::AppState};
+use crate::{metrics, replicas::route, state::AppState};
 
 /// `Content-Type` of the Prometheus text format.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -92,7 +93,10 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
 /// `GET /v1/models`.
 pub async fn models(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let board = state.board.load();
-    let models = &board.models;
+    let models = match &state.replicas {
+        Some(replicas) => route::all_models(&board.models, &replicas.remote().await),
+        None => board.models.clone(),
+    };
     let cap = state.limits.chat.max_tokens_cap;
     let data: Vec<_> = models
         .iter()

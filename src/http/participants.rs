@@ -9,7 +9,8 @@
 //!   host bad by hand).
 //!
 //! The POST bodies are `{"participant_key": "gonka1…"}` or `{"all": true}`. Every call is
-//! idempotent and persisted before it answers.
+//! idempotent and persisted before it answers; on PostgreSQL the other replicas are then told
+//! (`crate::replicas::events`) and reload the participant's health within a second.
 
 use std::sync::Arc;
 
@@ -26,7 +27,10 @@ use serde_json::{json, Value};
 use slog::info;
 
 use super::{admin::ADMIN_BODY_LIMIT, error::ApiError, read_body};
-use crate::state::{AppState, ACTOR_TIMEOUT};
+use crate::{
+    replicas::events::EventKind,
+    state::{AppState, ACTOR_TIMEOUT},
+};
 
 /// Body of the participant admin POSTs.
 #[derive(Debug, Deserialize)]
@@ -126,14 +130,17 @@ async fn admin_op(
             })?),
             (None, true) => None,
         };
-    let who = address
-        .as_ref()
-        .map_or("all".to_string(), ToString::to_string);
+    let target = address.as_ref().map(ToString::to_string);
+    let who = target.clone().unwrap_or_else(|| "all".to_string());
     let views: Vec<Arc<ParticipantView>> = state
         .directory
         .send(AdminParticipants { address, op })
         .timeout(ACTOR_TIMEOUT)
         .await??;
+    // Persisted: the other replicas may reload it now.
+    if let Some(replicas) = &state.replicas {
+        replicas.publish(EventKind::from(op), target).await;
+    }
     info!(state.log, "participant admin call"; "stage" => "participant_admin",
         "op" => format!("{op:?}").to_lowercase(), "participant" => who);
     let settings = state

@@ -17,6 +17,7 @@
 //!   an environment variable cannot be changed here (400 naming the variable): the environment
 //!   always wins. Answers 200 with the full new settings. Updates are serialized.
 
+use crate::replicas::events::EventKind;
 use actix_web::{http::StatusCode, web, HttpRequest, HttpResponse};
 use devshard_actors::{
     chain::{ApplyPollSettings, ChainPollSettings},
@@ -337,6 +338,9 @@ pub async fn put_settings(
     }
     if let Some(r) = rotation.filter(|r| *r != rotation_now) {
         state.rotation.apply(r).await?;
+    }
+    if let Some(replicas) = &state.replicas {
+        replicas.publish(EventKind::Settings, None).await;
     }
     let sections: Vec<&str> = body.keys().map(String::as_str).collect();
     info!(state.log, "settings changed by an admin"; "stage" => "settings_updated",

@@ -140,6 +140,9 @@ pub struct AppState {
     pub ledger: Option<ledger::Ledger>,
     /// The PostgreSQL stage of `/readyz` (`None`: SQLite, or a bare test state).
     pub replica_readiness: Option<crate::http::readiness::ReplicaReadiness>,
+    /// The other replicas on the same PostgreSQL database: forwarding and shared health
+    /// (`None`: SQLite, or a bare test state).
+    pub replicas: Option<crate::replicas::Replicas>,
     /// The live page's 15-minute series.
     pub series: series::Series,
     /// Settlement actors (`http::settlement`).
@@ -248,6 +251,7 @@ impl AppState {
             deactivated,
             ledger: None,
             replica_readiness: None,
+            replicas: None,
             series: series::Series::default(),
             settlements,
             rotation,

@@ -47,8 +47,8 @@ use crate::{
 pub use board::{Board, BoardEscrow, EscrowBoard};
 pub use messages::*;
 pub use participants::{
-    AdminParticipants, GetHealthSettings, ListParticipants, ParticipantOp, SetHealthSettings,
-    HEALTH_SETTINGS_KEY,
+    AdminParticipants, GetHealthSettings, ListParticipants, ParticipantOp, ReloadHealthSettings,
+    ReloadParticipants, SetHealthSettings, ShareHealthDecisions, HEALTH_SETTINGS_KEY,
 };
 pub use warm::GetWarmChecker;
 
@@ -164,6 +164,8 @@ pub struct Directory {
     pub(crate) stats: StatsSlot,
     /// Where the escrows the edge picks from are published (`board.rs`).
     pub(crate) board: board::BoardPublisher,
+    /// Where participants send their own health decisions (`ShareHealthDecisions`).
+    pub(crate) decisions: crate::participant::messages::DecisionSink,
 }
 
 impl Directory {
@@ -179,6 +181,7 @@ impl Directory {
             races: BTreeMap::new(),
             board: board::BoardPublisher::new(),
             settings: Arc::new(HealthSettings::default()),
+            decisions: None,
         }
     }
 }

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use actix::prelude::*;
 use futures::future::join_all;
 use slog::error;
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Directory, DirectoryError};
 use crate::{
     participant::{
         messages::{
-            ApplyHealthSettings, ForceEject, Forget, GetParticipant, HealthChanged,
-            ParticipantView, Unquarantine,
+            ApplyHealthSettings, ForceEject, Forget, GetParticipant, HealthChanged, HealthDecided,
+            ParticipantView, ReloadRecord, Unquarantine,
         },
         ParticipantActor, ParticipantDeps,
     },
@@ -52,6 +53,27 @@ pub struct ListParticipants;
 #[rtype(result = "Result<(), DirectoryError>")]
 pub struct SetHealthSettings(pub HealthSettings);
 
+/// Another replica changed participants' health (PostgreSQL, shared health): every targeted
+/// participant (`None`: all) reloads its record from the store; `forget` also clears the
+/// escrows' divergence marks, as a local forget does. Answers how many were reloaded.
+#[derive(Debug, Message)]
+#[rtype(result = "usize")]
+pub struct ReloadParticipants {
+    pub address: Option<Address>,
+    pub forget: bool,
+}
+
+/// Another replica changed the health settings: reload them from the store and apply them.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ReloadHealthSettings;
+
+/// Where participant actors spawned from now on send their own health decisions once persisted
+/// (the edge shares them with the other replicas).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ShareHealthDecisions(pub UnboundedSender<HealthDecided>);
+
 /// The current health settings.
 #[derive(Debug, Message)]
 #[rtype(result = "Arc<HealthSettings>")]
@@ -68,6 +90,7 @@ impl Directory {
             fault_injection: self.deps.fault_injection,
             changes: self.tracked_address(ctx).recipient(),
             on_stop: self.tracked_address(ctx).recipient(),
+            decisions: self.decisions.clone(),
             actors: self.deps.actors.clone(),
         }
     }
@@ -84,6 +107,38 @@ impl Directory {
         }
         out.sort();
         out
+    }
+
+    /// Clears the escrows' divergence marks of `only` (`None`: every participant).
+    fn forget_divergence(&self, only: Option<&Address>) {
+        let targets = match only {
+            Some(a) => vec![a.clone()],
+            None => self.all_addresses(),
+        };
+        for e in self.escrows.values() {
+            if let Some(addr) = &e.slot.addr {
+                for t in &targets {
+                    addr.do_send(crate::escrow::messages::ForgetDivergence {
+                        participant: t.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Makes `settings` the live ones of every participant and escrow.
+    fn apply_settings(&mut self, settings: Arc<HealthSettings>) {
+        self.settings = settings.clone();
+        for p in self.participants.values() {
+            if let Some(a) = &p.addr {
+                a.do_send(ApplyHealthSettings(settings.clone()));
+            }
+        }
+        for e in self.escrows.values() {
+            if let Some(a) = &e.slot.addr {
+                a.do_send(ApplyHealthSettings(settings.clone()));
+            }
+        }
     }
 
     pub(super) fn participant_addrs(
@@ -121,19 +176,7 @@ impl Handler<AdminParticipants> for Directory {
 
     fn handle(&mut self, msg: AdminParticipants, ctx: &mut Self::Context) -> Self::Result {
         if msg.op == ParticipantOp::Forget {
-            let targets = match &msg.address {
-                Some(a) => vec![a.clone()],
-                None => self.all_addresses(),
-            };
-            for e in self.escrows.values() {
-                if let Some(addr) = &e.slot.addr {
-                    for t in &targets {
-                        addr.do_send(crate::escrow::messages::ForgetDivergence {
-                            participant: t.clone(),
-                        });
-                    }
-                }
-            }
+            self.forget_divergence(msg.address.as_ref());
         }
         let addrs = self.participant_addrs(msg.address, ctx);
         Box::pin(async move {
@@ -181,19 +224,43 @@ impl Handler<SetHealthSettings> for Directory {
         let settings = Arc::new(msg.0);
         Box::pin(ack.into_actor(self).map(move |res, act, _| {
             res?;
-            act.settings = settings.clone();
-            for p in act.participants.values() {
-                if let Some(a) = &p.addr {
-                    a.do_send(ApplyHealthSettings(settings.clone()));
-                }
-            }
-            for e in act.escrows.values() {
-                if let Some(a) = &e.slot.addr {
-                    a.do_send(ApplyHealthSettings(settings.clone()));
-                }
-            }
+            act.apply_settings(settings);
             Ok(())
         }))
+    }
+}
+
+impl Handler<ReloadParticipants> for Directory {
+    type Result = usize;
+
+    fn handle(&mut self, msg: ReloadParticipants, ctx: &mut Self::Context) -> usize {
+        if msg.forget {
+            self.forget_divergence(msg.address.as_ref());
+        }
+        let addrs = self.participant_addrs(msg.address, ctx);
+        for a in &addrs {
+            a.do_send(ReloadRecord);
+        }
+        addrs.len()
+    }
+}
+
+impl Handler<ReloadHealthSettings> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, _: ReloadHealthSettings, _: &mut Self::Context) {
+        let settings = load_settings(self);
+        if settings != *self.settings {
+            self.apply_settings(Arc::new(settings));
+        }
+    }
+}
+
+impl Handler<ShareHealthDecisions> for Directory {
+    type Result = ();
+
+    fn handle(&mut self, msg: ShareHealthDecisions, _: &mut Self::Context) {
+        self.decisions = Some(msg.0);
     }
 }
 

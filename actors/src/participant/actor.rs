@@ -20,7 +20,9 @@ use actix::prelude::*;
 use slog::{info, o, warn, Logger};
 
 use super::{
-    messages::{GetParticipant, HealthChanged, ParticipantView},
+    messages::{
+        DecisionSink, GetParticipant, HealthChanged, HealthDecided, HealthDecision, ParticipantView,
+    },
     record::ParticipantRecord,
 };
 use crate::{
@@ -53,6 +55,8 @@ pub struct ParticipantDeps {
     /// Where health changes go (the directory forwards them to escrows).
     pub changes: TrackedRecipient<HealthChanged>,
     pub on_stop: TrackedRecipient<Died>,
+    /// Where its own ejections and probations go once persisted (shared with other replicas).
+    pub decisions: DecisionSink,
     /// Where this actor registers its stats.
     pub actors: ActorRegistry,
 }
@@ -69,21 +73,30 @@ pub struct ParticipantActor {
     stats: StatsSlot,
 }
 
+/// The participant's persisted record (a fresh one when absent or unreadable).
+pub(super) fn stored_record(
+    address: &Address,
+    store: &SharedStore,
+    log: &Logger,
+) -> ParticipantRecord {
+    match store.get(ns::PARTICIPANTS, address.as_str()) {
+        Ok(Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| {
+            warn!(log, "participant record unreadable; starting fresh"; "error" => %e);
+            ParticipantRecord::new(address.clone())
+        }),
+        Ok(None) => ParticipantRecord::new(address.clone()),
+        Err(e) => {
+            warn!(log, "participant record not loaded"; "error" => %e);
+            ParticipantRecord::new(address.clone())
+        }
+    }
+}
+
 impl ParticipantActor {
     /// Loads the participant's record from the store (or starts a fresh one).
     pub fn load(address: Address, deps: ParticipantDeps) -> ParticipantActor {
         let log = deps.log.new(o!("participant" => address.to_string()));
-        let record = match deps.store.get(ns::PARTICIPANTS, address.as_str()) {
-            Ok(Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| {
-                warn!(log, "participant record unreadable; starting fresh"; "error" => %e);
-                ParticipantRecord::new(address.clone())
-            }),
-            Ok(None) => ParticipantRecord::new(address.clone()),
-            Err(e) => {
-                warn!(log, "participant record not loaded"; "error" => %e);
-                ParticipantRecord::new(address.clone())
-            }
-        };
+        let record = stored_record(&address, &deps.store, &log);
         let stats = deps
             .actors
             .register(Kind::Participant, address.to_string(), &deps.clock);
@@ -110,12 +123,26 @@ impl ParticipantActor {
             .put(ns::PARTICIPANTS, self.address.as_str(), value)
     }
 
-    fn persist_in_background(&self) {
+    /// Persists the record; once durable, hands `decision` (if any) to the decision sink.
+    fn persist_in_background(&self, decision: Option<HealthDecision>) {
         let ack = self.persist();
         let log = self.log.clone();
+        let shared = decision
+            .zip(self.deps.decisions.clone())
+            .map(|(decision, sink)| {
+                let address = self.address.clone();
+                (sink, HealthDecided { address, decision })
+            });
         actix::spawn(async move {
-            if let Err(e) = ack.await {
-                warn!(log, "participant record not persisted"; "stage" => "store_error", "error" => %e);
+            match ack.await {
+                Err(e) => {
+                    warn!(log, "participant record not persisted"; "stage" => "store_error", "error" => %e)
+                }
+                Ok(()) => {
+                    if let Some((sink, decided)) = shared {
+                        let _ = sink.send(decided);
+                    }
+                }
             }
         });
     }
@@ -223,8 +250,9 @@ impl ParticipantActor {
         self.tick = None;
         let (next, effects) = health::tick(&self.record.health, &self.deps.settings, self.now());
         if next != self.record.health {
+            let decision = HealthDecision::of(&effects);
             self.commit(next, effects, ctx);
-            self.persist_in_background();
+            self.persist_in_background(decision);
         } else {
             self.arm_tick(ctx);
         }
@@ -325,8 +353,9 @@ impl Handler<ParticipantOutcome> for ParticipantActor {
             now,
             draw,
         );
+        let decision = HealthDecision::of(&effects);
         self.commit(next, effects, ctx);
-        self.persist_in_background();
+        self.persist_in_background(decision);
     }
 }
 

@@ -7,8 +7,10 @@ use actix::prelude::*;
 use slog::{info, warn};
 
 use super::{
-    actor::ParticipantActor,
-    messages::{ApplyHealthSettings, ForceEject, Forget, ParticipantView, Unquarantine},
+    actor::{stored_record, ParticipantActor},
+    messages::{
+        ApplyHealthSettings, ForceEject, Forget, ParticipantView, ReloadRecord, Unquarantine,
+    },
     record::ParticipantRecord,
 };
 use crate::{
@@ -68,6 +70,23 @@ impl Handler<ForceEject> for ParticipantActor {
             }],
             ctx,
         )
+    }
+}
+
+impl Handler<ReloadRecord> for ParticipantActor {
+    type Result = ();
+
+    fn handle(&mut self, _: ReloadRecord, ctx: &mut Self::Context) {
+        let loaded = stored_record(&self.address, &self.deps.store, &self.log);
+        let health = loaded.health.clone();
+        // `commit` moves the state gauges from the state held until now.
+        self.record = ParticipantRecord {
+            health: self.record.health.clone(),
+            ..loaded
+        };
+        info!(self.log, "health reloaded from the store (changed by another replica)";
+            "stage" => "participant_reloaded", "state" => health.state.label());
+        self.commit(health, vec![], ctx);
     }
 }
 

@@ -22,6 +22,7 @@
 pub mod lease;
 pub mod readiness;
 mod renewals;
+pub mod replicas;
 pub(crate) mod schema;
 mod store_trait;
 mod writer;
@@ -79,6 +80,8 @@ type Held = Arc<Mutex<HashMap<String, u64>>>;
 /// The PostgreSQL-backed [`Store`].
 pub struct PgStore {
     replica: ReplicaConfig,
+    /// Kept for connections of their own (the shared events listener); boxed, it is large.
+    config: Box<Config>,
     sender: mpsc::UnboundedSender<Msg>,
     reader: Arc<Client>,
     leases: tokio::sync::Mutex<Client>,
@@ -130,6 +133,7 @@ impl PgStore {
         let lease_clock = Arc::new(LeaseClock::default());
         let thread_state = (counters.clone(), held.clone(), replica.clone());
         let renew_clock = lease_clock.clone();
+        let thread_config = config.clone();
         let handle = std::thread::Builder::new()
             .name("store-postgres".into())
             .spawn(move || {
@@ -145,8 +149,12 @@ impl PgStore {
                     }
                 };
                 rt.block_on(async move {
-                    let writer = match connect_all(&config, &log).await {
+                    let writer = match connect_all(&thread_config, &log).await {
                         Ok((writer, connected)) => {
+                            if let Err(e) = replicas::announce(&writer.1, &replica).await {
+                                let _ = ready_tx.send(Err(e));
+                                return;
+                            }
                             let _ = ready_tx.send(Ok(connected));
                             writer
                         }
@@ -161,11 +169,21 @@ impl PgStore {
                         (held.clone(), renew_clock),
                         log.clone(),
                     ));
+                    let announcer = tokio::spawn(replicas::announce_until_closed(
+                        writer.1.clone(),
+                        replica.clone(),
+                        log.clone(),
+                    ));
                     PgWriter::new(writer.0, replica.id.clone(), counters)
                         .run(rx)
                         .await;
                     renewer.abort();
+                    announcer.abort();
                     release_all(&writer.1, &replica.id, &held, &log).await;
+                    if let Err(e) = replicas::retire(&writer.1, &replica.id).await {
+                        warn!(log, "replica row not retired (it expires by itself)";
+                            "stage" => "replica_retire_failed", "error" => %e);
+                    }
                     let _ = done_tx.send(());
                     // Reads keep working until the store is dropped.
                     let _ = drop_rx.await;
@@ -177,6 +195,7 @@ impl PgStore {
             .map_err(|_| StoreError::Io("the store thread ended while connecting".into()))??;
         Ok(PgStore {
             replica,
+            config: Box::new(config),
             sender,
             reader: connected.reader,
             leases: tokio::sync::Mutex::new(connected.leases),

@@ -1,0 +1,251 @@
+//! Forwarding to the replica that owns a suitable escrow (PostgreSQL replicas,
+//! `crate::replicas`; README "Any replica serves any request").
+//!
+//! - [`chat_elsewhere`]: a chat request whose model has no usable escrow here goes, once, to the
+//!   owner of an escrow of the model (`replicas::route::chat_route`); its answer streams back
+//!   chunk by chunk as it arrives, with its status and the headers that matter.
+//! - [`escrow_calls`]: the middleware of the admin and debug scopes that sends a call about one
+//!   escrow (`/v1/admin/escrows/{id}[/…]`, `/v1/debug/escrows/{id}`) to its owner when this
+//!   replica does not hold its lease.
+//!
+//! The forwarded request keeps the client's `Authorization` (the owner checks it again), its
+//! `Content-Type`, `Idempotency-Key` and request id, and carries
+//! `X-Devshard-Forwarded-By: <this replica>`, so the owner never forwards it again. An owner
+//! that cannot be reached → 503 + `Retry-After` (`owner_unreachable`) and the lookup cache is
+//! dropped. Log stage `request_forwarded`; metric `devshard_requests_forwarded_total{outcome}`.
+
+use std::{cell::RefCell, time::Duration};
+
+use actix_web::{
+    body::{BoxBody, MessageBody},
+    dev::{ServiceRequest, ServiceResponse},
+    http::header::{self, HeaderName},
+    middleware::Next,
+    web::{self, Bytes},
+    Error, HttpRequest, HttpResponse, ResponseError,
+};
+use slog::{info, warn, Logger};
+
+use super::{
+    admin::ADMIN_BODY_LIMIT, error::ApiError, normalize, read_body, HEADER_DEVSHARD_ID,
+    HEADER_ESCROW, HEADER_REQUEST_ID,
+};
+use crate::{
+    replicas::{
+        route::{self, ChatRoute},
+        ForwardError, ForwardOutcome, Replicas, HEADER_FORWARDED_BY, HEADER_REPLICA,
+    },
+    state::AppState,
+    store::postgres::replicas::RemoteEscrow,
+};
+
+/// A forwarded request may take this long, streamed answer included (as a host stream may).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Connections of one worker's forwarding client (awc's default of 100 would queue the 101st
+/// concurrent forwarded stream; `max_concurrent_races` of the owner is the real bound).
+const FORWARD_CONNECTIONS_PER_THREAD: usize = 4096;
+/// Request headers passed to the owner.
+const REQUEST_HEADERS: [HeaderName; 4] = [
+    header::AUTHORIZATION,
+    header::CONTENT_TYPE,
+    header::ACCEPT,
+    HeaderName::from_static(super::openai::HEADER_IDEMPOTENCY_KEY),
+];
+/// Response headers passed back to the client.
+const RESPONSE_HEADERS: [HeaderName; 7] = [
+    header::CONTENT_TYPE,
+    header::RETRY_AFTER,
+    header::CACHE_CONTROL,
+    HeaderName::from_static(HEADER_REQUEST_ID),
+    HeaderName::from_static(HEADER_ESCROW),
+    HeaderName::from_static(HEADER_DEVSHARD_ID),
+    HeaderName::from_static(HEADER_REPLICA),
+];
+
+thread_local! {
+    static CLIENT: RefCell<Option<awc::Client>> = const { RefCell::new(None) };
+}
+
+/// This worker's forwarding client (created on first use).
+fn client() -> awc::Client {
+    CLIENT.with(|c| {
+        c.borrow_mut()
+            .get_or_insert_with(|| {
+                awc::Client::builder()
+                    .connector(
+                        awc::Connector::new()
+                            .limit(FORWARD_CONNECTIONS_PER_THREAD)
+                            .rustls_0_23(devshard_actors::tls::client_config()),
+                    )
+                    .disable_redirects()
+                    .timeout(FORWARD_TIMEOUT)
+                    .finish()
+            })
+            .clone()
+    })
+}
+
+/// The replica that forwarded `req` here, if any.
+fn forwarded_by(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get(HEADER_FORWARDED_BY)
+        .and_then(|v| v.to_str().ok())
+}
+
+/// Serves a chat request at another replica when no escrow of its model is usable here:
+/// `Ok(None)` when it is served here.
+pub async fn chat_elsewhere(
+    req: &HttpRequest,
+    state: &AppState,
+    requested: Option<&str>,
+    body: Bytes,
+    rid: &str,
+    log: &Logger,
+) -> Result<Option<HttpResponse>, ApiError> {
+    let Some(replicas) = &state.replicas else {
+        return Ok(None);
+    };
+    let board = state.board.load();
+    let model = match requested {
+        Some(m) => m.to_string(),
+        None => match normalize::choose_model(
+            None,
+            &board.models,
+            state.limits.default_model.as_deref(),
+        ) {
+            Ok(m) => m,
+            Err(_) => return Ok(None),
+        },
+    };
+    let usable = {
+        let off = state.deactivated.lock().unwrap_or_else(|e| e.into_inner());
+        route::local_usable(&board, &model, &off)
+    };
+    if usable {
+        return Ok(None);
+    }
+    let from = forwarded_by(req);
+    let remote = match from {
+        Some(_) => Default::default(),
+        None => replicas.remote().await,
+    };
+    match route::chat_route(
+        usable,
+        from.is_some(),
+        &model,
+        &remote,
+        replicas.next_spread(),
+    ) {
+        ChatRoute::Local => Ok(None),
+        ChatRoute::RefuseSecondHop => {
+            replicas.count_forward(ForwardOutcome::SecondHopRefused);
+            warn!(log, "a forwarded request cannot be served here; not forwarded again";
+                "stage" => "request_forwarded", "outcome" => ForwardOutcome::SecondHopRefused.as_str(),
+                "model" => &model);
+            Err(ForwardError::SecondHop {
+                from: from.unwrap_or_default().to_string(),
+                here: replicas.id().to_string(),
+                model,
+            }
+            .into())
+        }
+        ChatRoute::Forward(to) => send(replicas, req, body, Some(rid), &to, log)
+            .await
+            .map(Some),
+    }
+}
+
+/// Sends `req` (with `body`) to `to`'s replica and streams its answer back.
+async fn send(
+    replicas: &Replicas,
+    req: &HttpRequest,
+    body: Bytes,
+    rid: Option<&str>,
+    to: &RemoteEscrow,
+    log: &Logger,
+) -> Result<HttpResponse, ApiError> {
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or(req.path(), |p| p.as_str());
+    let mut out = client()
+        .request(req.method().clone(), format!("{}{path}", to.address))
+        .insert_header((HEADER_FORWARDED_BY, replicas.id()));
+    for name in &REQUEST_HEADERS {
+        if let Some(v) = req.headers().get(name) {
+            out = out.insert_header((name.clone(), v.clone()));
+        }
+    }
+    let rid = rid.or_else(|| {
+        req.headers()
+            .get(HEADER_REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+    });
+    if let Some(rid) = rid {
+        out = out.insert_header((HEADER_REQUEST_ID, rid));
+    }
+    let answer = match out.send_body(body).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            replicas.forget_lookup();
+            replicas.count_forward(ForwardOutcome::OwnerUnreachable);
+            warn!(log, "the owner replica could not be reached"; "stage" => "request_forwarded",
+                "outcome" => ForwardOutcome::OwnerUnreachable.as_str(), "owner" => &to.owner,
+                "escrow" => &to.escrow_id, "error" => %e);
+            return Err(ForwardError::OwnerUnreachable {
+                owner: to.owner.clone(),
+                escrow: to.escrow_id.clone(),
+                reason: e.to_string(),
+            }
+            .into());
+        }
+    };
+    replicas.count_forward(ForwardOutcome::Forwarded);
+    info!(log, "request forwarded to the escrow's owner"; "stage" => "request_forwarded",
+        "outcome" => ForwardOutcome::Forwarded.as_str(), "owner" => &to.owner,
+        "escrow" => &to.escrow_id, "status" => answer.status().as_u16(), "path" => req.path());
+    let mut res = HttpResponse::build(answer.status());
+    for name in &RESPONSE_HEADERS {
+        if let Some(v) = answer.headers().get(name) {
+            res.insert_header((name.clone(), v.clone()));
+        }
+    }
+    Ok(res.streaming(answer))
+}
+
+/// Middleware of the admin and debug scopes (see the module docs).
+pub async fn escrow_calls(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, Error> {
+    let owner = match (
+        req.app_data::<web::Data<AppState>>()
+            .and_then(|s| s.replicas.clone()),
+        route::escrow_of_path(req.path()).map(str::to_string),
+    ) {
+        (Some(replicas), Some(escrow))
+            if !replicas.holds(&escrow) && forwarded_by(req.request()).is_none() =>
+        {
+            let remote = replicas.remote().await;
+            remote
+                .iter()
+                .find(|r| r.escrow_id == escrow)
+                .cloned()
+                .map(|to| (replicas, to))
+        }
+        _ => None,
+    };
+    let Some((replicas, to)) = owner else {
+        return next
+            .call(req)
+            .await
+            .map(ServiceResponse::map_into_boxed_body);
+    };
+    let payload = req.extract::<web::Payload>().await?;
+    let log = replicas.log().clone();
+    let res = match read_body(req.request(), payload, ADMIN_BODY_LIMIT).await {
+        Ok(body) => send(&replicas, req.request(), body, None, &to, &log).await,
+        Err(e) => Err(e),
+    };
+    Ok(req.into_response(res.unwrap_or_else(|e| e.error_response())))
+}
