@@ -223,8 +223,12 @@ pub async fn start_with(
         path: config.data_dir.clone(),
         reason: format!("the cost ledger ({}): {e}", config.store.describe()),
     };
+    let ledger_tables = ledger_tables.map_err(ledger_error)?;
+    ledger_tables
+        .register_metrics(&state.registry)
+        .map_err(|e| AppError::Metrics(e.to_string()))?;
     let ledger = Ledger::start(
-        ledger_tables.map_err(ledger_error)?,
+        ledger_tables,
         config.ledger,
         &config.api_keys,
         LedgerDeps {

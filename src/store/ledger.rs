@@ -27,6 +27,7 @@ use std::{
 };
 
 use devshard_actors::store::StoreError;
+use prometheus::{IntCounterVec, Opts, Registry};
 use serde::Serialize;
 use slog::Logger;
 use tokio::sync::mpsc::{error::TryRecvError, UnboundedReceiver, UnboundedSender};
@@ -104,6 +105,28 @@ pub(super) enum Op {
     Settle(Vec<Settlement>),
     Prune(i64),
     Flush(Sender<()>),
+}
+
+/// Batches ended, by `result`: `committed`, `dropped` (the database refused the transaction).
+pub(super) fn batch_counter() -> Result<IntCounterVec, StoreError> {
+    let c = IntCounterVec::new(
+        Opts::new(
+            "ledger_batches_total",
+            "Cost ledger write batches, committed or dropped",
+        ),
+        &["result"],
+    )
+    .map_err(|e| StoreError::Io(format!("ledger metrics: {e}")))?;
+    for r in ["committed", "dropped"] {
+        c.with_label_values(&[r]);
+    }
+    Ok(c)
+}
+
+/// Counts one batch's end.
+pub(super) fn count_batch(batches: &IntCounterVec, committed: bool) {
+    let result = if committed { "committed" } else { "dropped" };
+    batches.with_label_values(&[result]).inc();
 }
 
 /// Up to [`MAX_BATCH`] queued ops, `first` included, applied in one transaction; then
@@ -277,6 +300,8 @@ enum Reads {
 #[derive(Debug)]
 pub struct LedgerStore {
     reads: Reads,
+    /// `devshard_ledger_batches_total{result}` (registered by [`LedgerStore::register_metrics`]).
+    batches: IntCounterVec,
     sender: Mutex<Option<UnboundedSender<Op>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -285,9 +310,11 @@ impl LedgerStore {
     /// Opens the ledger in the SQLite store file at `path` (opened and migrated by the store
     /// first) and starts its writer.
     pub fn open(path: &Path) -> Result<LedgerStore, StoreError> {
-        let (sender, writer) = super::ledger_writer::start(path)?;
+        let batches = batch_counter()?;
+        let (sender, writer) = super::ledger_writer::start(path, batches.clone())?;
         Ok(LedgerStore {
             reads: Reads::Sqlite(path.to_path_buf()),
+            batches,
             sender: Mutex::new(Some(sender)),
             writer: Mutex::new(Some(writer)),
         })
@@ -306,12 +333,19 @@ impl LedgerStore {
         config: tokio_postgres::Config,
         log: Logger,
     ) -> Result<LedgerStore, StoreError> {
-        let (sender, writer, reads) = super::postgres::ledger::start(config, log)?;
+        let batches = batch_counter()?;
+        let (sender, writer, reads) = super::postgres::ledger::start(config, batches.clone(), log)?;
         Ok(LedgerStore {
             reads: Reads::Postgres(reads),
+            batches,
             sender: Mutex::new(Some(sender)),
             writer: Mutex::new(Some(writer)),
         })
+    }
+
+    /// Registers the ledger's metrics in `registry` (once).
+    pub fn register_metrics(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.batches.clone()))
     }
 
     fn send(&self, op: Op) {

@@ -7,17 +7,21 @@
 use std::{path::Path, thread::JoinHandle};
 
 use devshard_actors::store::StoreError;
+use prometheus::IntCounterVec;
 use rusqlite::{params, Connection, Transaction};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use super::{
     codec::sql_err,
-    ledger::{int, next_batch, sql, Op, RequestRow, Settlement},
+    ledger::{count_batch, int, next_batch, sql, Op, RequestRow, Settlement},
     schema,
 };
 
 /// Opens the writer's connection to the store file at `path` and starts the thread.
-pub(super) fn start(path: &Path) -> Result<(UnboundedSender<Op>, JoinHandle<()>), StoreError> {
+pub(super) fn start(
+    path: &Path,
+    batches: IntCounterVec,
+) -> Result<(UnboundedSender<Op>, JoinHandle<()>), StoreError> {
     if !path.exists() {
         drop(schema::open_writer(path)?);
     }
@@ -33,16 +37,17 @@ pub(super) fn start(path: &Path) -> Result<(UnboundedSender<Op>, JoinHandle<()>)
     let (tx, rx) = unbounded_channel();
     let handle = std::thread::Builder::new()
         .name("ledger-writer".into())
-        .spawn(move || run(conn, rx))
+        .spawn(move || run(conn, rx, &batches))
         .map_err(|e| StoreError::Io(format!("spawning the ledger writer: {e}")))?;
     Ok((tx, handle))
 }
 
-fn run(mut conn: Connection, mut rx: UnboundedReceiver<Op>) {
+fn run(mut conn: Connection, mut rx: UnboundedReceiver<Op>, batches: &IntCounterVec) {
     while let Some(first) = rx.blocking_recv() {
         let batch = next_batch(first, &mut rx);
-        // A failed batch is dropped: the ledger never blocks serving.
-        if let Ok(tx) = conn.transaction() {
+        // A failed batch is dropped: the ledger never blocks serving. A failed op alone leaves
+        // the others of its batch to commit (SQLite does not abort the transaction).
+        let committed = conn.transaction().and_then(|tx| {
             for op in &batch.ops {
                 let _ = match op {
                     Op::Insert(row) => insert(&tx, row),
@@ -51,7 +56,10 @@ fn run(mut conn: Connection, mut rx: UnboundedReceiver<Op>) {
                     Op::Flush(_) => Ok(()),
                 };
             }
-            let _ = tx.commit();
+            tx.commit()
+        });
+        if !batch.ops.is_empty() {
+            count_batch(batches, committed.is_ok());
         }
         batch.done();
     }

@@ -90,6 +90,17 @@ pub async fn rows_settle_once_and_any_instance_reads_them(db: Db) {
         assert_eq!(new.attempts[0].cost, Some(19));
         a.settle(vec![settled(3, 1, 9_200), settled(2, 99, 9_300)]);
         a.close();
+        let registry = prometheus::Registry::new();
+        a.register_metrics(&registry).unwrap();
+        let committed = registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "ledger_batches_total")
+            .flat_map(|f| f.get_metric())
+            .filter(|m| m.get_label().iter().any(|l| l.value() == "committed"))
+            .map(|m| m.get_counter().get_value())
+            .sum::<f64>();
+        assert!(committed >= 2.0, "batches counted: {committed}");
     }
     // Another instance (on PostgreSQL: another replica) reads what the first wrote.
     let b = open(&db);

@@ -15,13 +15,15 @@ use std::{
 };
 
 use devshard_actors::store::StoreError;
+use prometheus::IntCounterVec;
 use slog::{warn, Logger};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_postgres::{Client, Config, Row, Statement, Transaction};
 
 use super::{connect, pg_err};
 use crate::store::ledger::{
-    attempt_row, int, next_batch, request_row, sql, Columns, Op, PageRange, RequestRow, Settlement,
+    attempt_row, count_batch, int, next_batch, request_row, sql, Columns, Op, PageRange,
+    RequestRow, Settlement,
 };
 
 impl Columns for Row {
@@ -40,6 +42,7 @@ impl Columns for Row {
 /// Connects and starts the writer thread; returns its queue, its handle and the readers.
 pub(in crate::store) fn start(
     config: Config,
+    batches: IntCounterVec,
     log: Logger,
 ) -> Result<(UnboundedSender<Op>, JoinHandle<()>, PgLedgerReads), StoreError> {
     let (tx, rx) = unbounded_channel();
@@ -71,7 +74,7 @@ pub(in crate::store) fn start(
                 match connected.await {
                     Ok((writer, statements, reader)) => {
                         let _ = ready_tx.send(Ok(reader));
-                        run(writer, statements, rx, &log).await;
+                        run(writer, statements, rx, (&batches, &log)).await;
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -109,10 +112,21 @@ impl Statements {
     }
 }
 
-async fn run(mut client: Client, st: Statements, mut rx: UnboundedReceiver<Op>, log: &Logger) {
+async fn run(
+    mut client: Client,
+    st: Statements,
+    mut rx: UnboundedReceiver<Op>,
+    (batches, log): (&IntCounterVec, &Logger),
+) {
     while let Some(first) = rx.recv().await {
         let batch = next_batch(first, &mut rx);
-        if let Err(e) = apply(&mut client, &st, &batch.ops).await {
+        if batch.ops.is_empty() {
+            batch.done();
+            continue;
+        }
+        let applied = apply(&mut client, &st, &batch.ops).await;
+        count_batch(batches, applied.is_ok());
+        if let Err(e) = applied {
             warn!(log, "ledger batch dropped"; "stage" => "ledger_batch_failed",
                 "ops" => batch.ops.len(), "error" => %pg_err(e));
         }
