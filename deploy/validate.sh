@@ -153,9 +153,13 @@ render() { # DIR OUT: the official kustomize (kubectl kustomize, kustomize v5)
   "$KUBECTL" kustomize "$1" >"$2"
 }
 
+# Renders, named by their last path component: the SQLite default (one replica) and the
+# PostgreSQL variant (three replicas) with its two example overlays.
+RENDERS="base overlays/example postgres overlays/postgres-external overlays/postgres-cnpg"
+
 st_render() {
   local rc=0 d
-  for d in base overlays/example; do
+  for d in $RENDERS; do
     if render "$DEPLOY/k8s/$d" "$WORK/$(basename "$d").yaml"; then
       echo "  ok   rendered deploy/k8s/$d ($(grep -c '^kind:' "$WORK/$(basename "$d").yaml") objects)"
     else
@@ -167,7 +171,9 @@ st_render() {
 }
 
 st_schema() { "$PY" "$TOOLS/checks.py" schema "$@"; }
-st_policy() { "$PY" "$TOOLS/checks.py" policy --base "$1" --overlay "$2"; }
+st_policy() { "$PY" "$TOOLS/checks.py" policy "$@"; }
+# The database Secret of the postgres-external overlay is created out of band.
+EXTERNAL_SECRET=devshard-gateway-database
 st_config() { "$PY" "$TOOLS/checks.py" config "$@"; }
 st_dockerfile() { "$PY" "$TOOLS/checks.py" dockerfile --dockerfile "$1"; }
 st_monitoring() { "$PY" "$TOOLS/checks.py" monitoring --promql "$PROMQL" "$@"; }
@@ -239,13 +245,18 @@ stage() { # NAME COMMAND...
 
 validate() {
   stage "render the kustomizations (kubectl kustomize)" st_render || true
-  if [ ! -s "$WORK/base.yaml" ] || [ ! -s "$WORK/example.yaml" ]; then
-    return
-  fi
-  stage "Kubernetes schemas" st_schema "$WORK/base.yaml" "$WORK/example.yaml"
-  stage "gateway contract and hardening" st_policy "$WORK/base.yaml" "$WORK/example.yaml"
-  stage "gateway.toml of the ConfigMaps" st_config "$WORK/base.yaml" "$WORK/example.yaml"
-  stage "checkov on the example overlay" st_checkov_k8s "$WORK/example.yaml"
+  local d all=()
+  for d in $RENDERS; do
+    [ -s "$WORK/$(basename "$d").yaml" ] || return 0
+    all+=("$WORK/$(basename "$d").yaml")
+  done
+  stage "Kubernetes schemas" st_schema "${all[@]}"
+  stage "gateway contract and hardening" st_policy --base "$WORK/base.yaml" --base "$WORK/postgres.yaml" \
+    --overlay "$WORK/example.yaml" --overlay "$WORK/postgres-external.yaml" --overlay "$WORK/postgres-cnpg.yaml" \
+    --external-secret "$EXTERNAL_SECRET"
+  stage "gateway.toml of the ConfigMaps" st_config "${all[@]}"
+  stage "checkov on the example overlays" st_checkov_k8s "$WORK/example.yaml"
+  stage "checkov on the PostgreSQL overlays" st_checkov_k8s "$WORK/postgres-external.yaml"
   stage "Dockerfile consistency" st_dockerfile "$DEPLOY/Dockerfile"
   stage "hadolint" st_hadolint "$DEPLOY/Dockerfile"
   stage "checkov on the Dockerfile" st_checkov_docker "$DEPLOY/Dockerfile"
@@ -280,25 +291,54 @@ expect_reject() { # DESCRIPTION PATTERN COMMAND...: COMMAND fails, and says PATT
 
 mutate() { "$PY" "$TOOLS/checks.py" mutate "$@"; }
 
+expect_accept() { # DESCRIPTION COMMAND...: COMMAND passes (the check does not reject a valid input)
+  local what=$1
+  shift
+  if "$@" >"$WORK/selftest.out" 2>&1; then
+    echo "  ok   self-test: accepted: $what"
+    ST_PASSED=$((ST_PASSED + 1))
+  else
+    echo "  FAIL self-test: rejected: $what"
+    sed 's/^/         /' "$WORK/selftest.out"
+    ST_FAILED=$((ST_FAILED + 1))
+  fi
+}
+
 self_test() {
   say "self-test: broken inputs must be rejected"
   local base=$WORK/st-base.yaml ex=$WORK/st-example.yaml m=$WORK/mutant
+  local pg=$WORK/st-postgres-external.yaml cnpg=$WORK/st-postgres-cnpg.yaml
   render "$DEPLOY/k8s/base" "$base"
   render "$DEPLOY/k8s/overlays/example" "$ex"
+  render "$DEPLOY/k8s/overlays/postgres-external" "$pg"
+  render "$DEPLOY/k8s/overlays/postgres-cnpg" "$cnpg"
+  "$PY" -c 'import sys, yaml; docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] != "Cluster"]; yaml.safe_dump_all(docs, open(sys.argv[2], "w"), sort_keys=False)' \
+    "$cnpg" "$pg-no-cluster.yaml"
 
   mutate privileged "$ex" "$m-privileged.yaml"
   expect_reject "privileged container (checkov)" CKV_K8S_16 st_checkov_k8s "$m-privileged.yaml"
-  expect_reject "privileged container (policy)" "privileged must not be true" st_policy "$base" "$m-privileged.yaml"
+  expect_reject "privileged container (policy)" "privileged must not be true" st_policy --base "$base" --overlay "$m-privileged.yaml"
   mutate unknown-field "$ex" "$m-unknown.yaml"
   expect_reject "misspelt container field (schema)" imagePullPolicyy st_schema "$m-unknown.yaml"
   mutate replicas-2 "$ex" "$m-replicas.yaml"
-  expect_reject "two replicas (policy)" "replicas must be 1" st_policy "$base" "$m-replicas.yaml"
+  expect_reject "two replicas without a database (policy)" "replicas must be 1" st_policy --base "$base" --overlay "$m-replicas.yaml"
+  mutate no-database "$pg" "$m-no-database.yaml"
+  expect_reject "three replicas whose database URL was removed (policy)" "replicas must be 1" \
+    st_policy --overlay "$m-no-database.yaml" --external-secret "$EXTERNAL_SECRET"
+  expect_accept "three replicas with a database URL from a Secret (policy)" \
+    st_policy --overlay "$pg" --external-secret "$EXTERNAL_SECRET"
+  expect_accept "three replicas on a CloudNativePG cluster (policy)" st_policy --overlay "$cnpg"
+  expect_reject "the CloudNativePG overlay without the Secret's Cluster (policy)" "Secret devshard-db-app is not in the render" \
+    st_policy --overlay "$pg-no-cluster.yaml"
+  mutate replica-id-literal "$pg" "$m-replica-id.yaml"
+  expect_reject "one replica id for every pod (policy)" "DEVSHARD_REPLICA_ID must be the pod name" \
+    st_policy --overlay "$m-replica-id.yaml" --external-secret "$EXTERNAL_SECRET"
   mutate short-grace "$ex" "$m-grace.yaml"
   expect_reject "termination grace shorter than the drain + flush (policy)" terminationGracePeriodSeconds \
-    st_policy "$base" "$m-grace.yaml"
+    st_policy --base "$base" --overlay "$m-grace.yaml"
   mutate real-key "$ex" "$m-key.yaml"
   expect_reject "a real-looking private key in a committed Secret (policy)" "not a placeholder" \
-    st_policy "$base" "$m-key.yaml"
+    st_policy --base "$base" --overlay "$m-key.yaml"
   mutate config-typo "$ex" "$m-config.yaml"
   expect_reject "unknown key in gateway.toml (config)" "unknown key 'listen_adress'" st_config "$m-config.yaml"
   if [ -n "$GATEWAY_BIN" ]; then

@@ -49,6 +49,8 @@ mod optimistic;
 mod pgdb;
 #[path = "gateway/repair.rs"]
 mod repair;
+#[path = "gateway/replicas.rs"]
+mod replicas;
 #[path = "gateway/requests.rs"]
 mod requests;
 #[path = "gateway/rotation.rs"]

@@ -10,5 +10,9 @@ mod client;
 mod check;
 #[path = "settlement/flow.rs"]
 mod flow;
+#[path = "settlement/lease.rs"]
+mod lease;
+#[path = "store/pgdb.rs"]
+mod pgdb;
 #[path = "settlement/port.rs"]
 mod port;

@@ -15,10 +15,14 @@
 mod crash;
 #[path = "store/db.rs"]
 mod db;
+#[path = "store/duty.rs"]
+mod duty;
 #[path = "store/group.rs"]
 mod group;
 #[path = "store/lease.rs"]
 mod lease;
+#[path = "store/ledger.rs"]
+mod ledger;
 #[path = "store/migrate.rs"]
 mod migrate;
 #[path = "store/pgdb.rs"]
@@ -65,6 +69,24 @@ on_both_backends!(
     acked_writes_survive_reopen,
     flush_and_close,
 );
+
+mod ledger_rows_settle_once_and_any_instance_reads_them {
+    #[tokio::test]
+    async fn sqlite() {
+        super::ledger::rows_settle_once_and_any_instance_reads_them(super::Db::sqlite("ledger"))
+            .await;
+    }
+    #[tokio::test]
+    async fn postgres() {
+        super::ledger::rows_settle_once_and_any_instance_reads_them(super::Db::postgres("ledger"))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn postgres_one_replica_duties_are_fenced() {
+    duty::only_the_leader_runs_a_duty_and_a_takeover_fences_the_old_one().await;
+}
 
 async fn diffs_round_trip_byte_for_byte(db: Db) {
     let store = db.open_for(&["42", "43", "44"]);

@@ -238,6 +238,65 @@ CRD_SCHEMAS: dict[tuple[str, str], dict] = {
         },
         "additionalProperties": False,
     },
+    # A subset of CloudNativePG's Cluster (postgresql.cnpg.io/v1): the fields the postgres-cnpg
+    # overlay uses plus common ones.
+    ("postgresql.cnpg.io/v1", "Cluster"): {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "postgresql.cnpg.io/v1"},
+            "kind": {"const": "Cluster"},
+            "metadata": OBJECT_META,
+            "spec": {
+                "type": "object",
+                "required": ["instances", "storage"],
+                "properties": {
+                    "instances": {"type": "integer", "minimum": 1},
+                    "imageName": {"type": "string"},
+                    "primaryUpdateStrategy": {"enum": ["unsupervised", "supervised"]},
+                    "bootstrap": {
+                        "type": "object",
+                        "properties": {
+                            "initdb": {
+                                "type": "object",
+                                "properties": {
+                                    "database": {"type": "string"},
+                                    "owner": {"type": "string"},
+                                    "secret": {"type": "object"},
+                                },
+                                "additionalProperties": False,
+                            }
+                        },
+                        "additionalProperties": False,
+                    },
+                    "postgresql": {
+                        "type": "object",
+                        "properties": {"parameters": STRING_MAP, "pg_hba": {"type": "array"}},
+                        "additionalProperties": False,
+                    },
+                    "storage": {
+                        "type": "object",
+                        "required": ["size"],
+                        "properties": {"size": {"type": "string"}, "storageClass": {"type": "string"}},
+                        "additionalProperties": False,
+                    },
+                    "resources": {"type": "object"},
+                    "affinity": {
+                        "type": "object",
+                        "properties": {
+                            "enablePodAntiAffinity": {"type": "boolean"},
+                            "topologyKey": {"type": "string"},
+                            "podAntiAffinityType": {"enum": ["preferred", "required"]},
+                        },
+                        "additionalProperties": False,
+                    },
+                    "monitoring": {"type": "object"},
+                },
+                "additionalProperties": False,
+            },
+        },
+        "additionalProperties": False,
+    },
 }
 
 
@@ -328,13 +387,62 @@ def _dockerfile(path: str | None = None) -> dict:
     return facts
 
 
-def _check_pod(p: Problems, sts: dict, docs: list[dict], mode: str) -> None:
+def _database_url(c: dict, docs: list[dict]) -> str | None:
+    """How the PostgreSQL store is configured: `env` (DEVSHARD_DATABASE_URL), `config` ([store]
+    url of a rendered gateway.toml), or None (SQLite)."""
+    if "DEVSHARD_DATABASE_URL" in _env(c):
+        return "env"
+    for cm in by_kind(docs, "ConfigMap"):
+        text = (cm.get("data") or {}).get("gateway.toml")
+        if text and (tomllib.loads(text).get("store") or {}).get("url"):
+            return "config"
+    return None
+
+
+def _cnpg_secrets(docs: list[dict]) -> set[str]:
+    """Secrets a CloudNativePG Cluster of the render creates (its application user's)."""
+    return {f"{meta(d, 'name')}-app" for d in docs if d.get("apiVersion") == "postgresql.cnpg.io/v1" and d.get("kind") == "Cluster"}
+
+
+def _check_replicas(p: Problems, w: dict, c: dict, docs: list[dict], pod_labels: dict) -> None:
+    """Several replicas on PostgreSQL: names, addresses, spreading, disruption budget."""
+    pod = w["spec"]["template"]["spec"]
+    env = _env(c)
+    db = env.get("DEVSHARD_DATABASE_URL")
+    if db is not None:
+        p.check("secretKeyRef" in (db.get("valueFrom") or {}), "DEVSHARD_DATABASE_URL must come from a Secret (the URL carries a password)")
+    field = lambda name: (((env.get(name) or {}).get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+    p.check(field("DEVSHARD_REPLICA_ID") == "metadata.name", "DEVSHARD_REPLICA_ID must be the pod name (fieldRef metadata.name): unique per replica")
+    advertise = (env.get("DEVSHARD_ADVERTISE_URL") or {}).get("value") or ""
+    ip_vars = [n for n in env if field(n) == "status.podIP"]
+    p.check(any(re.fullmatch(rf"http://\$\({v}\):\d+", advertise) for v in ip_vars),
+            f"DEVSHARD_ADVERTISE_URL {advertise!r} must be http://$(POD_IP):PORT with POD_IP from fieldRef status.podIP")
+    if (w["spec"].get("replicas") or 1) > 1:
+        spread = pod.get("topologySpreadConstraints") or ((pod.get("affinity") or {}).get("podAntiAffinity"))
+        p.check(bool(spread), "several replicas: spread them (topologySpreadConstraints or podAntiAffinity)")
+    hooks = ((c.get("lifecycle") or {}).get("preStop") or {}).get("exec", {}).get("command") or []
+    p.check(hooks[-2:-1] == ["sleep"] and hooks[-1].isdigit(), "several replicas: a preStop sleep, so the Service drops the pod before SIGTERM")
+    pdbs = by_kind(docs, "PodDisruptionBudget")
+    if pdbs:
+        spec = pdbs[0]["spec"]
+        p.check(spec.get("maxUnavailable") == 1 and "minAvailable" not in spec,
+                "several replicas: the PodDisruptionBudget must let one replica go at a time (maxUnavailable: 1)")
+
+
+def _check_pod(p: Problems, sts: dict, docs: list[dict], mode: str, external: set[str]) -> None:
     tmpl = sts["spec"]["template"]
     pod = tmpl["spec"]
     pod_labels = (tmpl.get("metadata") or {}).get("labels") or {}
     name = meta(sts, "name")
-    p.check(sts["spec"].get("replicas") == 1, f"StatefulSet {name}: replicas must be 1 (single writer of gateway.db)")
-    p.check(_selects(sts["spec"]["selector"].get("matchLabels") or {}, pod_labels), "StatefulSet selector does not match its pod labels")
+    kind = sts["kind"]
+    c0 = (pod.get("containers") or [{}])[0]
+    database = _database_url(c0, docs)
+    if database is None:
+        p.check(kind == "StatefulSet", f"{kind} {name}: without a PostgreSQL database (DEVSHARD_DATABASE_URL) the gateway runs as a one-replica StatefulSet: a Deployment's surge would run two writers of gateway.db")
+        p.check(sts["spec"].get("replicas") == 1, f"{kind} {name}: replicas must be 1 without a PostgreSQL database (DEVSHARD_DATABASE_URL): single writer of gateway.db")
+    else:
+        _check_replicas(p, sts, c0, docs, pod_labels)
+    p.check(_selects(sts["spec"]["selector"].get("matchLabels") or {}, pod_labels), f"{kind} selector does not match its pod labels")
 
     # Pod-level hardening.
     p.check(pod.get("automountServiceAccountToken") is False, "pod: automountServiceAccountToken must be false")
@@ -363,10 +471,12 @@ def _check_pod(p: Problems, sts: dict, docs: list[dict], mode: str) -> None:
     c = containers[0]
     grace = _env_value(c, "DEVSHARD_SHUTDOWN_GRACE_SECONDS")
     tgps = pod.get("terminationGracePeriodSeconds")
+    hook = ((c.get("lifecycle") or {}).get("preStop") or {}).get("exec", {}).get("command") or []
+    pre_stop = int(hook[-1]) if hook[-2:-1] == ["sleep"] and hook[-1].isdigit() else 0
     if p.check(grace is not None and grace.isdigit(), "DEVSHARD_SHUTDOWN_GRACE_SECONDS must be set to a number of seconds"):
         p.check(
-            isinstance(tgps, int) and tgps >= int(grace) + FLUSH_MARGIN_S,
-            f"terminationGracePeriodSeconds ({tgps}) must be at least DEVSHARD_SHUTDOWN_GRACE_SECONDS ({grace}) + {FLUSH_MARGIN_S} for the store flush",
+            isinstance(tgps, int) and tgps >= pre_stop + int(grace) + FLUSH_MARGIN_S,
+            f"terminationGracePeriodSeconds ({tgps}) must be at least the preStop sleep ({pre_stop}) + DEVSHARD_SHUTDOWN_GRACE_SECONDS ({grace}) + {FLUSH_MARGIN_S} for the store flush and the lease release",
         )
 
     # Container hardening (restricted Pod Security Standard and more).
@@ -432,12 +542,15 @@ def _check_pod(p: Problems, sts: dict, docs: list[dict], mode: str) -> None:
                 p.check(key in (cms[0].get("data") or {}), f"ConfigMap {meta(cms[0], 'name')} has no key {key}")
             p.check(mt.get("readOnly") is True, f"{cdir} mount must be readOnly")
 
-    # Data directory on the volumeClaimTemplate.
+    # Data directory on the volumeClaimTemplate (SQLite), scratch on PostgreSQL.
     data_dir = _env_value(c, "DEVSHARD_DATA_DIR")
     vcts = {meta(v, "name"): v for v in sts["spec"].get("volumeClaimTemplates") or []}
     mt = mounts.get(data_dir or "")
     if p.check(mt is not None, f"DEVSHARD_DATA_DIR {data_dir!r} must be a volume mount"):
-        p.check(mt["name"] in vcts and mt["name"] not in volumes, f"{data_dir} must be mounted from a volumeClaimTemplate")
+        if database is None:
+            p.check(mt["name"] in vcts and mt["name"] not in volumes, f"{data_dir} must be mounted from a volumeClaimTemplate")
+        else:
+            p.check(not vcts and "emptyDir" in volumes.get(mt["name"], {}), f"{data_dir}: scratch only on PostgreSQL (an emptyDir, no volumeClaimTemplate)")
         p.check(not mt.get("readOnly"), f"{data_dir} must be writable")
     p.check(df.get("env", {}).get("DEVSHARD_DATA_DIR") == data_dir, "the Dockerfile's DEVSHARD_DATA_DIR must equal the StatefulSet's")
     for v in vcts.values():
@@ -469,13 +582,16 @@ def _check_pod(p: Problems, sts: dict, docs: list[dict], mode: str) -> None:
     for sname, skey, optional in sorted(secret_names, key=str):
         if mode == "base" and sname not in secrets:
             continue  # the base expects the overlay (or the operator) to provide it
+        if sname in external or sname in _cnpg_secrets(docs):
+            continue  # created out of band (declared external), or by the render's CNPG Cluster
         if p.check(sname in secrets, f"Secret {sname} is not in the render"):
             p.check(optional or skey in (secrets[sname].get("data") or {}), f"Secret {sname} has no key {skey}")
 
     # Services, PDB, NetworkPolicy, ServiceMonitor select this pod.
     services = {meta(d, "name"): d for d in by_kind(docs, "Service")}
-    headless = services.get(sts["spec"].get("serviceName"))
-    if p.check(headless is not None, f"serviceName {sts['spec'].get('serviceName')} is not a Service of the render"):
+    headless_name = sts["spec"].get("serviceName") if kind == "StatefulSet" else next((n for n, s in services.items() if s["spec"].get("clusterIP") == "None"), None)
+    headless = services.get(headless_name)
+    if p.check(headless is not None, f"{'serviceName' if kind == 'StatefulSet' else 'headless Service'} {headless_name} is not a Service of the render"):
         p.check(headless["spec"].get("clusterIP") == "None", "the governing Service must be headless")
         p.check(headless["spec"].get("publishNotReadyAddresses") is True, "the governing Service must publish not-ready addresses (metrics, admin)")
     for s in services.values():
@@ -512,15 +628,15 @@ def _check_committed_secrets(p: Problems, docs: list[dict]) -> None:
                                  f"(placeholders are all zeros for private-key, or contain {PLACEHOLDER_MARK!r})")
 
 
-def cmd_policy(base: str, overlay: str) -> int:
+def cmd_policy(bases: list[str], overlays: list[str], external: set[str]) -> int:
     rc = 0
-    for path, mode in ((base, "base"), (overlay, "overlay")):
+    for path, mode in [(b, "base") for b in bases] + [(o, "overlay") for o in overlays]:
         p = Problems(f"gateway contract and hardening of {os.path.basename(path)}")
         docs = load_docs(path)
-        sts = [d for d in by_kind(docs, "StatefulSet")]
-        p.check(not by_kind(docs, "Deployment"), "no Deployment: a Deployment's surge would run two writers")
-        if p.check(len(sts) == 1 and meta(sts[0], "name") == STATEFULSET, f"exactly one StatefulSet named {STATEFULSET}"):
-            _check_pod(p, sts[0], docs, mode)
+        workloads = by_kind(docs, "StatefulSet") + by_kind(docs, "Deployment")
+        if p.check(len(workloads) == 1 and meta(workloads[0], "name") == STATEFULSET,
+                   f"exactly one StatefulSet or Deployment named {STATEFULSET} (got {len(workloads)})"):
+            _check_pod(p, workloads[0], docs, mode, external)
         _check_committed_secrets(p, docs)
         if mode == "overlay":
             namespaces = by_kind(docs, "Namespace")
@@ -1005,8 +1121,24 @@ def cmd_smoke(binary: str, files: list[str]) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+def _workload(docs: list[dict]) -> dict:
+    return (by_kind(docs, "StatefulSet") + by_kind(docs, "Deployment"))[0]
+
+
 def _container(docs: list[dict]) -> dict:
-    return by_kind(docs, "StatefulSet")[0]["spec"]["template"]["spec"]["containers"][0]
+    return _workload(docs)["spec"]["template"]["spec"]["containers"][0]
+
+
+def _literal_replica_id(docs: list[dict]) -> None:
+    for e in _container(docs)["env"]:
+        if e["name"] == "DEVSHARD_REPLICA_ID":
+            e.pop("valueFrom")
+            e["value"] = "gateway"
+
+
+def _drop_database(docs: list[dict]) -> None:
+    c = _container(docs)
+    c["env"] = [e for e in c["env"] if e["name"] != "DEVSHARD_DATABASE_URL"]
 
 
 def _mutate_yaml(fn):
@@ -1050,6 +1182,8 @@ MUTATIONS = {
     "privileged": _mutate_yaml(lambda d: _container(d)["securityContext"].update(privileged=True, allowPrivilegeEscalation=True)),
     "unknown-field": _mutate_yaml(lambda d: _container(d).update(imagePullPolicyy="Always")),
     "replicas-2": _mutate_yaml(lambda d: by_kind(d, "StatefulSet")[0]["spec"].update(replicas=2)),
+    "no-database": _mutate_yaml(_drop_database),
+    "replica-id-literal": _mutate_yaml(_literal_replica_id),
     "short-grace": _mutate_yaml(lambda d: by_kind(d, "StatefulSet")[0]["spec"]["template"]["spec"].update(terminationGracePeriodSeconds=30)),
     "real-key": _mutate_yaml(_real_key),
     "config-typo": _mutate_yaml(_set_config_key),
@@ -1073,8 +1207,9 @@ def main() -> int:
     s = sub.add_parser("schema")
     s.add_argument("files", nargs="+")
     s = sub.add_parser("policy")
-    s.add_argument("--base", required=True)
-    s.add_argument("--overlay", required=True)
+    s.add_argument("--base", action="append", default=[], help="a render without its Secrets (repeatable)")
+    s.add_argument("--overlay", action="append", default=[], help="a render to apply as is (repeatable)")
+    s.add_argument("--external-secret", action="append", default=[], help="a Secret the overlay's users create out of band")
     s = sub.add_parser("config")
     s.add_argument("files", nargs="+")
     s = sub.add_parser("dockerfile")
@@ -1097,7 +1232,7 @@ def main() -> int:
         if a.cmd == "schema":
             return cmd_schema(a.files)
         if a.cmd == "policy":
-            return cmd_policy(a.base, a.overlay)
+            return cmd_policy(a.base, a.overlay, set(a.external_secret))
         if a.cmd == "config":
             return cmd_config(a.files)
         if a.cmd == "dockerfile":

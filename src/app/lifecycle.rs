@@ -23,7 +23,7 @@ use devshard_actors::{
     metrics::ActorMetrics,
     protocol::warm::{WarmKeyChecker, WarmKeyMetrics},
     stats::{ActorRegistry, TrackedActor, TrackedAddr},
-    store::{SharedStore, Store},
+    store::{SharedStore, Store, StoreError},
 };
 use prometheus::Registry;
 use slog::{crit, info, warn, Logger};
@@ -45,14 +45,16 @@ use crate::{
     logging,
     metrics::{self, HttpMetrics},
     state::{polling::PollerWiring, AppState, StateParts},
-    store::{metrics::StoreMetrics, GatewayStore, StoreTarget},
+    store::{
+        duty::{self, Duty},
+        ledger::LedgerStore,
+        metrics::StoreMetrics,
+        GatewayStore, StoreTarget,
+    },
 };
 
 /// File name of the store inside the data directory.
 pub const STORE_FILE: &str = "gateway.db";
-/// File name of the cost ledger inside the data directory when the store is PostgreSQL (the
-/// ledger stays per replica for now; README "PostgreSQL store").
-pub const LEDGER_FILE: &str = "ledger.db";
 /// How long the server keeps an idle client connection open (actix-web's default, stated so that
 /// clients can keep their own reuse below it; see `crate::chaos::http::IDLE_REUSE`).
 pub const SERVER_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -175,10 +177,6 @@ pub async fn start_with(
         .map_err(|e| AppError::Metrics(e.to_string()))?;
     let shared: SharedStore = store.clone();
     info!(log, "store opened"; "stage" => "store_opened", "store" => config.store.describe());
-    let path = match &config.store {
-        StoreTarget::Sqlite(path) => path.clone(),
-        StoreTarget::Postgres { .. } => config.data_dir.join(LEDGER_FILE),
-    };
 
     let warm_metrics =
         WarmKeyMetrics::register(&registry).map_err(|e| AppError::Metrics(e.to_string()))?;
@@ -217,20 +215,35 @@ pub async fn start_with(
             log: log.clone(),
         },
     );
+    let ledger_tables = match &config.store {
+        StoreTarget::Sqlite(path) => LedgerStore::open(path),
+        StoreTarget::Postgres { url, .. } => LedgerStore::open_postgres(url, log.clone()),
+    };
+    let ledger_error = |e: StoreError| AppError::Store {
+        path: config.data_dir.clone(),
+        reason: format!("the cost ledger ({}): {e}", config.store.describe()),
+    };
+    let ledger_tables = ledger_tables.map_err(ledger_error)?;
+    ledger_tables
+        .register_metrics(&state.registry)
+        .map_err(|e| AppError::Metrics(e.to_string()))?;
     let ledger = Ledger::start(
-        &path,
+        ledger_tables,
         config.ledger,
         &config.api_keys,
         LedgerDeps {
+            duty: Duty::new(
+                duty::LEDGER_TAIL,
+                shared.clone(),
+                state.duty_metrics.clone(),
+                log.clone(),
+            ),
             store: shared.clone(),
             clock: state.clock.clone(),
             log: log.clone(),
         },
     )
-    .map_err(|e| AppError::Store {
-        path: path.clone(),
-        reason: format!("the cost ledger: {e}"),
-    })?;
+    .map_err(ledger_error)?;
     let (hook, series) = (ledger.clone(), state.series.clone());
     state.accounting.on_ended(EndedHook(Arc::new(move |r| {
         hook.record(r);

@@ -40,6 +40,7 @@
 //! | escrow created by another key | 400 | `invalid_request_error` | `escrow_creator_mismatch` |
 //! | escrow's own key unreadable (registration / settlement) | 400 / 500 | `invalid_request_error` / `server_error` | `escrow_key_unreadable` |
 //! | settle: unknown escrow / already settled / not ours | 404 / 409 / 403 | `invalid_request_error` | `escrow_not_found`, `escrow_settled`, `escrow_not_ours` |
+//! | settle / create on a replica that does not hold the escrow's lease / the rotation's duty lease (PostgreSQL, several replicas) | 503 | `service_unavailable` | `escrow_elsewhere`, `rotation_elsewhere` (Retry-After 5) |
 //! | chain unreachable / odd chain data | 502 | `upstream_error` | `chain_unavailable`, `chain_data_invalid` |
 //! | store or internal failure | 500 | `server_error` | `store_error`, `escrow_start_failed`, `internal_error` |
 //! | PostgreSQL replicas: the owner replica unreachable / a forwarded request not servable here (`Forward`, `crate::replicas`) | 503 | `service_unavailable` | `owner_unreachable`, `forward_hop_limit` (Retry-After 1) |
@@ -72,6 +73,8 @@ pub const DEFAULT_RETRY_AFTER_S: u64 = 1;
 pub const FAILED_ESCROW_RETRY_AFTER_S: u64 = 30;
 /// `Retry-After` when every escrow of a model is deactivated (or none can pay, or all drain).
 pub const NO_ACTIVE_ESCROW_RETRY_AFTER_S: u64 = 30;
+/// Retry-After of a call another replica must serve (it holds the escrow's or the duty's lease).
+pub const ELSEWHERE_RETRY_AFTER_S: u64 = 5;
 /// `Retry-After` when no escrow can take a request for a reason that passes by itself.
 pub const TRANSIENT_NO_ESCROW_RETRY_AFTER_S: u64 = 5;
 
@@ -371,6 +374,10 @@ impl ApiError {
                 SettleError::AlreadySettled(_) => parts(409, INVALID, "escrow_settled"),
                 SettleError::NotOurs { .. } => parts(403, INVALID, "escrow_not_ours"),
                 SettleError::Key(..) => parts(500, SERVER, "escrow_key_unreadable"),
+                SettleError::NotOwner(_) => ErrorParts {
+                    retry_after_s: Some(ELSEWHERE_RETRY_AFTER_S),
+                    ..parts(503, UNAVAILABLE, "escrow_elsewhere")
+                },
             },
             ApiError::Create(e) => {
                 use crate::rotation::CreateError as C;
@@ -381,6 +388,10 @@ impl ApiError {
                     }
                     C::Store(_) => parts(500, SERVER, "internal_error"),
                     C::Invalid(_) => parts(400, INVALID, "invalid_value"),
+                    C::NotLeader { .. } => ErrorParts {
+                        retry_after_s: Some(ELSEWHERE_RETRY_AFTER_S),
+                        ..parts(503, UNAVAILABLE, "rotation_elsewhere")
+                    },
                 }
             }
             ApiError::EscrowKey(_) => ErrorParts {

@@ -7,6 +7,9 @@
 //!   [`super::deposits`]); escrow budgets come from the settlement tick, roles from the
 //!   settlement records. The back-off starts again from zero after a restart (bounded: the daily
 //!   cap still holds).
+//! - **One replica**: a check runs only on the replica that leads the rotation's duty lease
+//!   (`crate::store::duty`, PostgreSQL with several replicas); the others try to take it over
+//!   every 2 s and do nothing else. The creator's writes are fenced by that lease.
 //! - **Timers**: one — a 100 ms tick that starts the check once `rotation.check_interval_ms`
 //!   (as in force at that tick) has passed since the last one, or 2 s (the confirmation poll)
 //!   while a creation intent is open; the first runs at start, and a settings change runs one
@@ -33,9 +36,12 @@ use super::{
     settings::{ModelRotation, RotationSettings},
     Rotation,
 };
-use crate::state::{
-    settlements::{Settlements, WORST_CASE_INPUT_BYTES},
-    Deactivated,
+use crate::{
+    state::{
+        settlements::{Settlements, WORST_CASE_INPUT_BYTES},
+        Deactivated,
+    },
+    store::duty::Leadership,
 };
 
 /// How often the actor looks whether a check is due (the smallest `check_interval_ms`).
@@ -75,6 +81,11 @@ pub struct ModelView {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RotationView {
     pub enabled: bool,
+    /// This replica runs the rotation (always on SQLite; on PostgreSQL the replica holding the
+    /// `__rotation` duty lease).
+    pub leading: bool,
+    /// The replica that runs it when it is another one.
+    pub leader_elsewhere: Option<String>,
     pub check_interval_ms: u64,
     pub last_check_ms: Option<i64>,
     pub checks: u64,
@@ -143,7 +154,8 @@ impl RotationActor {
     fn due(&mut self, ctx: &mut Context<Self>) {
         let mut every =
             i64::try_from(self.rotation.settings().check_interval_ms).unwrap_or(i64::MAX);
-        if !self.view.intents.is_empty() {
+        if !self.view.intents.is_empty() || !self.view.leading {
+            // Open intents are polled; a replica that does not lead tries to take over as often.
             every = every.min(CONFIRM_POLL_MS);
         }
         let now = self.rotation.creator.clock.now_ms();
@@ -156,8 +168,23 @@ impl RotationActor {
         if self.busy {
             return;
         }
-        self.busy = true;
         self.started_ms = Some(self.rotation.creator.clock.now_ms());
+        // One replica rotates (it pays the deposits): the holder of the rotation's duty lease.
+        match self.rotation.creator.duty.lead() {
+            Leadership::Leading => {
+                self.view.leading = true;
+                self.view.leader_elsewhere = None;
+            }
+            other => {
+                self.view.leading = false;
+                self.view.leader_elsewhere = match other {
+                    Leadership::Elsewhere { owner } => Some(owner),
+                    _ => None,
+                };
+                return;
+            }
+        }
+        self.busy = true;
         let settings = self.rotation.settings();
         let rotation = self.rotation.clone();
         let settlements = self.settlements.clone();
@@ -226,6 +253,8 @@ impl RotationActor {
         self.rotation.creator.deposits.refresh(&names);
         self.view = RotationView {
             enabled: settings.active(),
+            leading: self.view.leading,
+            leader_elsewhere: self.view.leader_elsewhere.clone(),
             check_interval_ms: settings.check_interval_ms,
             last_check_ms: Some(now),
             checks: self.view.checks + 1,

@@ -34,7 +34,12 @@ use super::{
     metrics::RotationMetrics,
     CreateError,
 };
-use crate::{chain::ChainClient, escrows, state::ChainPolling};
+use crate::{
+    chain::ChainClient,
+    escrows,
+    state::ChainPolling,
+    store::duty::{Duty, Leadership},
+};
 
 /// What registration needs (the same call as `POST /v1/admin/escrows {"escrow_id"}`).
 #[derive(Clone)]
@@ -57,6 +62,8 @@ pub enum Reconciled {
 /// The creation side of the rotation (cheap to clone).
 #[derive(Clone)]
 pub struct Creator {
+    /// The rotation's one-replica lease: creations and their intents are fenced by it.
+    pub(super) duty: Duty,
     pub(super) store: SharedStore,
     pub(super) chain: ChainTxClient,
     pub(super) key: SigningKey,
@@ -98,7 +105,7 @@ impl Creator {
     async fn save(&self, intent: &CreateIntent) -> Result<(), CreateError> {
         let value = serde_json::to_value(intent).map_err(|e| CreateError::Store(e.to_string()))?;
         self.store
-            .put(NS_CREATE_INTENTS, &intent.tx_hash, value)
+            .put_fenced(self.duty.name(), NS_CREATE_INTENTS, &intent.tx_hash, value)
             .await
             .map_err(|e| CreateError::Store(e.to_string()))
     }
@@ -123,6 +130,11 @@ impl Creator {
         origin: Origin,
     ) -> Result<CreateIntent, CreateError> {
         let _one = self.lock.lock().await;
+        match self.duty.lead() {
+            Leadership::Leading => {}
+            Leadership::Elsewhere { owner } => return Err(CreateError::NotLeader { owner }),
+            Leadership::Unknown { error } => return Err(CreateError::Store(error)),
+        }
         let signed = self.sign(model, amount).await.inspect_err(|e| {
             self.count("error");
             warn!(self.log, "escrow creation not signed"; "stage" => "escrow_create_intent",

@@ -7,6 +7,7 @@ use devshard_actors::{clock::SharedClock, store::SharedStore};
 use serde::{Deserialize, Serialize};
 
 use super::{intent::CreateIntent, metrics::RotationMetrics, plan::utc_day, CreateError};
+use crate::store::duty;
 
 /// Store namespace: key = model.
 pub const NS_DEPOSITS: &str = "rotation_deposit";
@@ -57,7 +58,7 @@ impl Deposits {
     async fn write(&self, model: &str, d: DayDeposits) -> Result<(), CreateError> {
         let value = serde_json::to_value(d).map_err(|e| CreateError::Store(e.to_string()))?;
         self.store
-            .put(NS_DEPOSITS, model, value)
+            .put_fenced(duty::ROTATION, NS_DEPOSITS, model, value)
             .await
             .map_err(|e| CreateError::Store(e.to_string()))?;
         self.publish(model, d.total);

@@ -41,6 +41,7 @@ use self::{
 use crate::{
     config::Config,
     state::{settlements::Settlements, Deactivated},
+    store::duty::{self, Duty, DutyMetrics},
 };
 
 /// Store namespace of creations that ended with a registered escrow (key = tx hash).
@@ -61,6 +62,11 @@ pub enum CreateError {
     Store(String),
     #[error("{0}")]
     Invalid(String),
+    /// Another replica runs the rotation (it alone creates escrows: deposits are paid once).
+    #[error(
+        "escrows are created by replica {owner}, which runs the rotation; retry there or later"
+    )]
+    NotLeader { owner: String },
 }
 
 /// The rotation handle (cheap to clone).
@@ -83,7 +89,7 @@ impl Rotation {
         config: &Config,
         store: SharedStore,
         clock: SharedClock,
-        registry: &prometheus::Registry,
+        (registry, duty_metrics): (&prometheus::Registry, Option<DutyMetrics>),
         registrar: Registrar,
         log: Logger,
     ) -> Rotation {
@@ -96,6 +102,7 @@ impl Rotation {
             .filter(|s| s.validate().is_ok());
         let settings = persisted.unwrap_or_else(|| config.rotation.clone());
         let creator = Creator {
+            duty: Duty::new(duty::ROTATION, store.clone(), duty_metrics, log.clone()),
             store: store.clone(),
             chain: ChainTxClient {
                 rest_url: config.chain.rest_url.clone(),

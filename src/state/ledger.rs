@@ -12,6 +12,9 @@
 //!   diff carried no inference: then its tokens, reserved and actual cost and the per-nonce fee
 //!   are written, and a request's cost columns are completed once all its nonces are. Nothing in
 //!   the escrow is touched: the diff log is the record of what the escrow owes.
+//! - **One replica**: with several replicas on one PostgreSQL database the rows are shared, and
+//!   the tail runs on the replica that leads its duty (`crate::store::duty::LEDGER_TAIL`); the
+//!   others check every tick whether they must take over.
 //! - **Retention**: rows older than `[ledger] retention_days` are deleted (checked hourly).
 //!
 //! What survives a restart: every committed row. The tail restarts from nonce 1 of each escrow
@@ -20,7 +23,6 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::Path,
     sync::{
         mpsc::{channel, RecvTimeoutError, Sender},
         Arc, Mutex,
@@ -45,7 +47,10 @@ use super::accounting::{Outcome, Record};
 use crate::{
     config::{operator::LedgerConfig, Secret},
     escrow_archive,
-    store::ledger::{AttemptRow, LedgerStore, RequestRow, Settlement},
+    store::{
+        duty::{Duty, Leadership},
+        ledger::{AttemptRow, LedgerStore, RequestRow, Settlement},
+    },
 };
 
 /// Settlements kept per escrow for rows that arrive after their nonce settled.
@@ -80,19 +85,22 @@ impl std::fmt::Debug for Ledger {
 /// What the settlement tail needs.
 pub struct LedgerDeps {
     pub store: SharedStore,
+    /// The tail's one-replica duty (`crate::store::duty::LEDGER_TAIL`): with several replicas
+    /// on one database, one of them completes the costs.
+    pub duty: Duty,
     pub clock: SharedClock,
     pub log: Logger,
 }
 
 impl Ledger {
-    /// Opens the ledger of the store at `path` and starts the settlement tail.
+    /// Takes the opened ledger tables and starts the settlement tail.
     pub fn start(
-        path: &Path,
+        store: LedgerStore,
         cfg: LedgerConfig,
         api_keys: &[Secret],
         deps: LedgerDeps,
     ) -> Result<Ledger, StoreError> {
-        let store = Arc::new(LedgerStore::open(path)?);
+        let store = Arc::new(store);
         let (tx, rx) = channel::<()>();
         let mut tail = Tail {
             ledger: store.clone(),
@@ -278,6 +286,9 @@ impl EscrowTail {
 
 impl Tail {
     fn tick(&mut self) {
+        if self.deps.duty.lead() != Leadership::Leading {
+            return;
+        }
         let Ok(pending) = self.ledger.unsettled() else {
             return;
         };

@@ -149,6 +149,8 @@ pub struct AppState {
     pub settlements: settlements::Settlements,
     /// Escrow creation and rotation (`crate::rotation`).
     pub rotation: crate::rotation::Rotation,
+    /// The one-replica duties' metrics (`crate::store::duty`; `None` if already registered).
+    pub duty_metrics: Option<crate::store::duty::DutyMetrics>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -193,11 +195,12 @@ impl AppState {
         settlements.resume();
         settlements.spawn_auto_settle();
         let chain = ChainClient::new(config.chain.clone(), parts.log.clone());
+        let duty_metrics = crate::store::duty::DutyMetrics::register(&parts.registry).ok();
         let rotation = crate::rotation::Rotation::new(
             config,
             parts.store.clone(),
             parts.clock.clone(),
-            &parts.registry,
+            (&parts.registry, duty_metrics.clone()),
             crate::rotation::creator::Registrar {
                 chain: chain.clone(),
                 directory: parts.directory.clone(),
@@ -255,6 +258,7 @@ impl AppState {
             series: series::Series::default(),
             settlements,
             rotation,
+            duty_metrics,
         }
     }
 }

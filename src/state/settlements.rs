@@ -48,6 +48,10 @@ pub enum SettleError {
     NoSettlement(String),
     #[error("escrow {0}: its signing key cannot be read: {1}")]
     Key(String, KeyError),
+    /// Several replicas on one database: another replica holds the escrow's lease, and only
+    /// the lease owner drives its settlement.
+    #[error("escrow {0} is served by another replica, which drives its settlement; retry there or later")]
+    NotOwner(String),
 }
 
 /// The registry of settlement actors (cheap to clone).
@@ -230,6 +234,11 @@ impl Settlements {
         if let Some(a) = actors.get(escrow_id).filter(|a| a.connected()) {
             return Ok(a.clone());
         }
+        // One driver per escrow: the replica holding its lease (every escrow on SQLite). The
+        // actor's own record writes are fenced by that lease too (`put_fenced`).
+        if !self.deps.store.holds_lease(escrow_id) {
+            return Err(SettleError::NotOwner(escrow_id.to_owned()));
+        }
         let mut deps = self.deps.clone();
         deps.key = signing;
         let port = DirectoryEscrow {
@@ -252,6 +261,9 @@ impl Settlements {
             };
             if matches!(r.state, SettlementState::Settled { .. }) {
                 continue;
+            }
+            if !self.deps.store.holds_lease(&id) {
+                continue; // its lease owner resumes it
             }
             info!(self.deps.log, "settlement resumed"; "stage" => "settlement_started",
                 "escrow" => &id, "state" => r.state.label());

@@ -136,6 +136,12 @@ impl Store for GatewayStore {
     fn claim_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
         self.inner().claim_escrow(escrow_id)
     }
+    fn holds_lease(&self, id: &str) -> bool {
+        self.inner().holds_lease(id)
+    }
+    fn put_fenced(&self, lease: &str, namespace: &str, key: &str, v: serde_json::Value) -> Ack {
+        self.inner().put_fenced(lease, namespace, key, v)
+    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,17 @@
-//! The cost ledger's tables in `gateway.db` (schema version 2): `ledger_requests`, one row per
-//! request that reached an escrow, and `ledger_attempts`, one row per nonce its race used (loser
-//! attempts and unused grants included).
+//! The cost ledger's tables: `ledger_requests`, one row per request that reached an escrow, and
+//! `ledger_attempts`, one row per nonce its race used (loser attempts and unused grants
+//! included). They live in the gateway's store: `gateway.db` (SQLite schema version 2) or the
+//! PostgreSQL database the replicas share, so any replica answers for any request.
 //!
-//! Writes go through one thread, `ledger-writer` (`super::ledger_writer`), with its own connection (`synchronous=NORMAL`:
-//! the ledger is an account of what happened, not protocol state, so it does not take the diff
-//! log's fsync per commit; WAL keeps it consistent and a clean shutdown flushes it). The writer
-//! drains whatever is queued (up to [`MAX_BATCH`] ops) into one transaction. Reads open their own
-//! read-only connection (WAL: they never wait for the writer).
+//! Writes go through one thread per process, `ledger-writer`, with its own connection. It drains
+//! whatever is queued (up to [`MAX_BATCH`] ops) into one transaction ([`next_batch`], the same for
+//! both databases). SQLite (`super::ledger_writer`, reads in `super::ledger_sqlite`): the writer's
+//! connection runs `synchronous=NORMAL` (the ledger is an account of what happened, not protocol
+//! state, so it does not take the diff log's fsync per commit; WAL keeps it consistent and a clean
+//! shutdown flushes it); reads open their own read-only connection. PostgreSQL
+//! (`super::postgres::ledger`): the writer's and the readers' connections run on the writer
+//! thread's runtime. The SQL is written once ([`sql`]), with `?N` placeholders that PostgreSQL
+//! reads as `$N`.
 //!
 //! A request row is inserted when the request ends (outcome known, race reported); its cost
 //! columns stay `NULL` until every attempt is settled ([`LedgerStore::settle`]), which the
@@ -22,10 +27,12 @@ use std::{
 };
 
 use devshard_actors::store::StoreError;
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use prometheus::{IntCounterVec, Opts, Registry};
 use serde::Serialize;
+use slog::Logger;
+use tokio::sync::mpsc::{error::TryRecvError, UnboundedReceiver, UnboundedSender};
 
-use super::{codec::sql_err, schema};
+use super::postgres::ledger::PgLedgerReads;
 
 /// Most queued writes applied in one transaction.
 pub const MAX_BATCH: usize = 256;
@@ -100,12 +107,129 @@ pub(super) enum Op {
     Flush(Sender<()>),
 }
 
-/// The ledger's writer and readers.
-#[derive(Debug)]
-pub struct LedgerStore {
-    path: PathBuf,
-    sender: Mutex<Option<Sender<Op>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+/// Batches ended, by `result`: `committed`, `dropped` (the database refused the transaction).
+pub(super) fn batch_counter() -> Result<IntCounterVec, StoreError> {
+    let c = IntCounterVec::new(
+        Opts::new(
+            "ledger_batches_total",
+            "Cost ledger write batches, committed or dropped",
+        ),
+        &["result"],
+    )
+    .map_err(|e| StoreError::Io(format!("ledger metrics: {e}")))?;
+    for r in ["committed", "dropped"] {
+        c.with_label_values(&[r]);
+    }
+    Ok(c)
+}
+
+/// Counts one batch's end.
+pub(super) fn count_batch(batches: &IntCounterVec, committed: bool) {
+    let result = if committed { "committed" } else { "dropped" };
+    batches.with_label_values(&[result]).inc();
+}
+
+/// Up to [`MAX_BATCH`] queued ops, `first` included, applied in one transaction; then
+/// [`Batch::done`] answers the flushes among them.
+pub(super) struct Batch {
+    pub ops: Vec<Op>,
+    flushed: Vec<Sender<()>>,
+}
+
+/// Takes `first` and whatever else is queued, without waiting.
+pub(super) fn next_batch(first: Op, rx: &mut UnboundedReceiver<Op>) -> Batch {
+    let mut batch = Batch {
+        ops: Vec::new(),
+        flushed: Vec::new(),
+    };
+    let mut next = Ok(first);
+    while let Ok(op) = next {
+        match op {
+            Op::Flush(done) => batch.flushed.push(done),
+            op => batch.ops.push(op),
+        }
+        if batch.ops.len() + batch.flushed.len() >= MAX_BATCH {
+            break;
+        }
+        next = rx.try_recv();
+        if matches!(next, Err(TryRecvError::Disconnected)) {
+            break;
+        }
+    }
+    batch
+}
+
+impl Batch {
+    /// Answers the flushes (after the commit).
+    pub fn done(self) {
+        for d in self.flushed {
+            let _ = d.send(());
+        }
+    }
+}
+
+/// The ledger's SQL, for both databases: `?N` placeholders (PostgreSQL: `$N`, [`sql::pg`]).
+pub(super) mod sql {
+    pub const INSERT_REQUEST: &str = "INSERT INTO ledger_requests (request_id, started_ms,
+             ended_ms, model, escrow_id, api_key_id, stream, outcome, status, winner_nonce,
+             total_cost, settled_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT DO NOTHING";
+    pub const INSERT_ATTEMPT: &str = "INSERT INTO ledger_attempts (request_id, nonce, escrow_id,
+             host, role, result)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING";
+    pub const SETTLE_ATTEMPT: &str = "UPDATE ledger_attempts SET inference = ?3,
+             input_tokens = ?4, output_tokens = ?5, reserved_cost = ?6, actual_cost = ?7,
+             fee = ?8, cost = ?9, settled_ms = ?10
+         WHERE escrow_id = ?1 AND nonce = ?2 AND settled_ms IS NULL";
+    /// Completes the request rows whose last attempt `(escrow ?1, nonce ?2)` just settled.
+    pub const COMPLETE_REQUESTS: &str = "UPDATE ledger_requests SET
+             input_tokens = (SELECT a.input_tokens FROM ledger_attempts a
+                 WHERE a.request_id = ledger_requests.request_id
+                   AND a.nonce = ledger_requests.winner_nonce),
+             output_tokens = (SELECT a.output_tokens FROM ledger_attempts a
+                 WHERE a.request_id = ledger_requests.request_id
+                   AND a.nonce = ledger_requests.winner_nonce),
+             reserved_cost = (SELECT a.reserved_cost FROM ledger_attempts a
+                 WHERE a.request_id = ledger_requests.request_id
+                   AND a.nonce = ledger_requests.winner_nonce),
+             actual_cost = (SELECT a.actual_cost FROM ledger_attempts a
+                 WHERE a.request_id = ledger_requests.request_id
+                   AND a.nonce = ledger_requests.winner_nonce),
+             total_cost = (SELECT SUM(a.cost) FROM ledger_attempts a
+                 WHERE a.request_id = ledger_requests.request_id),
+             settled_ms = ?3
+         WHERE settled_ms IS NULL
+           AND request_id IN (SELECT request_id FROM ledger_attempts
+                              WHERE escrow_id = ?1 AND nonce = ?2)
+           AND NOT EXISTS (SELECT 1 FROM ledger_attempts a
+                           WHERE a.request_id = ledger_requests.request_id
+                             AND a.settled_ms IS NULL)";
+    pub const PRUNE_ATTEMPTS: &str = "DELETE FROM ledger_attempts WHERE request_id IN
+             (SELECT request_id FROM ledger_requests WHERE ended_ms < ?1)";
+    pub const PRUNE_REQUESTS: &str = "DELETE FROM ledger_requests WHERE ended_ms < ?1";
+    const REQUEST_COLUMNS: &str = "request_id, started_ms, ended_ms, model, escrow_id,
+        api_key_id, stream, outcome, status, winner_nonce, input_tokens, output_tokens,
+        reserved_cost, actual_cost, total_cost, settled_ms";
+    pub fn get_request() -> String {
+        format!("SELECT {REQUEST_COLUMNS} FROM ledger_requests WHERE request_id = ?1")
+    }
+    pub fn page() -> String {
+        format!(
+            "SELECT {REQUEST_COLUMNS} FROM ledger_requests
+             WHERE ended_ms >= ?1 AND ended_ms < ?2 AND (ended_ms, request_id) > (?3, ?4)
+             ORDER BY ended_ms, request_id LIMIT ?5"
+        )
+    }
+    pub const ATTEMPTS: &str = "SELECT nonce, host, role, result, inference, input_tokens,
+             output_tokens, reserved_cost, actual_cost, fee, cost, settled_ms
+         FROM ledger_attempts WHERE request_id = ?1 ORDER BY nonce";
+    pub const UNSETTLED: &str = "SELECT escrow_id, nonce FROM ledger_attempts
+         WHERE settled_ms IS NULL ORDER BY escrow_id, nonce";
+
+    /// The statement with PostgreSQL's placeholders (`?N` → `$N`; no `?` is literal here).
+    pub fn pg(sql: &str) -> String {
+        sql.replace('?', "$")
+    }
 }
 
 pub(super) fn int(v: u64) -> i64 {
@@ -116,32 +240,112 @@ fn uint(v: Option<i64>) -> Option<u64> {
     v.and_then(|x| u64::try_from(x).ok())
 }
 
+/// A result row of either database, read by column index.
+pub(super) trait Columns {
+    type Error;
+    fn text(&self, i: usize) -> Result<String, Self::Error>;
+    fn opt_text(&self, i: usize) -> Result<Option<String>, Self::Error>;
+    fn int(&self, i: usize) -> Result<Option<i64>, Self::Error>;
+}
+
+/// A request row from the columns of [`sql::get_request`] (attempts not loaded).
+pub(super) fn request_row<C: Columns>(r: &C) -> Result<RequestRow, C::Error> {
+    Ok(RequestRow {
+        request_id: r.text(0)?,
+        started_ms: r.int(1)?.unwrap_or(0),
+        ended_ms: r.int(2)?.unwrap_or(0),
+        model: r.text(3)?,
+        escrow_id: r.text(4)?,
+        api_key_id: r.text(5)?,
+        stream: r.int(6)?.unwrap_or(0) != 0,
+        outcome: r.text(7)?,
+        status: u16::try_from(r.int(8)?.unwrap_or(0)).unwrap_or(0),
+        winner_nonce: uint(r.int(9)?),
+        input_tokens: uint(r.int(10)?),
+        output_tokens: uint(r.int(11)?),
+        reserved_cost: uint(r.int(12)?),
+        actual_cost: uint(r.int(13)?),
+        total_cost: uint(r.int(14)?),
+        settled_ms: r.int(15)?,
+        attempts: Vec::new(),
+    })
+}
+
+/// An attempt row from the columns of [`sql::ATTEMPTS`].
+pub(super) fn attempt_row<C: Columns>(r: &C) -> Result<AttemptRow, C::Error> {
+    Ok(AttemptRow {
+        nonce: uint(r.int(0)?).unwrap_or(0),
+        host: r.text(1)?,
+        role: r.text(2)?,
+        result: r.text(3)?,
+        inference: r.opt_text(4)?,
+        input_tokens: uint(r.int(5)?),
+        output_tokens: uint(r.int(6)?),
+        reserved_cost: uint(r.int(7)?),
+        actual_cost: uint(r.int(8)?),
+        fee: uint(r.int(9)?),
+        cost: uint(r.int(10)?),
+        settled_ms: r.int(11)?,
+    })
+}
+
+/// Where the ledger's reads go.
+#[derive(Debug)]
+enum Reads {
+    Sqlite(PathBuf),
+    Postgres(PgLedgerReads),
+}
+
+/// The ledger's writer and readers.
+#[derive(Debug)]
+pub struct LedgerStore {
+    reads: Reads,
+    /// `devshard_ledger_batches_total{result}` (registered by [`LedgerStore::register_metrics`]).
+    batches: IntCounterVec,
+    sender: Mutex<Option<UnboundedSender<Op>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
 impl LedgerStore {
-    /// Opens the ledger in the SQLite file at `path` (the store's own file, or a file of its own
-    /// when the store is PostgreSQL: then the schema is created here) and starts its writer.
+    /// Opens the ledger in the SQLite store file at `path` (opened and migrated by the store
+    /// first) and starts its writer.
     pub fn open(path: &Path) -> Result<LedgerStore, StoreError> {
-        if !path.exists() {
-            drop(schema::open_writer(path)?);
-        }
-        let conn = Connection::open(path).map_err(sql_err)?;
-        conn.busy_timeout(schema::BUSY_TIMEOUT).map_err(sql_err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(sql_err)?;
-        if schema::user_version(&conn)? < 2 {
-            return Err(StoreError::Io(
-                "the ledger tables are missing (open the store first)".into(),
-            ));
-        }
-        let (tx, rx) = channel();
-        let handle = std::thread::Builder::new()
-            .name("ledger-writer".into())
-            .spawn(move || super::ledger_writer::run(conn, rx))
-            .map_err(|e| StoreError::Io(format!("spawning the ledger writer: {e}")))?;
+        let batches = batch_counter()?;
+        let (sender, writer) = super::ledger_writer::start(path, batches.clone())?;
         Ok(LedgerStore {
-            path: path.to_path_buf(),
-            sender: Mutex::new(Some(tx)),
-            writer: Mutex::new(Some(handle)),
+            reads: Reads::Sqlite(path.to_path_buf()),
+            batches,
+            sender: Mutex::new(Some(sender)),
+            writer: Mutex::new(Some(writer)),
         })
+    }
+
+    /// Opens the ledger in the PostgreSQL database at `url` (migrated by the store first).
+    pub fn open_postgres(url: &str, log: Logger) -> Result<LedgerStore, StoreError> {
+        let config = url
+            .parse()
+            .map_err(|e| StoreError::Io(format!("invalid PostgreSQL URL: {e}")))?;
+        LedgerStore::open_postgres_config(config, log)
+    }
+
+    /// [`LedgerStore::open_postgres`] with a parsed connection config.
+    pub fn open_postgres_config(
+        config: tokio_postgres::Config,
+        log: Logger,
+    ) -> Result<LedgerStore, StoreError> {
+        let batches = batch_counter()?;
+        let (sender, writer, reads) = super::postgres::ledger::start(config, batches.clone(), log)?;
+        Ok(LedgerStore {
+            reads: Reads::Postgres(reads),
+            batches,
+            sender: Mutex::new(Some(sender)),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    /// Registers the ledger's metrics in `registry` (once).
+    pub fn register_metrics(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.batches.clone()))
     }
 
     fn send(&self, op: Op) {
@@ -185,22 +389,12 @@ impl LedgerStore {
         }
     }
 
-    fn reader(&self) -> Result<Connection, StoreError> {
-        schema::open_reader(&self.path)
-    }
-
     /// One request with its attempts.
     pub fn get(&self, request_id: &str) -> Result<Option<RequestRow>, StoreError> {
-        let conn = self.reader()?;
-        let row = conn
-            .query_row(
-                &format!("SELECT {REQUEST_COLUMNS} FROM ledger_requests WHERE request_id = ?1"),
-                params![request_id],
-                request_row,
-            )
-            .optional()
-            .map_err(sql_err)?;
-        row.map(|r| with_attempts(&conn, r)).transpose()
+        match &self.reads {
+            Reads::Sqlite(path) => super::ledger_sqlite::get(path, request_id),
+            Reads::Postgres(pg) => pg.get(request_id),
+        }
     }
 
     /// Up to `limit` requests that ended in `[since_ms, until_ms)` after `after` (ended_ms,
@@ -212,106 +406,28 @@ impl LedgerStore {
         after: Option<(i64, String)>,
         limit: usize,
     ) -> Result<Vec<RequestRow>, StoreError> {
-        let conn = self.reader()?;
-        let (after_ms, after_id) = after.unwrap_or((i64::MIN, String::new()));
-        let mut st = conn
-            .prepare(&format!(
-                "SELECT {REQUEST_COLUMNS} FROM ledger_requests
-                 WHERE ended_ms >= ?1 AND ended_ms < ?2 AND (ended_ms, request_id) > (?3, ?4)
-                 ORDER BY ended_ms, request_id LIMIT ?5"
-            ))
-            .map_err(sql_err)?;
-        let rows = st
-            .query_map(
-                params![since_ms, until_ms, after_ms, after_id, int(limit as u64)],
-                request_row,
-            )
-            .map_err(sql_err)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(sql_err)?;
-        rows.into_iter().map(|r| with_attempts(&conn, r)).collect()
+        let after = after.unwrap_or((i64::MIN, String::new()));
+        let range = (since_ms, until_ms, after, int(limit as u64));
+        match &self.reads {
+            Reads::Sqlite(path) => super::ledger_sqlite::page(path, range),
+            Reads::Postgres(pg) => pg.page(range),
+        }
     }
 
     /// Every unsettled attempt: (escrow, nonce), by escrow then nonce.
     pub fn unsettled(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let conn = self.reader()?;
-        let mut st = conn
-            .prepare(
-                "SELECT escrow_id, nonce FROM ledger_attempts WHERE settled_ms IS NULL
-                 ORDER BY escrow_id, nonce",
-            )
-            .map_err(sql_err)?;
-        let rows = st
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-            .map_err(sql_err)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(sql_err)?;
-        Ok(rows
-            .into_iter()
-            .map(|(e, n)| (e, u64::try_from(n).unwrap_or(0)))
-            .collect())
+        match &self.reads {
+            Reads::Sqlite(path) => super::ledger_sqlite::unsettled(path),
+            Reads::Postgres(pg) => pg.unsettled(),
+        }
     }
 }
+
+/// A page's bounds: since, until, after (ended_ms, request_id), limit.
+pub(super) type PageRange = (i64, i64, (i64, String), i64);
 
 impl Drop for LedgerStore {
     fn drop(&mut self) {
         self.close();
     }
-}
-
-const REQUEST_COLUMNS: &str = "request_id, started_ms, ended_ms, model, escrow_id, api_key_id,
-    stream, outcome, status, winner_nonce, input_tokens, output_tokens, reserved_cost,
-    actual_cost, total_cost, settled_ms";
-
-fn request_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
-    Ok(RequestRow {
-        request_id: r.get(0)?,
-        started_ms: r.get(1)?,
-        ended_ms: r.get(2)?,
-        model: r.get(3)?,
-        escrow_id: r.get(4)?,
-        api_key_id: r.get(5)?,
-        stream: r.get::<_, i64>(6)? != 0,
-        outcome: r.get(7)?,
-        status: u16::try_from(r.get::<_, i64>(8)?).unwrap_or(0),
-        winner_nonce: uint(r.get(9)?),
-        input_tokens: uint(r.get(10)?),
-        output_tokens: uint(r.get(11)?),
-        reserved_cost: uint(r.get(12)?),
-        actual_cost: uint(r.get(13)?),
-        total_cost: uint(r.get(14)?),
-        settled_ms: r.get(15)?,
-        attempts: Vec::new(),
-    })
-}
-
-fn with_attempts(conn: &Connection, mut row: RequestRow) -> Result<RequestRow, StoreError> {
-    let mut st = conn
-        .prepare_cached(
-            "SELECT nonce, host, role, result, inference, input_tokens, output_tokens,
-                    reserved_cost, actual_cost, fee, cost, settled_ms
-             FROM ledger_attempts WHERE request_id = ?1 ORDER BY nonce",
-        )
-        .map_err(sql_err)?;
-    row.attempts = st
-        .query_map(params![row.request_id], |r| {
-            Ok(AttemptRow {
-                nonce: uint(r.get(0)?).unwrap_or(0),
-                host: r.get(1)?,
-                role: r.get(2)?,
-                result: r.get(3)?,
-                inference: r.get(4)?,
-                input_tokens: uint(r.get(5)?),
-                output_tokens: uint(r.get(6)?),
-                reserved_cost: uint(r.get(7)?),
-                actual_cost: uint(r.get(8)?),
-                fee: uint(r.get(9)?),
-                cost: uint(r.get(10)?),
-                settled_ms: r.get(11)?,
-            })
-        })
-        .map_err(sql_err)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(sql_err)?;
-    Ok(row)
 }

@@ -1,43 +1,67 @@
-//! The cost ledger's writer thread (`ledger-writer`, started by [`super::ledger::LedgerStore`]):
-//! drains queued ops into one transaction each, and the SQL that inserts request rows and settles
-//! attempts. Settling finds attempts by `(escrow_id, nonce)` through the `ledger_attempts_nonce`
-//! index (schema version 4), so it costs the same at any ledger size.
+//! The cost ledger's SQLite writer thread (`ledger-writer`, started by
+//! [`super::ledger::LedgerStore::open`]): applies each batch ([`super::ledger::next_batch`]) in
+//! one transaction, with the SQL both databases share ([`super::ledger::sql`]). Settling finds
+//! attempts by `(escrow_id, nonce)` through the `ledger_attempts_nonce` index (schema version 4),
+//! so it costs the same at any ledger size.
 
-use std::sync::mpsc::Receiver;
+use std::{path::Path, thread::JoinHandle};
 
+use devshard_actors::store::StoreError;
+use prometheus::IntCounterVec;
 use rusqlite::{params, Connection, Transaction};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use super::ledger::{int, Op, RequestRow, Settlement, MAX_BATCH};
+use super::{
+    codec::sql_err,
+    ledger::{count_batch, int, next_batch, sql, Op, RequestRow, Settlement},
+    schema,
+};
 
-pub(super) fn run(mut conn: Connection, rx: Receiver<Op>) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(op) => batch.push(op),
-                Err(_) => break,
-            }
-        }
-        let mut flushed = Vec::new();
-        // A failed batch is dropped: the ledger never blocks serving (logged by the caller's
-        // metrics through the row counts it reads back).
-        if let Ok(tx) = conn.transaction() {
-            for op in batch {
+/// Opens the writer's connection to the store file at `path` and starts the thread.
+pub(super) fn start(
+    path: &Path,
+    batches: IntCounterVec,
+) -> Result<(UnboundedSender<Op>, JoinHandle<()>), StoreError> {
+    if !path.exists() {
+        drop(schema::open_writer(path)?);
+    }
+    let conn = Connection::open(path).map_err(sql_err)?;
+    conn.busy_timeout(schema::BUSY_TIMEOUT).map_err(sql_err)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(sql_err)?;
+    if schema::user_version(&conn)? < 2 {
+        return Err(StoreError::Io(
+            "the ledger tables are missing (open the store first)".into(),
+        ));
+    }
+    let (tx, rx) = unbounded_channel();
+    let handle = std::thread::Builder::new()
+        .name("ledger-writer".into())
+        .spawn(move || run(conn, rx, &batches))
+        .map_err(|e| StoreError::Io(format!("spawning the ledger writer: {e}")))?;
+    Ok((tx, handle))
+}
+
+fn run(mut conn: Connection, mut rx: UnboundedReceiver<Op>, batches: &IntCounterVec) {
+    while let Some(first) = rx.blocking_recv() {
+        let batch = next_batch(first, &mut rx);
+        // A failed batch is dropped: the ledger never blocks serving. A failed op alone leaves
+        // the others of its batch to commit (SQLite does not abort the transaction).
+        let committed = conn.transaction().and_then(|tx| {
+            for op in &batch.ops {
                 let _ = match op {
-                    Op::Insert(row) => insert(&tx, &row),
+                    Op::Insert(row) => insert(&tx, row),
                     Op::Settle(s) => s.iter().try_for_each(|s| settle(&tx, s)),
-                    Op::Prune(before) => prune(&tx, before),
-                    Op::Flush(done) => {
-                        flushed.push(done);
-                        Ok(())
-                    }
+                    Op::Prune(before) => prune(&tx, *before),
+                    Op::Flush(_) => Ok(()),
                 };
             }
-            let _ = tx.commit();
+            tx.commit()
+        });
+        if !batch.ops.is_empty() {
+            count_batch(batches, committed.is_ok());
         }
-        for done in flushed {
-            let _ = done.send(());
-        }
+        batch.done();
     }
 }
 
@@ -45,9 +69,7 @@ fn insert(tx: &Transaction<'_>, r: &RequestRow) -> rusqlite::Result<()> {
     let settled = r.attempts.is_empty().then_some(r.ended_ms);
     let zero = r.attempts.is_empty().then_some(0i64);
     let added = tx.execute(
-        "INSERT OR IGNORE INTO ledger_requests (request_id, started_ms, ended_ms, model,
-             escrow_id, api_key_id, stream, outcome, status, winner_nonce, total_cost, settled_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        sql::INSERT_REQUEST,
         params![
             r.request_id,
             r.started_ms,
@@ -66,10 +88,7 @@ fn insert(tx: &Transaction<'_>, r: &RequestRow) -> rusqlite::Result<()> {
     if added == 0 {
         return Ok(());
     }
-    let mut st = tx.prepare_cached(
-        "INSERT OR IGNORE INTO ledger_attempts (request_id, nonce, escrow_id, host, role, result)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
+    let mut st = tx.prepare_cached(sql::INSERT_ATTEMPT)?;
     for a in &r.attempts {
         st.execute(params![
             r.request_id,
@@ -83,53 +102,23 @@ fn insert(tx: &Transaction<'_>, r: &RequestRow) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Completes the request rows whose last attempt `(escrow ?1, nonce ?2)` just settled.
-const COMPLETE_REQUESTS: &str = "UPDATE ledger_requests SET
-             input_tokens = (SELECT a.input_tokens FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id
-                   AND a.nonce = ledger_requests.winner_nonce),
-             output_tokens = (SELECT a.output_tokens FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id
-                   AND a.nonce = ledger_requests.winner_nonce),
-             reserved_cost = (SELECT a.reserved_cost FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id
-                   AND a.nonce = ledger_requests.winner_nonce),
-             actual_cost = (SELECT a.actual_cost FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id
-                   AND a.nonce = ledger_requests.winner_nonce),
-             total_cost = (SELECT SUM(a.cost) FROM ledger_attempts a
-                 WHERE a.request_id = ledger_requests.request_id),
-             settled_ms = ?3
-         WHERE settled_ms IS NULL
-           AND request_id IN (SELECT request_id FROM ledger_attempts
-                              WHERE escrow_id = ?1 AND nonce = ?2)
-           AND NOT EXISTS (SELECT 1 FROM ledger_attempts a
-                           WHERE a.request_id = ledger_requests.request_id
-                             AND a.settled_ms IS NULL)";
-
 fn settle(tx: &Transaction<'_>, s: &Settlement) -> rusqlite::Result<()> {
-    let changed = tx
-        .prepare_cached(
-            "UPDATE ledger_attempts SET inference = ?3, input_tokens = ?4, output_tokens = ?5,
-             reserved_cost = ?6, actual_cost = ?7, fee = ?8, cost = ?9, settled_ms = ?10
-         WHERE escrow_id = ?1 AND nonce = ?2 AND settled_ms IS NULL",
-        )?
-        .execute(params![
-            s.escrow_id,
-            int(s.nonce),
-            s.inference,
-            int(s.input_tokens),
-            int(s.output_tokens),
-            int(s.reserved_cost),
-            int(s.actual_cost),
-            int(s.fee),
-            int(s.actual_cost.saturating_add(s.fee)),
-            s.settled_ms
-        ])?;
+    let changed = tx.prepare_cached(sql::SETTLE_ATTEMPT)?.execute(params![
+        s.escrow_id,
+        int(s.nonce),
+        s.inference,
+        int(s.input_tokens),
+        int(s.output_tokens),
+        int(s.reserved_cost),
+        int(s.actual_cost),
+        int(s.fee),
+        int(s.actual_cost.saturating_add(s.fee)),
+        s.settled_ms
+    ])?;
     if changed == 0 {
         return Ok(());
     }
-    tx.prepare_cached(COMPLETE_REQUESTS)?.execute(params![
+    tx.prepare_cached(sql::COMPLETE_REQUESTS)?.execute(params![
         s.escrow_id,
         int(s.nonce),
         s.settled_ms
@@ -138,15 +127,8 @@ fn settle(tx: &Transaction<'_>, s: &Settlement) -> rusqlite::Result<()> {
 }
 
 fn prune(tx: &Transaction<'_>, before_ms: i64) -> rusqlite::Result<()> {
-    tx.execute(
-        "DELETE FROM ledger_attempts WHERE request_id IN
-             (SELECT request_id FROM ledger_requests WHERE ended_ms < ?1)",
-        params![before_ms],
-    )?;
-    tx.execute(
-        "DELETE FROM ledger_requests WHERE ended_ms < ?1",
-        params![before_ms],
-    )?;
+    tx.execute(sql::PRUNE_ATTEMPTS, params![before_ms])?;
+    tx.execute(sql::PRUNE_REQUESTS, params![before_ms])?;
     Ok(())
 }
 
@@ -174,7 +156,7 @@ mod tests {
                 .unwrap();
             rows.join("\n")
         };
-        let complete = plan(COMPLETE_REQUESTS);
+        let complete = plan(sql::COMPLETE_REQUESTS);
         assert!(!complete.contains("SCAN"), "{complete}");
         assert!(complete.contains("ledger_attempts_nonce"), "{complete}");
         drop(tx);

@@ -30,7 +30,9 @@
 mod backend;
 mod checkpoint;
 mod codec;
+pub mod duty;
 pub mod ledger;
+mod ledger_sqlite;
 mod ledger_writer;
 pub mod metrics;
 pub mod migrate;

@@ -30,6 +30,9 @@ pub(crate) enum Op {
         key: String,
         json: String,
         updated_ms: i64,
+        /// `(lease, epoch)`: PostgreSQL writes the record only while this replica holds that
+        /// lease epoch (`Store::put_fenced`); SQLite ignores it.
+        fence: Option<(String, u64)>,
     },
     Delete {
         namespace: String,
@@ -62,11 +65,22 @@ impl Op {
         key: &str,
         value: &serde_json::Value,
     ) -> Result<Op, StoreError> {
+        Op::put_fenced(namespace, key, value, None)
+    }
+
+    /// [`Op::put`] written only under the lease epoch `fence` (PostgreSQL; `None`: always).
+    pub(crate) fn put_fenced(
+        namespace: &str,
+        key: &str,
+        value: &serde_json::Value,
+        fence: Option<(String, u64)>,
+    ) -> Result<Op, StoreError> {
         super::codec::encode_value(value).map(|json| Op::Put {
             namespace: namespace.to_string(),
             key: key.to_string(),
             json,
             updated_ms: super::codec::now_ms(),
+            fence,
         })
     }
 

@@ -161,6 +161,7 @@ impl Writer {
                 key,
                 json,
                 updated_ms,
+                ..
             } => {
                 self.conn
                     .prepare_cached(

@@ -154,6 +154,20 @@ impl Live {
     }
 }
 
+impl Live {
+    /// Starts another gateway on the same simulated network with its own data directory, `env`
+    /// overriding [`start`]'s environment (another replica on a shared PostgreSQL database).
+    pub async fn replica(&self, env: &[(&str, &str)]) -> RunningGateway {
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir = self.dir.with_extension(format!("replica-{n}"));
+        let mut vars = base_vars(&self.sim, &dir);
+        for (k, v) in env {
+            vars.insert((*k).to_string(), (*v).to_string());
+        }
+        start_gateway(&vars, self.clock.clone(), |_| {}).await
+    }
+}
+
 fn base_vars(sim: &SimNetwork, dir: &std::path::Path) -> BTreeMap<String, String> {
     [
         ("DEVSHARD_LISTEN", "127.0.0.1:0".to_string()),

@@ -10,6 +10,9 @@
 //!   `RETRY_MAX_MS`), and inside a broadcast step the 2 s confirmation poll for up to 45 s.
 //! - **Never two live txs**: a new tx is signed only when the current one can no longer commit
 //!   (see [`super::machine`]).
+//! - **One driver**: every record write is fenced by the escrow's lease (`Store::put_fenced`;
+//!   several replicas on PostgreSQL): an actor whose replica lost the escrow stops at its next
+//!   transition (stage `settlement_lease_lost`), before the step acts.
 
 use std::{rc::Rc, time::Duration};
 
@@ -32,7 +35,7 @@ use crate::{
         crypto::SigningKey,
         tx_timeout::TxTimeout,
     },
-    store::SharedStore,
+    store::{SharedStore, StoreError},
 };
 
 /// Record namespace of settlements (key = escrow id).
@@ -108,12 +111,26 @@ impl SettlementActor {
             m.set_state(&record.escrow_id, &record.state);
         }
         let value = serde_json::to_value(&*record).unwrap_or_default();
-        let ack = self.deps.store.put(NS_SETTLEMENT, &record.escrow_id, value);
+        // Fenced by the escrow's lease: only the replica that owns the escrow drives it.
+        let ack =
+            self.deps
+                .store
+                .put_fenced(&record.escrow_id, NS_SETTLEMENT, &record.escrow_id, value);
         self.busy = true;
         ctx.spawn(ack.into_actor(self).map(|res, act, ctx| {
             act.busy = false;
             match res {
                 Ok(()) => act.kick(ctx),
+                // Another replica took the escrow over: it drives the settlement from here.
+                Err(e @ StoreError::LeaseLost { .. }) => {
+                    warn!(act.deps.log, "settlement stopped: the escrow's lease is lost";
+                        "stage" => "settlement_lease_lost", "escrow" => &act.info.escrow_id,
+                        "error" => %e);
+                    if let Some(m) = &act.deps.metrics {
+                        m.settlements.with_label_values(&["lease_lost"]).inc();
+                    }
+                    ctx.stop();
+                }
                 // Not durable: stop; the directory respawns from the last durable record.
                 Err(e) => {
                     warn!(act.deps.log, "settlement record not persisted";

@@ -7,7 +7,8 @@ use super::machine::SettlementState;
 /// Handles of the settlement metrics (cheap to clone).
 #[derive(Debug, Clone)]
 pub struct SettlementMetrics {
-    /// Settlements ended, by result (`confirmed`, `already_settled`).
+    /// Settlements ended on this replica, by result (`confirmed`, `already_settled`,
+    /// `lease_lost`: another replica took the escrow over and drives it from there).
     pub settlements: IntCounterVec,
     /// 1 for the state each escrow is in (`escrow`, `state`).
     pub escrows: IntGaugeVec,

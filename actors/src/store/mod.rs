@@ -140,6 +140,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = escrow_id;
         Ok(())
     }
+    /// Whether this replica holds the lease `id` (an escrow's, or a one-replica duty's such as
+    /// rotation's) as far as it knows. A store that one process owns holds every lease.
+    fn holds_lease(&self, id: &str) -> bool {
+        let _ = id;
+        true
+    }
+    /// Upserts a record only while this replica still holds the lease `lease` at the epoch it
+    /// claimed, checked in the transaction that writes it; otherwise the ack fails with
+    /// [`StoreError::LeaseLost`] and nothing is written. A store that one process owns writes it
+    /// as [`Store::put`] does.
+    fn put_fenced(&self, lease: &str, namespace: &str, key: &str, value: serde_json::Value) -> Ack {
+        let _ = lease;
+        self.put(namespace, key, value)
+    }
 }
 
 /// A store shared by every actor.

@@ -20,6 +20,7 @@
 //! leases every TTL/3 and forgets the ones it lost; [`PgStore::close`] releases them.
 
 pub mod lease;
+pub(crate) mod ledger;
 pub mod readiness;
 mod renewals;
 pub mod replicas;
@@ -239,7 +240,14 @@ impl PgStore {
                 readiness::PING_TIMEOUT.as_millis()
             )),
         };
-        let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).len();
+        // Duty leases (rotation, …) do not make a replica ready: only escrows serve.
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .filter(|id| !crate::store::duty::is_duty(id))
+            .count();
         readiness::decide(
             ping,
             held,

@@ -117,6 +117,21 @@ impl Store for PgStore {
         self.submit(Ok(Op::Flush))
     }
 
+    fn holds_lease(&self, id: &str) -> bool {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.contains_key(id)
+    }
+
+    fn put_fenced(&self, lease: &str, namespace: &str, key: &str, value: serde_json::Value) -> Ack {
+        let epoch = {
+            let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.get(lease).copied()
+        };
+        // Not held: the epoch 0 no claim gives is refused by the fence.
+        let fence = (lease.to_string(), epoch.unwrap_or(0));
+        self.submit(Op::put_fenced(namespace, key, &value, Some(fence)))
+    }
+
     fn claim_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
         let epoch = futures::executor::block_on(async {
             let mut client = self.leases.lock().await;

@@ -131,16 +131,7 @@ async fn apply(
 ) -> Result<Result<(), StoreError>, tokio_postgres::Error> {
     match op {
         Op::AppendDiff { escrow, epoch, row } => {
-            let fence = match fenced.get(escrow) {
-                Some(f) => f.clone(),
-                None => {
-                    let lease = lease::read_locked(tx, escrow, "FOR SHARE").await?;
-                    let f = lease::fence(lease.as_ref(), replica, escrow, *epoch);
-                    fenced.insert(escrow.clone(), f.clone());
-                    f
-                }
-            };
-            if let Err(e) = fence {
+            if let Err(e) = check_fence(tx, replica, fenced, escrow, *epoch).await? {
                 last_nonce.remove(escrow);
                 return Ok(Err(e));
             }
@@ -192,7 +183,13 @@ async fn apply(
             key,
             json,
             updated_ms,
+            fence,
         } => {
+            if let Some((lease, epoch)) = fence {
+                if let Err(e) = check_fence(tx, replica, fenced, lease, *epoch).await? {
+                    return Ok(Err(e));
+                }
+            }
             tx.execute(
                 "INSERT INTO records (namespace, key, value, updated_ms) \
                  VALUES ($1, $2, $3, $4) ON CONFLICT (namespace, key) \
@@ -211,6 +208,24 @@ async fn apply(
         Op::Flush => {}
     }
     Ok(Ok(()))
+}
+
+/// Whether this replica holds `lease` at `epoch`: read `FOR SHARE` (held until the commit) on
+/// the group's first use of that lease, then remembered for the group.
+async fn check_fence(
+    tx: &Transaction<'_>,
+    replica: &str,
+    fenced: &mut HashMap<String, Result<(), StoreError>>,
+    lease: &str,
+    epoch: u64,
+) -> Result<Result<(), StoreError>, tokio_postgres::Error> {
+    if let Some(f) = fenced.get(lease) {
+        return Ok(f.clone());
+    }
+    let row = lease::read_locked(tx, lease, "FOR SHARE").await?;
+    let f = lease::fence(row.as_ref(), replica, lease, epoch);
+    fenced.insert(lease.to_string(), f.clone());
+    Ok(f)
 }
 
 fn resolve_all(group: &mut Vec<(Op, AckTx)>, result: &Result<(), StoreError>) {
