@@ -41,6 +41,17 @@ pub fn temp_dir(name: &str) -> PathBuf {
 impl Gateway {
     /// Starts `devshard-gateway serve` configured by environment against `sim`.
     pub async fn start(sim: &SimNetwork, data_dir: &Path, port: u16, escrows: &[&str]) -> Gateway {
+        Gateway::start_with_env(sim, data_dir, port, escrows, &[]).await
+    }
+
+    /// [`Gateway::start`] with more environment (e.g. `DEVSHARD_DATABASE_URL`).
+    pub async fn start_with_env(
+        sim: &SimNetwork,
+        data_dir: &Path,
+        port: u16,
+        escrows: &[&str],
+        env: &[(&str, String)],
+    ) -> Gateway {
         let child = Command::new(env!("CARGO_BIN_EXE_devshard-gateway"))
             .arg("serve")
             .env_clear()
@@ -53,6 +64,7 @@ impl Gateway {
             .env("DEVSHARD_ADMIN_API_KEY", ADMIN_KEY)
             .env("DEVSHARD_LOG_LEVEL", "warning")
             .env("DEVSHARD_WORKERS", "2")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -54,11 +54,11 @@ impl Directory {
     ) -> Result<EscrowActor, DirectoryError> {
         let id = info.escrow_id.clone();
         let start_err = |e: String| DirectoryError::Start(id.clone(), e);
-        let source = key::stored(&self.deps.store, &id);
-        let signing = key::escrow_key(source.as_ref(), &self.deps.key)
-            .map_err(|e| start_err(e.to_string()))?;
         // The lease first: the log read after it holds every diff of the previous owner.
         self.deps.store.claim_escrow(&id)?;
+        let source = key::stored_or_error(&self.deps.store, &id)?;
+        let signing = key::escrow_key(source.as_ref(), &self.deps.key)
+            .map_err(|e| start_err(e.to_string()))?;
         let log = self.deps.store.load_diffs(&id)?;
         let warm = self.deps.store.load_warm_deltas(&id)?;
         let mut session = Session::restore(info, log, &warm)
@@ -377,5 +377,33 @@ impl Handler<RemoveEscrow> for Directory {
             }
             .into_actor(self),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::RestartBudget;
+
+    #[test]
+    fn a_database_outage_is_not_charged_to_the_restart_budget() {
+        let budget = RestartBudget {
+            max_restarts: 1,
+            window_ms: 60_000,
+        };
+        let mut slot: Slot<EscrowActor> = Slot::default();
+        for t in 0..10 {
+            let death = Directory::on_death(&mut slot, StopCause::StoreUnavailable, t, budget);
+            assert!(matches!(death, Death::Respawn));
+        }
+        assert!(slot.restarts.is_empty());
+        assert!(matches!(
+            Directory::on_death(&mut slot, StopCause::Failed, 10, budget),
+            Death::Respawn
+        ));
+        assert!(matches!(
+            Directory::on_death(&mut slot, StopCause::Failed, 11, budget),
+            Death::Disabled
+        ));
     }
 }

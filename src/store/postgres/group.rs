@@ -153,18 +153,18 @@ pub(super) async fn run(
             return Err(pg_err(e));
         }
     };
-    let views = escrows
-        .iter()
-        .zip(rows[1..].chunks(2))
-        .map(|(e, r)| {
-            let max: Option<i64> = r[1].first().and_then(|row| row.get(0));
-            let view = EscrowView {
-                lease: r[0].first().map(lease::lease_row),
-                last_nonce: u64::try_from(max.unwrap_or(0)).unwrap_or(0),
-            };
-            (*e, view)
-        })
-        .collect();
+    // After BEGIN's (empty) answer: each escrow's lease rows, then its last-nonce row.
+    let mut answers = rows.iter().skip(1);
+    let mut views = HashMap::new();
+    for e in &escrows {
+        let lease = answers.next().and_then(|r| r.first()).map(lease::lease_row);
+        let max: Option<i64> = answers
+            .next()
+            .and_then(|r| r.first())
+            .and_then(|row| row.get(0));
+        let last_nonce = u64::try_from(max.unwrap_or(0)).unwrap_or(0);
+        views.insert(*e, EscrowView { lease, last_nonce });
+    }
     let decided = decide(ops, replica, &views, broken);
     let mut writes: Vec<Pipelined<'_, u64>> = ops
         .iter()
