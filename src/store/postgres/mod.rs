@@ -20,7 +20,7 @@
 //! # Durability contract
 //! As the SQLite store's: an ack resolves after the `COMMIT` (`synchronous_commit = on`) of the
 //! transaction holding the write; writes apply in issue order; a failed ack means nothing of that
-//! write landed. An append is also refused with [`StoreError::LeaseLost`] unless this replica
+//! write landed, except [`Unavailable::CommitUnknown`] (see above). An append is also refused with [`StoreError::LeaseLost`] unless this replica
 //! still holds the escrow's lease at the epoch it claimed (`lease.rs`).
 //!
 //! # Leases
