@@ -8,6 +8,10 @@ mod child;
 mod crash;
 #[path = "process/create.rs"]
 mod create;
+#[path = "process/pg_restart.rs"]
+mod pg_restart;
+#[path = "store/pgdb.rs"]
+mod pgdb;
 #[path = "process/settle.rs"]
 mod settle;
 #[path = "process/warm.rs"]

@@ -25,6 +25,8 @@ mod lease;
 mod ledger;
 #[path = "store/migrate.rs"]
 mod migrate;
+#[path = "store/outage.rs"]
+mod outage;
 #[path = "store/pgdb.rs"]
 mod pgdb;
 #[path = "store/readiness.rs"]
@@ -375,6 +377,16 @@ async fn postgres_leases_renew_and_release() {
 #[tokio::test]
 async fn migrate_moves_sqlite_to_postgres() {
     migrate::every_table_moves_and_a_non_empty_target_is_refused().await;
+}
+
+#[tokio::test]
+async fn postgres_restart_fails_typed_then_recovers_without_reopening() {
+    outage::operations_fail_typed_while_the_server_is_down_and_recover_without_reopening().await;
+}
+
+#[tokio::test]
+async fn postgres_restart_leaves_no_gap_in_a_log() {
+    outage::appends_queued_behind_a_failed_one_never_leave_a_gap().await;
 }
 
 #[tokio::test]

@@ -46,6 +46,9 @@ pub enum AttemptEnd {
     Cancelled,
     /// The client went away.
     ClientGone,
+    /// The escrow actor stopped while the attempt ran (its store became unavailable, or its lease
+    /// moved to another replica): the receipt could not be recorded. No host is blamed.
+    EscrowGone,
     /// The escrow rejected the attempt's receipt (state hash, state signature, receipt signature).
     ReceiptRejected(SessionError),
 }

@@ -42,6 +42,7 @@
 //! | settle: unknown escrow / already settled / not ours | 404 / 409 / 403 | `invalid_request_error` | `escrow_not_found`, `escrow_settled`, `escrow_not_ours` |
 //! | settle / create on a replica that does not hold the escrow's lease / the rotation's duty lease (PostgreSQL, several replicas) | 503 | `service_unavailable` | `escrow_elsewhere`, `rotation_elsewhere` (Retry-After 5) |
 //! | chain unreachable / odd chain data | 502 | `upstream_error` | `chain_unavailable`, `chain_data_invalid` |
+//! | the database is unavailable (PostgreSQL store reconnecting, write queue full; `StoreError::Unavailable`) | 503 | `service_unavailable` | `database_unavailable` (Retry-After 2) |
 //! | store or internal failure | 500 | `server_error` | `store_error`, `escrow_start_failed`, `internal_error` |
 //! | PostgreSQL replicas: the owner replica unreachable / a forwarded request not servable here (`Forward`, `crate::replicas`) | 503 | `service_unavailable` | `owner_unreachable`, `forward_hop_limit` (Retry-After 1) |
 
@@ -58,6 +59,7 @@ use devshard_actors::{
     policy::reason::PickRefusal,
     protocol::sse,
     race::{RaceError, RaceErrorKind},
+    store::StoreError,
 };
 use serde_json::json;
 
@@ -69,6 +71,9 @@ use crate::{
 
 /// `Retry-After` seconds when a 429/503 carries no better hint.
 pub const DEFAULT_RETRY_AFTER_S: u64 = 1;
+/// `Retry-After` while the database is unavailable (the store retries its connection every 2 s
+/// at most).
+pub const DATABASE_UNAVAILABLE_RETRY_AFTER_S: u64 = 2;
 /// `Retry-After` of an escrow disabled by its restart budget.
 pub const FAILED_ESCROW_RETRY_AFTER_S: u64 = 30;
 /// `Retry-After` when every escrow of a model is deactivated (or none can pay, or all drain).
@@ -262,7 +267,20 @@ fn directory_parts(e: &DirectoryError) -> ErrorParts {
         DirectoryError::Start(..) => parts(500, SERVER, "escrow_start_failed"),
         DirectoryError::AlreadyRegistered(_) => parts(409, INVALID, "escrow_already_registered"),
         DirectoryError::Admin(_) => parts(500, SERVER, "participant_admin_failed"),
-        DirectoryError::Store(_) => parts(500, SERVER, "store_error"),
+        DirectoryError::Store(e) => store_parts(e),
+    }
+}
+
+/// A store error: 503 `database_unavailable` + Retry-After while the database is unreachable
+/// (it passes by itself: the store reconnects), else 500 `store_error`.
+fn store_parts(e: &StoreError) -> ErrorParts {
+    if e.is_unavailable() {
+        ErrorParts {
+            retry_after_s: Some(DATABASE_UNAVAILABLE_RETRY_AFTER_S),
+            ..parts(503, UNAVAILABLE, "database_unavailable")
+        }
+    } else {
+        parts(500, SERVER, "store_error")
     }
 }
 
@@ -350,7 +368,7 @@ impl ApiError {
                 AdoptError::NoQuorum { .. } => parts(502, UPSTREAM, "adopt_no_quorum"),
                 AdoptError::StoreDiffers(_) => parts(409, INVALID, "adopt_store_conflict"),
                 AdoptError::Session(..) => parts(502, UPSTREAM, "chain_data_invalid"),
-                AdoptError::Store(_) => parts(500, SERVER, "store_error"),
+                AdoptError::Store(e) => store_parts(e),
             },
             ApiError::Race(e) => race_parts(e),
             ApiError::RaceLost => parts(502, UPSTREAM, UPSTREAM),

@@ -128,3 +128,22 @@ fn mid_stream_error_event_names_the_upstream_failure() {
     assert!(text.starts_with("data: ") && text.contains(r#""type":"upstream_error""#));
     assert!(text.contains(r#""code":502"#) && text.contains("broke"));
 }
+
+#[test]
+fn an_unavailable_database_is_503_with_retry_after_other_store_errors_500() {
+    use devshard_actors::store::{StoreError, Unavailable};
+    for reason in [
+        Unavailable::Disconnected,
+        Unavailable::CommitUnknown,
+        Unavailable::QueueFull,
+    ] {
+        let e = ApiError::Directory(DirectoryError::Store(StoreError::Unavailable(reason)));
+        let p = e.parts();
+        assert_eq!((p.status, p.code.as_str()), (503, "database_unavailable"));
+        assert_eq!(p.retry_after_s, Some(DATABASE_UNAVAILABLE_RETRY_AFTER_S));
+        assert!(e.to_string().contains("database is unavailable"), "{e}");
+        assert_eq!(e.body()["error"]["type"], "service_unavailable");
+    }
+    let io = ApiError::Directory(DirectoryError::Store(StoreError::Io("disk".into())));
+    assert_eq!(io.parts().status, 500);
+}

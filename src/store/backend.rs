@@ -10,7 +10,7 @@ use devshard_actors::{
 use slog::Logger;
 
 use super::{
-    postgres::{PgStore, ReplicaConfig},
+    postgres::{LinkStatus, PgStore, ReplicaConfig},
     SqliteStore, StoreStats,
 };
 
@@ -83,6 +83,14 @@ impl GatewayStore {
         match self {
             GatewayStore::Sqlite(s) => s.stats(),
             GatewayStore::Postgres(s) => s.stats(),
+        }
+    }
+
+    /// The database connections and whether each is up (PostgreSQL; SQLite has none).
+    pub fn connections(&self) -> Vec<LinkStatus> {
+        match self {
+            GatewayStore::Sqlite(_) => Vec::new(),
+            GatewayStore::Postgres(s) => s.connections(),
         }
     }
 

@@ -6,13 +6,15 @@
 //! | `devshard_store_wal_truncations_total` | counter: checkpoints that cut a WAL past its limit |
 //! | `devshard_store_group_commits_total` | counter: transactions the writer committed |
 //! | `devshard_store_ops_committed_total` | counter: writes in those transactions |
+//! | `devshard_store_reconnects_total{connection}` | counter: PostgreSQL connections (`writer`, `reader`, `leases`) re-established after a loss |
+//! | `devshard_store_connection_up{connection}` | gauge: 1 while that PostgreSQL connection is up, 0 while it reconnects |
 
 use std::sync::Arc;
 
 use prometheus::{
     core::{Collector, Desc},
     proto::MetricFamily,
-    IntCounter, IntGauge, Opts, Registry,
+    IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use super::GatewayStore;
@@ -24,6 +26,8 @@ pub struct StoreMetrics {
     truncations: IntCounter,
     groups: IntCounter,
     ops: IntCounter,
+    reconnects: IntCounterVec,
+    up: IntGaugeVec,
 }
 
 impl StoreMetrics {
@@ -47,6 +51,20 @@ impl StoreMetrics {
                 "store_ops_committed_total",
                 "Writes committed by the store writer",
             ))?,
+            reconnects: IntCounterVec::new(
+                Opts::new(
+                    "store_reconnects_total",
+                    "PostgreSQL connections re-established after a loss",
+                ),
+                &["connection"],
+            )?,
+            up: IntGaugeVec::new(
+                Opts::new(
+                    "store_connection_up",
+                    "1 while the PostgreSQL connection is up, 0 while it reconnects",
+                ),
+                &["connection"],
+            )?,
         };
         registry.register(Box::new(metrics))
     }
@@ -64,6 +82,8 @@ impl Collector for StoreMetrics {
             &self.truncations.desc(),
             &self.groups.desc(),
             &self.ops.desc(),
+            &self.reconnects.desc(),
+            &self.up.desc(),
         ]
         .into_iter()
         .flatten()
@@ -78,10 +98,17 @@ impl Collector for StoreMetrics {
         catch_up(&self.truncations, stats.wal_truncations);
         catch_up(&self.groups, stats.groups_committed);
         catch_up(&self.ops, stats.ops_committed);
+        for c in self.store.connections() {
+            let label = [c.kind.label()];
+            catch_up(&self.reconnects.with_label_values(&label), c.reconnects);
+            self.up.with_label_values(&label).set(i64::from(c.up));
+        }
         let mut out = self.wal_bytes.collect();
         out.extend(self.truncations.collect());
         out.extend(self.groups.collect());
         out.extend(self.ops.collect());
+        out.extend(self.reconnects.collect());
+        out.extend(self.up.collect());
         out
     }
 }

@@ -237,3 +237,93 @@ fn run(cmd: &mut Command) -> Result<(), String> {
         ))
     }
 }
+
+/// A throwaway PostgreSQL cluster of one test, on a free port in its own temp dir, that the test
+/// may stop and start (a restart of the database mid-run). Never the machine's server: that one
+/// is shared. Removed (stopped at once) when dropped.
+pub struct Cluster {
+    dir: PathBuf,
+    port: u16,
+    as_root: bool,
+}
+
+impl Cluster {
+    /// `initdb` then `pg_ctl start`; fails naming the Debian package when they are missing.
+    pub fn start(name: &str) -> Cluster {
+        assert!(
+            find_tool("initdb").is_some(),
+            "initdb not found in /usr/lib/postgresql/*/bin: install the `postgresql` package"
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("devshard-pg-{name}-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let as_root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        if as_root {
+            run(Command::new("chown").arg("postgres").arg(&dir)).unwrap();
+        }
+        let cluster = Cluster { dir, port, as_root };
+        run(pg_command(as_root, "initdb")
+            .args(["-U", "postgres", "-A", "trust", "--no-sync", "-D"])
+            .arg(cluster.data()))
+        .unwrap();
+        cluster.pg_start();
+        cluster
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Connection config of the cluster's `postgres` database.
+    pub fn config(&self) -> Config {
+        self.url().parse().unwrap()
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// `pg_ctl start -w`.
+    pub fn pg_start(&self) {
+        run(pg_command(self.as_root, "pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.join("log"))
+            .arg("-o")
+            .arg(format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1",
+                self.port,
+                self.dir.display()
+            ))
+            .args(["-w", "start"]))
+        .unwrap();
+    }
+
+    /// `pg_ctl stop -m fast -w`: every connection is terminated.
+    pub fn pg_stop(&self) {
+        self.stop_mode("fast").unwrap();
+    }
+
+    fn stop_mode(&self, mode: &str) -> Result<(), String> {
+        run(pg_command(self.as_root, "pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", mode, "-w", "stop"]))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.stop_mode("immediate");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

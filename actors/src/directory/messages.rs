@@ -88,6 +88,17 @@ pub enum ActorKind {
 pub struct Died {
     pub kind: ActorKind,
     pub id: String,
+    pub cause: StopCause,
+}
+
+/// Why an entity actor stopped: decides whether the stop counts against its restart budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StopCause {
+    /// A failure of its own (panic, refused write, …): charged to the restart budget.
+    #[default]
+    Failed,
+    /// The database was unavailable: not charged; respawned with back-off until it is back.
+    StoreUnavailable,
 }
 
 /// A race started (debug listing and escrow load).

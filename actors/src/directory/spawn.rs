@@ -1,4 +1,6 @@
-//! Spawning, respawning and retiring entity actors, with the restart budget.
+//! Spawning, respawning and retiring entity actors, with the restart budget. A stop or a failed
+//! respawn caused by a database outage is not charged to the budget: the escrow is respawned
+//! with back-off until the database is back (`respawn_escrow`).
 
 use std::{sync::Arc, time::Duration};
 
@@ -7,6 +9,7 @@ use slog::{error, info, warn};
 
 use super::{
     ActorKind, AddEscrow, Died, Directory, DirectoryError, EscrowSlot, RemoveEscrow, Slot,
+    StopCause,
 };
 use crate::{
     escrow::{
@@ -17,7 +20,7 @@ use crate::{
     participant::ParticipantActor,
     protocol::crypto::Address,
     stats::{TrackedActor, TrackedAddr},
-    store::ns,
+    store::{ns, retry::retry_delay},
 };
 
 /// Delay before a respawn, so a crash loop cannot spin the arbiter.
@@ -51,11 +54,11 @@ impl Directory {
     ) -> Result<EscrowActor, DirectoryError> {
         let id = info.escrow_id.clone();
         let start_err = |e: String| DirectoryError::Start(id.clone(), e);
-        let source = key::stored(&self.deps.store, &id);
-        let signing = key::escrow_key(source.as_ref(), &self.deps.key)
-            .map_err(|e| start_err(e.to_string()))?;
         // The lease first: the log read after it holds every diff of the previous owner.
         self.deps.store.claim_escrow(&id)?;
+        let source = key::stored_or_error(&self.deps.store, &id)?;
+        let signing = key::escrow_key(source.as_ref(), &self.deps.key)
+            .map_err(|e| start_err(e.to_string()))?;
         let log = self.deps.store.load_diffs(&id)?;
         let warm = self.deps.store.load_warm_deltas(&id)?;
         let mut session = Session::restore(info, log, &warm)
@@ -147,6 +150,50 @@ impl Directory {
         }));
     }
 
+    /// Respawns an escrow after its death. While the database is unavailable the respawn is
+    /// retried with back-off ([`retry_delay`]) until it is back, uncharged: `failures` counts
+    /// the attempts the outage failed so far.
+    fn respawn_escrow(&mut self, id: String, failures: u32, ctx: &mut Context<Self>) {
+        let running = self
+            .escrows
+            .get(&id)
+            .map(|e| e.slot.failed || e.slot.addr.as_ref().is_some_and(|a| a.connected()));
+        if running != Some(false) {
+            return; // removed, disabled or already running again
+        }
+        match self.spawn_escrow(&id, ctx) {
+            Ok(()) if failures > 0 => {
+                info!(self.deps.log, "escrow respawned once the database was back";
+                    "stage" => "escrow_respawn_recovered", "escrow" => &id, "attempts" => failures + 1);
+            }
+            Ok(()) => {}
+            Err(DirectoryError::Store(e)) if e.is_unavailable() => {
+                let failures = failures.saturating_add(1);
+                let delay = retry_delay(failures);
+                self.deps
+                    .metrics
+                    .restarts
+                    .with_label_values(&["escrow", "deferred"])
+                    .inc();
+                warn!(self.deps.log, "escrow respawn deferred: the database is unavailable";
+                    "stage" => "escrow_respawn_deferred", "escrow" => &id,
+                    "attempt" => failures, "retry_in_ms" => delay.as_millis(), "error" => %e);
+                let name = format!("respawn escrow {id}");
+                let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+                let due = self.deps.clock.now_ms().saturating_add(delay_ms);
+                let generation = self.stats.arm_timer(name.clone(), due);
+                ctx.run_later(delay, move |act, ctx| {
+                    act.stats.disarm_timer(&name, generation);
+                    act.respawn_escrow(id, failures, ctx);
+                });
+            }
+            Err(e) => {
+                error!(self.deps.log, "escrow respawn failed"; "stage" => "escrow_respawn_failed",
+                    "escrow" => &id, "error" => %e);
+            }
+        }
+    }
+
     /// Counts a restart; `false` when the entity is past its budget.
     fn charge_restart<A: Actor>(
         slot: &mut Slot<A>,
@@ -176,12 +223,21 @@ enum Death {
 }
 
 impl Directory {
-    /// Counts the death of the actor in `slot` against the restart budget.
-    fn on_death<A: Actor>(slot: &mut Slot<A>, now_ms: i64, budget: super::RestartBudget) -> Death {
+    /// Counts the death of the actor in `slot` against the restart budget, unless a database
+    /// outage caused it (that passes by itself; see [`Directory::respawn_escrow`]).
+    fn on_death<A: Actor>(
+        slot: &mut Slot<A>,
+        cause: StopCause,
+        now_ms: i64,
+        budget: super::RestartBudget,
+    ) -> Death {
         if slot.addr.as_ref().is_some_and(|a| a.connected()) {
             return Death::Ignored;
         }
         slot.addr = None;
+        if cause == StopCause::StoreUnavailable {
+            return Death::Respawn;
+        }
         if !Self::charge_restart(slot, now_ms, budget) {
             slot.failed = true;
             return Death::Disabled;
@@ -198,7 +254,11 @@ impl Handler<Died> for Directory {
         let budget = self.deps.budget;
         let (kind, death, participant) = match msg.kind {
             ActorKind::Escrow => match self.escrows.get_mut(&msg.id) {
-                Some(e) => ("escrow", Self::on_death(&mut e.slot, now, budget), None),
+                Some(e) => (
+                    "escrow",
+                    Self::on_death(&mut e.slot, msg.cause, now, budget),
+                    None,
+                ),
                 None => return,
             },
             ActorKind::Participant => {
@@ -206,7 +266,11 @@ impl Handler<Died> for Directory {
                     return;
                 };
                 match self.participants.get_mut(&address) {
-                    Some(p) => ("participant", Self::on_death(p, now, budget), Some(address)),
+                    Some(p) => (
+                        "participant",
+                        Self::on_death(p, msg.cause, now, budget),
+                        Some(address),
+                    ),
                     None => return,
                 }
             }
@@ -232,11 +296,7 @@ impl Handler<Died> for Directory {
                     Some(address) => {
                         let _ = act.participant(&address, ctx);
                     }
-                    None => {
-                        if let Err(e) = act.spawn_escrow(&id, ctx) {
-                            error!(act.deps.log, "escrow respawn failed"; "escrow" => &id, "error" => %e);
-                        }
-                    }
+                    None => act.respawn_escrow(id, 0, ctx),
                 });
             }
         }
@@ -317,5 +377,33 @@ impl Handler<RemoveEscrow> for Directory {
             }
             .into_actor(self),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::directory::RestartBudget;
+
+    #[test]
+    fn a_database_outage_is_not_charged_to_the_restart_budget() {
+        let budget = RestartBudget {
+            max_restarts: 1,
+            window_ms: 60_000,
+        };
+        let mut slot: Slot<EscrowActor> = Slot::default();
+        for t in 0..10 {
+            let death = Directory::on_death(&mut slot, StopCause::StoreUnavailable, t, budget);
+            assert!(matches!(death, Death::Respawn));
+        }
+        assert!(slot.restarts.is_empty());
+        assert!(matches!(
+            Directory::on_death(&mut slot, StopCause::Failed, 10, budget),
+            Death::Respawn
+        ));
+        assert!(matches!(
+            Directory::on_death(&mut slot, StopCause::Failed, 11, budget),
+            Death::Disabled
+        ));
     }
 }

@@ -42,7 +42,7 @@ use super::{
 };
 use crate::{
     clock::SharedClock,
-    directory::{ActorKind, Died},
+    directory::{ActorKind, Died, StopCause},
     metrics::ActorMetrics,
     outcome::OutcomeSink,
     policy::{
@@ -105,6 +105,8 @@ pub struct EscrowActor {
     on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
     retired: bool,
+    /// Why the actor stops, told to the directory (a database outage is not charged).
+    stop_cause: StopCause,
     /// Set by `BeginDrain` / `FinalizeRound`: settling, no new requests (`actor/finalize.rs`).
     closing: bool,
     /// This actor's entry in the actor registry (mailbox, messages, timers).
@@ -137,6 +139,7 @@ impl EscrowActor {
             deps,
             on_stop: None,
             retired: false,
+            stop_cause: StopCause::Failed,
             closing: false,
             stats,
         }
@@ -228,6 +231,7 @@ impl Actor for EscrowActor {
             r.do_send(Died {
                 kind: ActorKind::Escrow,
                 id: self.escrow_id().to_string(),
+                cause: self.stop_cause,
             });
         }
     }
@@ -369,7 +373,10 @@ impl EscrowActor {
                 self.release_durable_finishes(ctx);
                 self.unclaimed(nonce, ctx);
             }
-            AfterAck::Stop => ctx.stop(),
+            AfterAck::Stop(cause) => {
+                self.stop_cause = cause;
+                ctx.stop();
+            }
         }
     }
 

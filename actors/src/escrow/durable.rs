@@ -28,6 +28,7 @@ use super::{
     EscrowDeps,
 };
 use crate::{
+    directory::StopCause,
     outcome::AttemptTimings,
     policy::reason::EmptyDiffReason,
     protocol::{diff::Diff, wire::PayloadJson},
@@ -51,8 +52,8 @@ pub(super) enum AfterAck {
     Done,
     /// The race is gone: the granted nonce is settled without an outcome.
     Unclaimed(u64),
-    /// The diff is not durable: stop the actor.
-    Stop,
+    /// The diff is not durable: stop the actor (the directory respawns it from the log).
+    Stop(StopCause),
 }
 
 /// A composed diff whose ack is still pending, and its follow-up.
@@ -129,15 +130,20 @@ impl Durable {
                 if let OnDurable::Grant { reply, .. } = then {
                     let _ = reply.send(Err(e.into()));
                 }
-                AfterAck::Stop
+                AfterAck::Stop(StopCause::Failed)
             }
             Err(e) => {
                 error!(deps.log, "diff not durable; stopping escrow"; "stage" => "store_error",
                     "nonce" => nonce, "error" => %e);
+                let cause = if e.is_unavailable() {
+                    StopCause::StoreUnavailable
+                } else {
+                    StopCause::Failed
+                };
                 if let OnDurable::Grant { reply, .. } = then {
                     let _ = reply.send(Err(e.into()));
                 }
-                AfterAck::Stop
+                AfterAck::Stop(cause)
             }
         }
     }

@@ -77,8 +77,18 @@ pub const NS_ESCROW_KEYS: &str = "escrow_key";
 
 /// The key reference stored with an escrow's registration, if it names one.
 pub fn stored(store: &crate::store::SharedStore, escrow_id: &str) -> Option<KeySource> {
-    let v = store.get(NS_ESCROW_KEYS, escrow_id).ok().flatten()?;
-    serde_json::from_value(v).ok()
+    stored_or_error(store, escrow_id).ok().flatten()
+}
+
+/// [`stored`], but a store that cannot answer is an error, never "no key of its own" (a respawn
+/// during a database outage must not fall back to the gateway's key).
+pub fn stored_or_error(
+    store: &crate::store::SharedStore,
+    escrow_id: &str,
+) -> Result<Option<KeySource>, crate::store::StoreError> {
+    Ok(store
+        .get(NS_ESCROW_KEYS, escrow_id)?
+        .and_then(|v| serde_json::from_value(v).ok()))
 }
 
 /// The key an escrow signs with: its own when it names one, else the gateway's.

@@ -27,7 +27,7 @@ use super::{
 };
 use crate::{
     clock::SharedClock,
-    directory::{ActorKind, Died},
+    directory::{ActorKind, Died, StopCause},
     metrics::ActorMetrics,
     outcome::ParticipantOutcome,
     policy::{
@@ -319,6 +319,7 @@ impl Actor for ParticipantActor {
         self.deps.on_stop.do_send(Died {
             kind: ActorKind::Participant,
             id: self.address.to_string(),
+            cause: StopCause::Failed,
         });
     }
 }

@@ -16,7 +16,9 @@ pub fn classify(end: &AttemptEnd, finished: bool) -> (OutcomeClass, OutcomeReaso
         AttemptEnd::Completed => (OutcomeClass::PendingFinish, OutcomeReason::FinishPending),
         AttemptEnd::EmptyStream => (OutcomeClass::HostFault, OutcomeReason::EmptyStream),
         AttemptEnd::Stalled => (OutcomeClass::HostFault, OutcomeReason::Stalled),
-        AttemptEnd::Cancelled => (OutcomeClass::Cancelled, OutcomeReason::Cancelled),
+        AttemptEnd::Cancelled | AttemptEnd::EscrowGone => {
+            (OutcomeClass::Cancelled, OutcomeReason::Cancelled)
+        }
         AttemptEnd::ClientGone => (OutcomeClass::RequestFault, OutcomeReason::ClientGone),
         AttemptEnd::ErrorEvent {
             status: Some(s), ..

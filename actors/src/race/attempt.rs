@@ -251,7 +251,7 @@ impl AttemptTask {
                 };
                 match self.escrow.send(msg).await {
                     Ok(Err(e)) => return Some(AttemptEnd::ReceiptRejected(e)),
-                    Err(_) => return Some(AttemptEnd::Cancelled),
+                    Err(_) => return Some(AttemptEnd::EscrowGone),
                     Ok(Ok(())) => {}
                 }
             }

@@ -100,6 +100,8 @@ pub(super) fn end_error(end: &AttemptEnd, shared: Option<(String, OutcomeClass)>
         AttemptEnd::Cancelled | AttemptEnd::ClientGone => {
             (RaceErrorKind::Cancelled, "request cancelled".into())
         }
+        // Fail closed like a refused grant: nothing reached the client yet, it may retry.
+        AttemptEnd::EscrowGone => return escrow_gone(),
         AttemptEnd::Completed => (
             RaceErrorKind::HostsFailed,
             "the answer could not be delivered".into(),
@@ -109,5 +111,21 @@ pub(super) fn end_error(end: &AttemptEnd, shared: Option<(String, OutcomeClass)>
         kind,
         message,
         retry_after_s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_whose_escrow_stopped_fails_closed_with_retry_after() {
+        let e = end_error(&AttemptEnd::EscrowGone, None);
+        assert_eq!(e.kind, RaceErrorKind::EscrowUnavailable);
+        assert_eq!(e.retry_after_s, Some(1));
+        assert_eq!(
+            end_error(&AttemptEnd::Cancelled, None).kind,
+            RaceErrorKind::Cancelled
+        );
     }
 }

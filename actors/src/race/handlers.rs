@@ -131,6 +131,7 @@ fn failure_kind(end: &AttemptEnd) -> Option<String> {
         AttemptEnd::ErrorEvent { .. } => "error_event".into(),
         AttemptEnd::Stalled => "stalled".into(),
         AttemptEnd::ReceiptRejected(_) => "receipt_rejected".into(),
+        AttemptEnd::EscrowGone => "escrow_gone".into(),
     })
 }
 

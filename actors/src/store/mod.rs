@@ -13,6 +13,7 @@
 //! Reads are synchronous and meant for start-up and respawn, not for hot paths.
 
 mod memory;
+pub mod retry;
 
 use std::{
     future::Future,
@@ -61,6 +62,33 @@ pub enum StoreError {
     /// Another replica holds the escrow's lease and it has not expired.
     #[error("escrow {escrow} is leased to replica {owner} until it expires")]
     LeaseHeld { escrow: String, owner: String },
+    /// The database cannot take the operation now; it passes by itself (the store reconnects),
+    /// so callers answer "retry later" and do not count it as a failure of their own.
+    #[error("the database is unavailable ({0}); retry shortly")]
+    Unavailable(Unavailable),
+}
+
+impl StoreError {
+    /// Whether this is [`StoreError::Unavailable`], which passes once the database is back.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// Why the database is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// The connection is down (server stopped or restarting, network): reconnecting. Nothing of
+    /// the operation was written.
+    #[error("connection lost; reconnecting")]
+    Disconnected,
+    /// The connection broke while the `COMMIT` was in flight: the write may or may not have
+    /// landed. Treated as failed; the escrow rereads its log before it sequences again.
+    #[error("connection lost during COMMIT; outcome unknown")]
+    CommitUnknown,
+    /// The writer's queue is full (the database is slower than the load): nothing was queued.
+    #[error("the store's write queue is full")]
+    QueueFull,
 }
 
 /// Resolves when a write is durable (or failed).

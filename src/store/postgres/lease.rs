@@ -17,7 +17,7 @@ use std::time::Duration;
 use devshard_actors::store::StoreError;
 use tokio_postgres::Client;
 
-use super::pg_err;
+use super::{link::in_transaction, pg_err};
 
 /// Default lease time to live.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -74,66 +74,76 @@ fn ttl_secs(ttl: Duration) -> f64 {
     ttl.as_secs_f64()
 }
 
+/// The query reading an escrow's lease row (`$1`), locked with `lock` (`FOR UPDATE` /
+/// `FOR SHARE`); its rows decode with [`lease_row`].
+pub(super) fn select_locked(lock: &str) -> String {
+    format!(
+        "SELECT owner, epoch, expires_at <= now() FROM escrow_leases WHERE escrow_id = $1 {lock}"
+    )
+}
+
+/// A row of [`select_locked`].
+pub(super) fn lease_row(r: &tokio_postgres::Row) -> LeaseRow {
+    LeaseRow {
+        owner: r.get(0),
+        epoch: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+        expired: r.get(2),
+    }
+}
+
 /// Reads the lease row of `escrow`, locked with `lock` (`FOR UPDATE` / `FOR SHARE`).
 pub(super) async fn read_locked(
     client: &impl tokio_postgres::GenericClient,
     escrow: &str,
     lock: &str,
 ) -> Result<Option<LeaseRow>, tokio_postgres::Error> {
-    let row = client
-        .query_opt(
-            &format!(
-                "SELECT owner, epoch, expires_at <= now() FROM escrow_leases \
-                 WHERE escrow_id = $1 {lock}"
-            ),
-            &[&escrow],
-        )
-        .await?;
-    Ok(row.map(|r| LeaseRow {
-        owner: r.get(0),
-        epoch: u64::try_from(r.get::<_, i64>(1)).unwrap_or(0),
-        expired: r.get(2),
-    }))
+    let row = client.query_opt(&select_locked(lock), &[&escrow]).await?;
+    Ok(row.as_ref().map(lease_row))
 }
 
-/// Claims `escrow` for `me` in one transaction; returns the epoch taken.
+/// Claims `escrow` for `me` in one transaction; returns the epoch taken. `client` runs no
+/// other transaction meanwhile (the store serialises claims).
 pub(super) async fn claim(
-    client: &mut Client,
+    client: &Client,
     escrow: &str,
     me: &str,
     ttl: Duration,
 ) -> Result<u64, StoreError> {
-    let tx = client.transaction().await.map_err(pg_err)?;
-    // A missing row is inserted free (expired) first, so the row lock below always exists.
-    tx.execute(
-        "INSERT INTO escrow_leases (escrow_id, owner, epoch, expires_at) \
-         VALUES ($1, '', 0, now()) ON CONFLICT (escrow_id) DO NOTHING",
-        &[&escrow],
-    )
+    in_transaction(client, async {
+        // A missing row is inserted free (expired) first, so the row lock below always exists.
+        client
+            .execute(
+                "INSERT INTO escrow_leases (escrow_id, owner, epoch, expires_at) \
+                 VALUES ($1, '', 0, now()) ON CONFLICT (escrow_id) DO NOTHING",
+                &[&escrow],
+            )
+            .await
+            .map_err(pg_err)?;
+        let row = read_locked(client, escrow, "FOR UPDATE")
+            .await
+            .map_err(pg_err)?;
+        let epoch = match decide_claim(row.as_ref(), me) {
+            ClaimDecision::Take { epoch } => epoch,
+            ClaimDecision::Held { owner } => {
+                return Err(StoreError::LeaseHeld {
+                    escrow: escrow.to_string(),
+                    owner,
+                })
+            }
+        };
+        let sql_epoch =
+            i64::try_from(epoch).map_err(|_| StoreError::Corrupt("lease epoch".into()))?;
+        client
+            .execute(
+                "UPDATE escrow_leases SET owner = $2, epoch = $3, \
+                 expires_at = now() + make_interval(secs => $4) WHERE escrow_id = $1",
+                &[&escrow, &me, &sql_epoch, &ttl_secs(ttl)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(epoch)
+    })
     .await
-    .map_err(pg_err)?;
-    let row = read_locked(&tx, escrow, "FOR UPDATE")
-        .await
-        .map_err(pg_err)?;
-    let epoch = match decide_claim(row.as_ref(), me) {
-        ClaimDecision::Take { epoch } => epoch,
-        ClaimDecision::Held { owner } => {
-            return Err(StoreError::LeaseHeld {
-                escrow: escrow.to_string(),
-                owner,
-            })
-        }
-    };
-    let sql_epoch = i64::try_from(epoch).map_err(|_| StoreError::Corrupt("lease epoch".into()))?;
-    tx.execute(
-        "UPDATE escrow_leases SET owner = $2, epoch = $3, \
-         expires_at = now() + make_interval(secs => $4) WHERE escrow_id = $1",
-        &[&escrow, &me, &sql_epoch, &ttl_secs(ttl)],
-    )
-    .await
-    .map_err(pg_err)?;
-    tx.commit().await.map_err(pg_err)?;
-    Ok(epoch)
 }
 
 /// Renews every lease in `held` that `me` still holds at that epoch; returns the ones renewed.

@@ -1,13 +1,13 @@
 //! The cost ledger on PostgreSQL: the replicas share `ledger_requests`/`ledger_attempts`, so any
 //! replica answers `GET /v1/requests/{id}` and the export for any request.
 //!
-//! One thread per process, `ledger-writer`, owns a current-thread runtime and two connections:
-//! the writer's (`synchronous_commit = off`: the ledger is an account of what happened, not
-//! protocol state, as SQLite's `synchronous=NORMAL`) and the readers'. The writer applies each
-//! batch ([`next_batch`]) in one transaction with statements prepared once, from the SQL both
-//! databases share ([`sql`]). A failed batch is dropped and logged (stage
-//! `ledger_batch_failed`): the ledger never blocks serving. Reads wait for their answer on the
-//! caller's thread, as the store's reads do.
+//! One thread per process, `ledger-writer`, owns a current-thread runtime and two connections
+//! that reconnect by themselves like the store's (`link.rs`): the writer's and the readers'. The
+//! writer applies each batch ([`next_batch`]) in one transaction with statements prepared once
+//! per connection, from the SQL both databases share ([`sql`]). A failed batch (or one that
+//! finds the database unavailable) is dropped and logged (stage `ledger_batch_failed`): the
+//! ledger never blocks serving. Reads wait for their answer on the caller's thread, as the
+//! store's reads do.
 
 use std::{
     sync::{mpsc::sync_channel, Arc},
@@ -18,9 +18,12 @@ use devshard_actors::store::StoreError;
 use prometheus::IntCounterVec;
 use slog::{warn, Logger};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-use tokio_postgres::{Client, Config, Row, Statement, Transaction};
+use tokio_postgres::{Client, Config, Row, Statement};
 
-use super::{connect, pg_err};
+use super::{
+    link::{open_link, rollback, Link, LinkKind},
+    pg_err,
+};
 use crate::store::ledger::{
     attempt_row, count_batch, int, next_batch, request_row, sql, Columns, Op, PageRange,
     RequestRow, Settlement,
@@ -62,19 +65,14 @@ pub(in crate::store) fn start(
             };
             rt.block_on(async move {
                 let connected = async {
-                    let writer = connect(&config, &log).await?;
-                    writer
-                        .batch_execute("SET synchronous_commit = off")
-                        .await
-                        .map_err(pg_err)?;
-                    let statements = Statements::prepare(&writer).await.map_err(pg_err)?;
-                    let reader = Arc::new(connect(&config, &log).await?);
-                    Ok::<_, StoreError>((writer, statements, reader))
+                    let writer = open_link(LinkKind::LedgerWriter, &config, &log).await?;
+                    let reader = open_link(LinkKind::LedgerReader, &config, &log).await?;
+                    Ok::<_, StoreError>((writer, reader))
                 };
                 match connected.await {
-                    Ok((writer, statements, reader)) => {
+                    Ok((writer, reader)) => {
                         let _ = ready_tx.send(Ok(reader));
-                        run(writer, statements, rx, (&batches, &log)).await;
+                        run(&writer, rx, (&batches, &log)).await;
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -86,11 +84,12 @@ pub(in crate::store) fn start(
     let reader = ready_rx
         .recv()
         .map_err(|_| StoreError::Io("the ledger writer ended while connecting".into()))??;
-    Ok((tx, handle, PgLedgerReads { client: reader }))
+    Ok((tx, handle, PgLedgerReads { link: reader }))
 }
 
 /// The writer's statements, prepared once on its connection.
 struct Statements {
+    client: Arc<Client>,
     insert_request: Statement,
     insert_attempt: Statement,
     settle_attempt: Statement,
@@ -100,7 +99,7 @@ struct Statements {
 }
 
 impl Statements {
-    async fn prepare(c: &Client) -> Result<Statements, tokio_postgres::Error> {
+    async fn prepare(c: Arc<Client>) -> Result<Statements, tokio_postgres::Error> {
         Ok(Statements {
             insert_request: c.prepare(&sql::pg(sql::INSERT_REQUEST)).await?,
             insert_attempt: c.prepare(&sql::pg(sql::INSERT_ATTEMPT)).await?,
@@ -108,61 +107,79 @@ impl Statements {
             complete_requests: c.prepare(&sql::pg(sql::COMPLETE_REQUESTS)).await?,
             prune_attempts: c.prepare(&sql::pg(sql::PRUNE_ATTEMPTS)).await?,
             prune_requests: c.prepare(&sql::pg(sql::PRUNE_REQUESTS)).await?,
+            client: c,
         })
     }
 }
 
 async fn run(
-    mut client: Client,
-    st: Statements,
+    link: &Link,
     mut rx: UnboundedReceiver<Op>,
     (batches, log): (&IntCounterVec, &Logger),
 ) {
+    let mut prepared: Option<Statements> = None;
     while let Some(first) = rx.recv().await {
         let batch = next_batch(first, &mut rx);
         if batch.ops.is_empty() {
             batch.done();
             continue;
         }
-        let applied = apply(&mut client, &st, &batch.ops).await;
+        let applied = apply(link, &mut prepared, &batch.ops).await;
         count_batch(batches, applied.is_ok());
         if let Err(e) = applied {
             warn!(log, "ledger batch dropped"; "stage" => "ledger_batch_failed",
-                "ops" => batch.ops.len(), "error" => %pg_err(e));
+                "ops" => batch.ops.len(), "error" => %e);
         }
         batch.done();
     }
 }
 
+/// One batch in one transaction on the link's current connection (statements prepared again
+/// after a reconnect).
 async fn apply(
-    client: &mut Client,
-    st: &Statements,
+    link: &Link,
+    prepared: &mut Option<Statements>,
     ops: &[Op],
-) -> Result<(), tokio_postgres::Error> {
-    let tx = client.transaction().await?;
-    for op in ops {
-        match op {
-            Op::Insert(row) => insert(&tx, st, row).await?,
-            Op::Settle(all) => {
-                for s in all {
-                    settle(&tx, st, s).await?;
-                }
-            }
-            Op::Prune(before) => {
-                tx.execute(&st.prune_attempts, &[before]).await?;
-                tx.execute(&st.prune_requests, &[before]).await?;
-            }
-            Op::Flush(_) => {}
-        }
+) -> Result<(), StoreError> {
+    let client = link.client()?;
+    if prepared
+        .as_ref()
+        .is_none_or(|st| !Arc::ptr_eq(&st.client, &client))
+    {
+        *prepared = None;
+        *prepared = Some(Statements::prepare(client.clone()).await.map_err(pg_err)?);
     }
-    tx.commit().await
+    let Some(st) = prepared.as_ref() else {
+        return Ok(());
+    };
+    let applied = async {
+        client.batch_execute("BEGIN").await?;
+        for op in ops {
+            match op {
+                Op::Insert(row) => insert(&client, st, row).await?,
+                Op::Settle(all) => {
+                    for s in all {
+                        settle(&client, st, s).await?;
+                    }
+                }
+                Op::Prune(before) => {
+                    client.execute(&st.prune_attempts, &[before]).await?;
+                    client.execute(&st.prune_requests, &[before]).await?;
+                }
+                Op::Flush(_) => {}
+            }
+        }
+        client.batch_execute("COMMIT").await
+    }
+    .await;
+    if let Err(e) = applied {
+        rollback(&client).await;
+        return Err(pg_err(e));
+    }
+    Ok(())
 }
 
-async fn insert(
-    tx: &Transaction<'_>,
-    st: &Statements,
-    r: &RequestRow,
-) -> Result<(), tokio_postgres::Error> {
+async fn insert(tx: &Client, st: &Statements, r: &RequestRow) -> Result<(), tokio_postgres::Error> {
     let settled = r.attempts.is_empty().then_some(r.ended_ms);
     let zero = r.attempts.is_empty().then_some(0i64);
     let added = tx
@@ -204,11 +221,7 @@ async fn insert(
     Ok(())
 }
 
-async fn settle(
-    tx: &Transaction<'_>,
-    st: &Statements,
-    s: &Settlement,
-) -> Result<(), tokio_postgres::Error> {
+async fn settle(tx: &Client, st: &Statements, s: &Settlement) -> Result<(), tokio_postgres::Error> {
     let changed = tx
         .execute(
             &st.settle_attempt,
@@ -239,7 +252,7 @@ async fn settle(
 /// The ledger's reads (the readers' connection; its task runs on the writer thread).
 #[derive(Debug)]
 pub(in crate::store) struct PgLedgerReads {
-    client: Arc<Client>,
+    link: Arc<Link>,
 }
 
 impl PgLedgerReads {
@@ -248,7 +261,8 @@ impl PgLedgerReads {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        futures::executor::block_on(self.client.query(&sql::pg(sql), params)).map_err(pg_err)
+        let client = self.link.client()?;
+        futures::executor::block_on(client.query(&sql::pg(sql), params)).map_err(pg_err)
     }
 
     fn with_attempts(&self, row: &Row) -> Result<RequestRow, StoreError> {

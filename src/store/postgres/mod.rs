@@ -4,23 +4,33 @@
 //! # Threads and connections
 //! One thread, `store-postgres`, owns a current-thread tokio runtime and three connections:
 //! the writer's (group commit, `writer.rs`), the readers' and the leases'. Callers never enter
-//! that runtime: writes go through an unbounded channel to the writer task, and reads and lease
+//! that runtime: writes go through a bounded channel to the writer task, and reads and lease
 //! claims await the connection's request channel with `futures::executor::block_on` on the
 //! calling thread (tokio-postgres clients are runtime-agnostic; only their connections run on
 //! the store's runtime). Reads are meant for start-up and respawn, as with SQLite.
 //!
+//! # Database outages
+//! Each connection reconnects by itself (`link.rs`, back-off 100 ms doubling to 2 s). While one
+//! is down, every operation on it fails at once with [`StoreError::Unavailable`]; so does a write
+//! that finds the writer's queue full ([`writer::QUEUE_BOUND`]). A write whose `COMMIT` was in
+//! flight when the connection broke fails with [`Unavailable::CommitUnknown`]: it may have
+//! landed; the escrow stops and its respawn rereads the log, so its nonce is neither lost nor
+//! reused.
+//!
 //! # Durability contract
 //! As the SQLite store's: an ack resolves after the `COMMIT` (`synchronous_commit = on`) of the
 //! transaction holding the write; writes apply in issue order; a failed ack means nothing of that
-//! write landed. An append is also refused with [`StoreError::LeaseLost`] unless this replica
+//! write landed, except [`Unavailable::CommitUnknown`] (see above). An append is also refused with [`StoreError::LeaseLost`] unless this replica
 //! still holds the escrow's lease at the epoch it claimed (`lease.rs`).
 //!
 //! # Leases
 //! [`Store::claim_escrow`] takes an escrow's lease (before its log is read); a task renews held
 //! leases every TTL/3 and forgets the ones it lost; [`PgStore::close`] releases them.
 
+mod group;
 pub mod lease;
 pub(crate) mod ledger;
+mod link;
 pub mod readiness;
 mod renewals;
 pub mod replicas;
@@ -39,16 +49,21 @@ use std::{
     time::Duration,
 };
 
-use devshard_actors::store::{Ack, StoreError};
+use devshard_actors::store::{Ack, StoreError, Unavailable};
 use slog::{info, warn, Logger};
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Config;
 
-pub use self::schema::SCHEMA_VERSION;
 use self::{
+    link::{open_link, Link},
     readiness::{LeaseClock, NotReady},
     renewals::{release_all, renew_loop},
     writer::PgWriter,
+};
+pub use self::{
+    link::{LinkKind, LinkStatus},
+    schema::SCHEMA_VERSION,
+    writer::QUEUE_BOUND,
 };
 use super::{
     ops::{Counters, Msg, Op},
@@ -58,8 +73,13 @@ use super::{
 /// Most writes applied (and committed) in one transaction.
 pub const MAX_GROUP: usize = 512;
 
-/// Maps a PostgreSQL error, with the server's message when there is one.
+/// Maps a PostgreSQL error: a lost connection or a server shutting down is
+/// [`StoreError::Unavailable`], anything else an i/o error with the server's message.
 pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
+    let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
+    if link::is_connection_lost(e.is_closed(), io, e.code().map(|c| c.code())) {
+        return StoreError::Unavailable(Unavailable::Disconnected);
+    }
     match e.as_db_error() {
         Some(db) => StoreError::Io(format!("postgres {}: {}", db.code().code(), db.message())),
         None => StoreError::Io(format!("postgres: {e}")),
@@ -83,9 +103,12 @@ pub struct PgStore {
     replica: ReplicaConfig,
     /// Kept for connections of their own (the shared events listener); boxed, it is large.
     config: Box<Config>,
-    sender: mpsc::UnboundedSender<Msg>,
-    reader: Arc<Client>,
-    leases: tokio::sync::Mutex<Client>,
+    sender: mpsc::Sender<Msg>,
+    writer: Arc<Link>,
+    reader: Arc<Link>,
+    leases: Arc<Link>,
+    /// Claims run one at a time on the leases' connection (each is a transaction).
+    claiming: tokio::sync::Mutex<()>,
     held: Held,
     lease_clock: Arc<LeaseClock>,
     closed: AtomicBool,
@@ -104,10 +127,11 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// What the store thread hands back once connected and migrated.
-struct Connected {
-    reader: Arc<Client>,
-    leases: Client,
+/// The store's connections, connected (and the schema migrated).
+struct Links {
+    writer: Arc<Link>,
+    reader: Arc<Link>,
+    leases: Arc<Link>,
 }
 
 impl PgStore {
@@ -125,7 +149,7 @@ impl PgStore {
         replica: ReplicaConfig,
         log: Logger,
     ) -> Result<PgStore, StoreError> {
-        let (sender, rx) = mpsc::unbounded_channel();
+        let (sender, rx) = mpsc::channel(QUEUE_BOUND);
         let (ready_tx, ready_rx) = sync_channel(1);
         let (done_tx, done_rx) = sync_channel(1);
         let (drop_tx, drop_rx) = oneshot::channel();
@@ -150,38 +174,37 @@ impl PgStore {
                     }
                 };
                 rt.block_on(async move {
-                    let writer = match connect_all(&thread_config, &log).await {
-                        Ok((writer, connected)) => {
-                            if let Err(e) = replicas::announce(&writer.1, &replica).await {
-                                let _ = ready_tx.send(Err(e));
-                                return;
-                            }
-                            let _ = ready_tx.send(Ok(connected));
-                            writer
-                        }
+                    let links = match connect_all(&thread_config, &log).await {
+                        Ok(links) => links,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
                             return;
                         }
                     };
+                    let (writer, reader) = (links.writer.clone(), links.reader.clone());
+                    if let Err(e) = replicas::announce(&reader, &replica).await {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                    let _ = ready_tx.send(Ok(links));
                     let renewer = tokio::spawn(renew_loop(
-                        writer.1.clone(),
+                        reader.clone(),
                         replica.clone(),
                         (held.clone(), renew_clock),
                         log.clone(),
                     ));
                     let announcer = tokio::spawn(replicas::announce_until_closed(
-                        writer.1.clone(),
+                        reader.clone(),
                         replica.clone(),
                         log.clone(),
                     ));
-                    PgWriter::new(writer.0, replica.id.clone(), counters)
+                    PgWriter::new(writer, replica.id.clone(), counters, log.clone())
                         .run(rx)
                         .await;
                     renewer.abort();
                     announcer.abort();
-                    release_all(&writer.1, &replica.id, &held, &log).await;
-                    if let Err(e) = replicas::retire(&writer.1, &replica.id).await {
+                    release_all(&reader, &replica.id, &held, &log).await;
+                    if let Err(e) = replicas::retire(&reader, &replica.id).await {
                         warn!(log, "replica row not retired (it expires by itself)";
                             "stage" => "replica_retire_failed", "error" => %e);
                     }
@@ -191,15 +214,17 @@ impl PgStore {
                 });
             })
             .map_err(|e| StoreError::Io(format!("spawning the store thread: {e}")))?;
-        let connected = ready_rx
+        let links = ready_rx
             .recv()
             .map_err(|_| StoreError::Io("the store thread ended while connecting".into()))??;
         Ok(PgStore {
             replica,
             config: Box::new(config),
             sender,
-            reader: connected.reader,
-            leases: tokio::sync::Mutex::new(connected.leases),
+            writer: links.writer,
+            reader: links.reader,
+            leases: links.leases,
+            claiming: tokio::sync::Mutex::new(()),
             held,
             lease_clock,
             closed: AtomicBool::new(false),
@@ -227,14 +252,13 @@ impl PgStore {
     /// [`readiness::PING_TIMEOUT`] and the held leases were claimed or renewed within the TTL.
     /// Awaited on the caller's runtime (which must have a tokio timer).
     pub async fn readiness(&self) -> Result<(), NotReady> {
-        let ping = match tokio::time::timeout(
-            readiness::PING_TIMEOUT,
-            self.reader.simple_query("SELECT 1"),
-        )
-        .await
-        {
+        let ping = async {
+            let client = self.reader.client()?;
+            client.simple_query("SELECT 1").await.map_err(pg_err)
+        };
+        let ping = match tokio::time::timeout(readiness::PING_TIMEOUT, ping).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(pg_err(e).to_string()),
+            Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!(
                 "no answer within {} ms",
                 readiness::PING_TIMEOUT.as_millis()
@@ -254,6 +278,14 @@ impl PgStore {
             self.lease_clock.since_last(),
             self.replica.lease_ttl,
         )
+    }
+
+    /// Whether each connection is up, and how often it came back.
+    pub fn connections(&self) -> Vec<LinkStatus> {
+        [&self.writer, &self.reader, &self.leases]
+            .iter()
+            .map(|l| l.status())
+            .collect()
     }
 
     /// A snapshot of the group-commit counters (the WAL fields are SQLite's: zero here).
@@ -278,7 +310,8 @@ impl PgStore {
             .map_err(|_| StoreError::Io("store mutex poisoned".into()))?
             .take();
         let Some(done) = done else { return Ok(()) };
-        let _ = self.sender.send(Msg::Shutdown);
+        // Waits for room in a full queue: the writer drains it (failing fast while down).
+        let _ = futures::executor::block_on(self.sender.send(Msg::Shutdown));
         // An error means the thread is gone already: nothing left to wait for.
         let _ = done.recv();
         Ok(())
@@ -293,9 +326,12 @@ impl PgStore {
             return Ack::ready(Err(StoreError::Closed));
         }
         let (tx, ack) = Ack::channel();
-        match self.sender.send(Msg::Write(op, tx)) {
+        match self.sender.try_send(Msg::Write(op, tx)) {
             Ok(()) => ack,
-            Err(_) => Ack::ready(Err(StoreError::Closed)),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                Ack::ready(Err(StoreError::Unavailable(Unavailable::QueueFull)))
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Ack::ready(Err(StoreError::Closed)),
         }
     }
 
@@ -304,7 +340,8 @@ impl PgStore {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        futures::executor::block_on(self.reader.query(sql, params)).map_err(pg_err)
+        let client = self.reader.client()?;
+        futures::executor::block_on(client.query(sql, params)).map_err(pg_err)
     }
 }
 
@@ -320,32 +357,14 @@ impl Drop for PgStore {
     }
 }
 
-/// The writer's connection (with the readers' for the renewals), then the others.
-async fn connect_all(
-    config: &Config,
-    log: &Logger,
-) -> Result<((Client, Arc<Client>), Connected), StoreError> {
-    let mut writer = connect(config, log).await?;
-    writer
-        .batch_execute("SET synchronous_commit = on")
-        .await
-        .map_err(pg_err)?;
-    let found = schema::migrate(&mut writer).await?;
+/// Migrates the schema on a connection of its own, then opens the store's connections.
+async fn connect_all(config: &Config, log: &Logger) -> Result<Links, StoreError> {
+    let found = schema::migrate(&mut link::connect_once(config).await?).await?;
     info!(log, "PostgreSQL store ready"; "stage" => "store_migrated",
         "schema_found" => found, "schema_version" => SCHEMA_VERSION);
-    let reader = Arc::new(connect(config, log).await?);
-    let leases = connect(config, log).await?;
-    Ok(((writer, reader.clone()), Connected { reader, leases }))
-}
-
-async fn connect(config: &Config, log: &Logger) -> Result<Client, StoreError> {
-    let (client, connection) = config.connect(NoTls).await.map_err(pg_err)?;
-    let log = log.clone();
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            warn!(log, "PostgreSQL connection ended"; "stage" => "store_connection_lost",
-                "error" => %e);
-        }
-    });
-    Ok(client)
+    Ok(Links {
+        writer: open_link(LinkKind::Writer, config, log).await?,
+        reader: open_link(LinkKind::Reader, config, log).await?,
+        leases: open_link(LinkKind::Leases, config, log).await?,
+    })
 }

@@ -3,14 +3,12 @@
 
 use std::sync::Arc;
 
+use super::{lease, link::Link, readiness::LeaseClock, Held, ReplicaConfig};
 use slog::{info, warn, Logger};
-use tokio_postgres::Client;
-
-use super::{lease, readiness::LeaseClock, Held, ReplicaConfig};
 
 /// Renews the held leases every TTL/3; forgets (and logs) the ones another replica took.
 pub(super) async fn renew_loop(
-    client: Arc<Client>,
+    link: Arc<Link>,
     replica: ReplicaConfig,
     (held, clock): (Held, Arc<LeaseClock>),
     log: Logger,
@@ -22,7 +20,11 @@ pub(super) async fn renew_loop(
         if snapshot.is_empty() {
             continue;
         }
-        match lease::renew(&client, &replica.id, &snapshot, replica.lease_ttl).await {
+        let renewed = match link.client() {
+            Ok(client) => lease::renew(&client, &replica.id, &snapshot, replica.lease_ttl).await,
+            Err(e) => Err(e),
+        };
+        match renewed {
             Ok(renewed) => {
                 clock.mark();
                 let mut map = held.lock().unwrap_or_else(|e| e.into_inner());
@@ -41,12 +43,16 @@ pub(super) async fn renew_loop(
     }
 }
 
-pub(super) async fn release_all(client: &Client, replica: &str, held: &Held, log: &Logger) {
+pub(super) async fn release_all(link: &Link, replica: &str, held: &Held, log: &Logger) {
     let snapshot = snapshot(held);
     if snapshot.is_empty() {
         return;
     }
-    match lease::release(client, replica, &snapshot).await {
+    let released = match link.client() {
+        Ok(client) => lease::release(&client, replica, &snapshot).await,
+        Err(e) => Err(e),
+    };
+    match released {
         Ok(n) => info!(log, "escrow leases released"; "stage" => "leases_released", "count" => n),
         Err(e) => warn!(log, "escrow leases not released (they expire by themselves)";
             "stage" => "leases_release_failed", "error" => %e),

@@ -8,9 +8,8 @@
 
 use serde::Serialize;
 use slog::{warn, Logger};
-use tokio_postgres::Client;
 
-use super::{lease, pg_err, PgStore, ReplicaConfig};
+use super::{lease, link::Link, pg_err, PgStore, ReplicaConfig};
 use devshard_actors::store::{ns, StoreError};
 
 /// An escrow whose lease another replica holds, with where that replica is reached.
@@ -23,8 +22,8 @@ pub struct RemoteEscrow {
 }
 
 /// Upserts this replica's `replicas` row, live for one TTL.
-pub(super) async fn announce(client: &Client, replica: &ReplicaConfig) -> Result<(), StoreError> {
-    client
+pub(super) async fn announce(link: &Link, replica: &ReplicaConfig) -> Result<(), StoreError> {
+    link.client()?
         .execute(
             "INSERT INTO replicas (replica_id, address, started_at, expires_at) \
              VALUES ($1, $2, now(), now() + make_interval(secs => $3)) \
@@ -44,14 +43,14 @@ pub(super) async fn announce(client: &Client, replica: &ReplicaConfig) -> Result
 /// Keeps this replica's `replicas` row live (every TTL/3) until the task is aborted; a failed
 /// write is logged and retried at the next tick.
 pub(super) async fn announce_until_closed(
-    client: std::sync::Arc<Client>,
+    link: std::sync::Arc<Link>,
     replica: ReplicaConfig,
     log: Logger,
 ) {
     let mut tick = tokio::time::interval(lease::renew_every(replica.lease_ttl));
     loop {
         tick.tick().await;
-        if let Err(e) = announce(&client, &replica).await {
+        if let Err(e) = announce(&link, &replica).await {
             warn!(log, "replica row not written"; "stage" => "replica_announce_failed",
                 "error" => %e);
         }
@@ -59,8 +58,8 @@ pub(super) async fn announce_until_closed(
 }
 
 /// Marks this replica's row expired (shutdown), so nothing is forwarded to it any more.
-pub(super) async fn retire(client: &Client, replica: &str) -> Result<(), StoreError> {
-    client
+pub(super) async fn retire(link: &Link, replica: &str) -> Result<(), StoreError> {
+    link.client()?
         .execute(
             "UPDATE replicas SET expires_at = now() WHERE replica_id = $1",
             &[&replica],
@@ -76,6 +75,7 @@ impl PgStore {
     pub async fn remote_escrows(&self) -> Result<Vec<RemoteEscrow>, StoreError> {
         let rows = self
             .reader
+            .client()?
             .query(
                 "SELECT l.escrow_id, (rec.value::jsonb) ->> 'model', l.owner, r.address \
                  FROM escrow_leases l \
@@ -84,7 +84,7 @@ impl PgStore {
                  WHERE l.expires_at > now() AND r.expires_at > now() AND r.address <> '' \
                    AND l.owner <> $2 \
                  ORDER BY l.escrow_id",
-                &[&ns::ESCROWS, &self.replica.id],
+                &[&ns::ESCROWS, &self.replica.id.as_str()],
             )
             .await
             .map_err(pg_err)?;
@@ -110,6 +110,7 @@ impl PgStore {
     /// `NOTIFY channel, payload` (awaited on the caller's runtime).
     pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
         self.reader
+            .client()?
             .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])
             .await
             .map_err(pg_err)?;
@@ -120,6 +121,7 @@ impl PgStore {
     pub async fn schema(&self) -> Result<String, StoreError> {
         let row = self
             .reader
+            .client()?
             .query_one("SELECT current_schema()::text", &[])
             .await
             .map_err(pg_err)?;

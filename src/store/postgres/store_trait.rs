@@ -134,14 +134,9 @@ impl Store for PgStore {
 
     fn claim_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
         let epoch = futures::executor::block_on(async {
-            let mut client = self.leases.lock().await;
-            lease::claim(
-                &mut client,
-                escrow_id,
-                &self.replica.id,
-                self.replica.lease_ttl,
-            )
-            .await
+            let _one_at_a_time = self.claiming.lock().await;
+            let client = self.leases.client()?;
+            lease::claim(&client, escrow_id, &self.replica.id, self.replica.lease_ttl).await
         })?;
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.insert(escrow_id.to_string(), epoch);

@@ -1,49 +1,67 @@
 //! The PostgreSQL writer task and its group commit.
 //!
-//! The task owns the only writing connection. It waits for the first queued [`Msg`], drains
-//! whatever else is queued (up to [`MAX_GROUP`] ops) without waiting, applies the group in one
-//! transaction and commits once (`synchronous_commit = on`: the commit returns once the WAL is
-//! flushed), then resolves each op's ack with its own result. Ops are checked before any SQL runs
-//! (lease fence, nonce order), so a refused op writes nothing and fails alone; an SQL error aborts
-//! the transaction in PostgreSQL, so it fails the whole group and drops the caches.
+//! The task owns the writer's connection ([`Link`]). It waits for the first queued [`Msg`],
+//! drains whatever else is queued (up to [`MAX_GROUP`] ops) without waiting, applies the group in
+//! one pipelined transaction (`group.rs`) and commits once (`synchronous_commit = on`: the commit
+//! returns once the WAL is flushed), then resolves each op's ack with its own result.
 //!
-//! Fencing: each append carries the lease epoch it was issued under. The first append of an
-//! escrow in a group reads its lease row `FOR SHARE` ([`lease::fence`]); the lock is held until
-//! the commit, so a claim by another replica waits for it and sees every diff of this group.
+//! The queue is bounded ([`QUEUE_BOUND`]): a write that finds it full fails at once with
+//! [`Unavailable::QueueFull`] (`PgStore::submit`). While the connection is down every group fails
+//! at once with [`Unavailable::Disconnected`]; the link reconnects by itself, and the statements
+//! are prepared again on the new connection.
+//!
+//! Fencing: each append carries the lease epoch it was issued under; the group reads each
+//! escrow's lease row `FOR SHARE` ([`lease::fence`]) and holds the lock until the commit, so a
+//! claim by another replica waits for it and sees every diff of this group.
+//!
+//! No gap in a log: when a group fails, its escrows' appends of the same epoch that are still
+//! queued fail alike ([`Broken`]), so a diff composed after a failed one never lands without it.
+//!
+//! [`lease::fence`]: super::lease::fence
 
-use std::{
-    collections::HashMap,
-    sync::{atomic::Ordering, Arc},
+use std::sync::{atomic::Ordering, Arc};
+
+use devshard_actors::store::{StoreError, Unavailable};
+use slog::{warn, Logger};
+use tokio::sync::mpsc::Receiver;
+
+use super::{
+    group::{self, Broken, Statements},
+    link::Link,
+    MAX_GROUP,
 };
-
-use devshard_actors::store::StoreError;
-use tokio::sync::mpsc::UnboundedReceiver;
-use tokio_postgres::{Client, Transaction};
-
-use super::{lease, pg_err, MAX_GROUP};
 use crate::store::ops::{AckTx, Counters, Msg, Op};
+
+/// Most writes queued for the writer; one more fails with [`Unavailable::QueueFull`]. Eight
+/// full groups: at the 64 streams of the benchmark the queue holds a few dozen.
+pub const QUEUE_BOUND: usize = 8 * MAX_GROUP;
 
 /// The writer's state.
 pub(super) struct PgWriter {
-    pub client: Client,
-    pub replica: String,
-    pub counters: Arc<Counters>,
-    /// Per escrow: the epoch the cached last nonce was read under, and that nonce.
-    last_nonce: HashMap<String, (u64, u64)>,
+    link: Arc<Link>,
+    replica: String,
+    counters: Arc<Counters>,
+    log: Logger,
+    /// The statements prepared on the current connection (`None` until the first group, and
+    /// after the connection was lost).
+    statements: Option<Statements>,
+    broken: Broken,
 }
 
 impl PgWriter {
-    pub fn new(client: Client, replica: String, counters: Arc<Counters>) -> PgWriter {
+    pub fn new(link: Arc<Link>, replica: String, counters: Arc<Counters>, log: Logger) -> Self {
         PgWriter {
-            client,
+            link,
             replica,
             counters,
-            last_nonce: HashMap::new(),
+            log,
+            statements: None,
+            broken: Broken::new(),
         }
     }
 
     /// Runs until [`Msg::Shutdown`] or until every sender is gone.
-    pub async fn run(mut self, mut rx: UnboundedReceiver<Msg>) {
+    pub async fn run(mut self, mut rx: Receiver<Msg>) {
         let mut group: Vec<(Op, AckTx)> = Vec::with_capacity(MAX_GROUP);
         let mut stop = false;
         while !stop {
@@ -71,14 +89,18 @@ impl PgWriter {
             .filter(|(op, _)| !matches!(op, Op::Flush))
             .count();
         if writes == 0 {
-            resolve_all(group, &Ok(()));
-            return;
+            return resolve_all(group, &Ok(()));
         }
-        let results =
-            match run_group(&mut self.client, &self.replica, &mut self.last_nonce, group).await {
-                Ok(results) => results,
-                Err(e) => return self.fail_group(group, e),
-            };
+        let ops: Vec<&Op> = group.iter().map(|(op, _)| op).collect();
+        self.forget_respawned(&ops);
+        let result = match prepared(&mut self.statements, &self.link).await {
+            Ok(st) => group::run(st, &self.replica, &self.broken, &ops).await,
+            Err(e) => Err(e),
+        };
+        let results = match result {
+            Ok(results) => results,
+            Err(e) => return self.fail_group(group, e),
+        };
         let committed = results.iter().zip(group.iter());
         let committed = committed
             .filter(|(r, (op, _))| r.is_ok() && !matches!(op, Op::Flush))
@@ -93,139 +115,48 @@ impl PgWriter {
         }
     }
 
+    /// An append under a newer epoch than a failed one: the escrow was respawned (it claimed
+    /// again and reread its log), so its older failure no longer applies.
+    fn forget_respawned(&mut self, ops: &[&Op]) {
+        for op in ops {
+            if let Op::AppendDiff { escrow, epoch, .. } = op {
+                if self.broken.get(escrow).is_some_and(|(at, _)| at != epoch) {
+                    self.broken.remove(escrow);
+                }
+            }
+        }
+    }
+
     fn fail_group(&mut self, group: &mut Vec<(Op, AckTx)>, e: StoreError) {
-        self.last_nonce.clear();
+        for (op, _) in group.iter() {
+            if let Op::AppendDiff { escrow, epoch, .. } = op {
+                self.broken.insert(escrow.clone(), (*epoch, e.clone()));
+            }
+        }
+        if e.is_unavailable() {
+            self.statements = None;
+        }
+        warn!(self.log, "store group failed"; "stage" => "store_group_failed",
+            "ops" => group.len(), "error" => %e);
         resolve_all(group, &Err(e));
     }
 }
 
-/// Applies a group in one transaction and commits it; each op's own result, or the error that
-/// failed them all.
-async fn run_group(
-    client: &mut Client,
-    replica: &str,
-    last_nonce: &mut HashMap<String, (u64, u64)>,
-    group: &[(Op, AckTx)],
-) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-    let tx = client.transaction().await.map_err(pg_err)?;
-    let mut fenced: HashMap<String, Result<(), StoreError>> = HashMap::new();
-    let mut results = Vec::with_capacity(group.len());
-    for (op, _) in group {
-        let result = apply(&tx, replica, last_nonce, &mut fenced, op)
-            .await
-            .map_err(|e| StoreError::Io(format!("group rolled back: {}", pg_err(e))))?;
-        results.push(result);
+/// The statements of the link's current connection, prepared on first use after a (re)connect.
+async fn prepared<'a>(
+    slot: &'a mut Option<Statements>,
+    link: &Link,
+) -> Result<&'a Statements, StoreError> {
+    let client = link.client()?;
+    if slot
+        .as_ref()
+        .is_none_or(|st| !Arc::ptr_eq(&st.client, &client))
+    {
+        *slot = None;
+        *slot = Some(Statements::prepare(client).await?);
     }
-    tx.commit().await.map_err(pg_err)?;
-    Ok(results)
-}
-
-/// Applies one op. The outer error is an SQL failure (the transaction is aborted); the inner one
-/// is this op's refusal (nothing written).
-async fn apply(
-    tx: &Transaction<'_>,
-    replica: &str,
-    last_nonce: &mut HashMap<String, (u64, u64)>,
-    fenced: &mut HashMap<String, Result<(), StoreError>>,
-    op: &Op,
-) -> Result<Result<(), StoreError>, tokio_postgres::Error> {
-    match op {
-        Op::AppendDiff { escrow, epoch, row } => {
-            if let Err(e) = check_fence(tx, replica, fenced, escrow, *epoch).await? {
-                last_nonce.remove(escrow);
-                return Ok(Err(e));
-            }
-            let last = match last_nonce.get(escrow) {
-                Some((e, n)) if e == epoch => *n,
-                _ => {
-                    let max: Option<i64> = tx
-                        .query_one(
-                            "SELECT MAX(nonce) FROM diffs WHERE escrow_id = $1",
-                            &[escrow],
-                        )
-                        .await?
-                        .get(0);
-                    u64::try_from(max.unwrap_or(0)).unwrap_or(0)
-                }
-            };
-            let got = u64::try_from(row.nonce).unwrap_or(0);
-            if got <= last {
-                last_nonce.insert(escrow.clone(), (*epoch, last));
-                return Ok(Err(StoreError::OutOfOrder {
-                    escrow: escrow.clone(),
-                    last,
-                    got,
-                }));
-            }
-            tx.execute(
-                "INSERT INTO diffs \
-                 (escrow_id, nonce, txs, user_sig, post_state_root, warm_delta) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[
-                    escrow,
-                    &row.nonce,
-                    &row.txs,
-                    &row.user_sig,
-                    &row.post_state_root,
-                    &row.warm_delta,
-                ],
-            )
-            .await?;
-            last_nonce.insert(escrow.clone(), (*epoch, got));
-        }
-        Op::DeleteDiffs { escrow } => {
-            tx.execute("DELETE FROM diffs WHERE escrow_id = $1", &[escrow])
-                .await?;
-            last_nonce.remove(escrow);
-        }
-        Op::Put {
-            namespace,
-            key,
-            json,
-            updated_ms,
-            fence,
-        } => {
-            if let Some((lease, epoch)) = fence {
-                if let Err(e) = check_fence(tx, replica, fenced, lease, *epoch).await? {
-                    return Ok(Err(e));
-                }
-            }
-            tx.execute(
-                "INSERT INTO records (namespace, key, value, updated_ms) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT (namespace, key) \
-                 DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms",
-                &[namespace, key, json, updated_ms],
-            )
-            .await?;
-        }
-        Op::Delete { namespace, key } => {
-            tx.execute(
-                "DELETE FROM records WHERE namespace = $1 AND key = $2",
-                &[namespace, key],
-            )
-            .await?;
-        }
-        Op::Flush => {}
-    }
-    Ok(Ok(()))
-}
-
-/// Whether this replica holds `lease` at `epoch`: read `FOR SHARE` (held until the commit) on
-/// the group's first use of that lease, then remembered for the group.
-async fn check_fence(
-    tx: &Transaction<'_>,
-    replica: &str,
-    fenced: &mut HashMap<String, Result<(), StoreError>>,
-    lease: &str,
-    epoch: u64,
-) -> Result<Result<(), StoreError>, tokio_postgres::Error> {
-    if let Some(f) = fenced.get(lease) {
-        return Ok(f.clone());
-    }
-    let row = lease::read_locked(tx, lease, "FOR SHARE").await?;
-    let f = lease::fence(row.as_ref(), replica, lease, epoch);
-    fenced.insert(lease.to_string(), f.clone());
-    Ok(f)
+    slot.as_ref()
+        .ok_or(StoreError::Unavailable(Unavailable::Disconnected))
 }
 
 fn resolve_all(group: &mut Vec<(Op, AckTx)>, result: &Result<(), StoreError>) {
