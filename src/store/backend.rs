@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use devshard_actors::{
     protocol::{diff::Diff, warm::WarmBinding},
-    store::{Ack, Store, StoreError, WarmDeltas},
+    store::{Ack, ReplicaIdentity, ReplicaView, Store, StoreError, WarmDeltas},
 };
 use slog::Logger;
 
@@ -135,6 +135,18 @@ impl Store for GatewayStore {
     }
     fn claim_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
         self.inner().claim_escrow(escrow_id)
+    }
+    fn replica(&self) -> Option<ReplicaIdentity> {
+        self.inner().replica()
+    }
+    fn replica_view(&self) -> Result<ReplicaView, StoreError> {
+        self.inner().replica_view()
+    }
+    fn release_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
+        self.inner().release_escrow(escrow_id)
+    }
+    fn ownership_round_done(&self) {
+        self.inner().ownership_round_done()
     }
 }
 

@@ -17,7 +17,7 @@ use crate::{
     participant::ParticipantActor,
     protocol::crypto::Address,
     stats::{TrackedActor, TrackedAddr},
-    store::ns,
+    store::{ns, StoreError},
 };
 
 /// Delay before a respawn, so a crash loop cannot spin the arbiter.
@@ -198,6 +198,8 @@ impl Handler<Died> for Directory {
         let budget = self.deps.budget;
         let (kind, death, participant) = match msg.kind {
             ActorKind::Escrow => match self.escrows.get_mut(&msg.id) {
+                // Stopped for its handoff: another replica takes it.
+                Some(e) if e.handing_over => return,
                 Some(e) => ("escrow", Self::on_death(&mut e.slot, now, budget), None),
                 None => return,
             },
@@ -234,7 +236,9 @@ impl Handler<Died> for Directory {
                     }
                     None => {
                         if let Err(e) = act.spawn_escrow(&id, ctx) {
-                            error!(act.deps.log, "escrow respawn failed"; "escrow" => &id, "error" => %e);
+                            if !act.not_owned(&id, &e) {
+                                error!(act.deps.log, "escrow respawn failed"; "escrow" => &id, "error" => %e);
+                            }
                         }
                     }
                 });
@@ -282,7 +286,11 @@ impl Handler<AddEscrow> for Directory {
             res?;
             act.escrows.insert(id.clone(), EscrowSlot::new(info, false));
             act.publish_board();
-            act.spawn_escrow(&id, ctx)?;
+            match act.spawn_escrow(&id, ctx) {
+                // Registered here, but another replica claimed it first: it runs there.
+                Err(DirectoryError::Store(StoreError::LeaseHeld { .. })) => {}
+                started => started?,
+            }
             info!(act.deps.log, "escrow registered"; "stage" => "escrow_registered", "escrow" => &id);
             Ok(())
         }))

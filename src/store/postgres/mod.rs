@@ -17,11 +17,15 @@
 //!
 //! # Leases
 //! [`Store::claim_escrow`] takes an escrow's lease (before its log is read); a task renews held
-//! leases every TTL/3 and forgets the ones it lost; [`PgStore::close`] releases them.
+//! leases and this replica's heartbeat row every TTL/3 and forgets the leases it lost;
+//! [`Store::release_escrow`] gives one up (handoff); [`PgStore::close`] releases them all and
+//! deletes the heartbeat row. Which escrows to claim or release is the directory's ownership
+//! loop (`devshard_actors::directory::ownership`), planned from [`Store::replica_view`].
 
 pub mod lease;
 pub mod readiness;
 mod renewals;
+mod replicas;
 pub(crate) mod schema;
 mod store_trait;
 mod writer;
@@ -84,6 +88,8 @@ pub struct PgStore {
     leases: tokio::sync::Mutex<Client>,
     held: Held,
     lease_clock: Arc<LeaseClock>,
+    /// The directory finished its first ownership round (readiness).
+    ownership_ran: AtomicBool,
     closed: AtomicBool,
     writer_done: Mutex<Option<Receiver<()>>>,
     dropped: Mutex<Option<oneshot::Sender<()>>>,
@@ -182,6 +188,7 @@ impl PgStore {
             leases: tokio::sync::Mutex::new(connected.leases),
             held,
             lease_clock,
+            ownership_ran: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             writer_done: Mutex::new(Some(done_rx)),
             dropped: Mutex::new(Some(drop_tx)),
@@ -204,7 +211,8 @@ impl PgStore {
     }
 
     /// Whether this replica is ready (`readiness.rs`): the database answers within
-    /// [`readiness::PING_TIMEOUT`] and the held leases were claimed or renewed within the TTL.
+    /// [`readiness::PING_TIMEOUT`], the directory ran its first ownership round, and the
+    /// heartbeat and held leases were renewed within the TTL.
     /// Awaited on the caller's runtime (which must have a tokio timer).
     pub async fn readiness(&self) -> Result<(), NotReady> {
         let ping = match tokio::time::timeout(
@@ -220,10 +228,9 @@ impl PgStore {
                 readiness::PING_TIMEOUT.as_millis()
             )),
         };
-        let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).len();
         readiness::decide(
             ping,
-            held,
+            self.ownership_ran.load(Ordering::Relaxed),
             self.lease_clock.since_last(),
             self.replica.lease_ttl,
         )

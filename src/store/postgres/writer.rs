@@ -109,15 +109,38 @@ async fn run_group(
 ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
     let tx = client.transaction().await.map_err(pg_err)?;
     let mut fenced: HashMap<String, Result<(), StoreError>> = HashMap::new();
-    let mut results = Vec::with_capacity(group.len());
-    for (op, _) in group {
-        let result = apply(&tx, replica, last_nonce, &mut fenced, op)
+    let mut results = vec![Ok(()); group.len()];
+    for i in apply_order(group) {
+        results[i] = apply(&tx, replica, last_nonce, &mut fenced, &group[i].0)
             .await
             .map_err(|e| StoreError::Io(format!("group rolled back: {}", pg_err(e))))?;
-        results.push(result);
     }
     tx.commit().await.map_err(pg_err)?;
     Ok(results)
+}
+
+/// The order a group's ops run in: the diff ops as issued, then the record writes sorted by
+/// `(namespace, key)` (one key's writes keep their issue order). The transaction commits them
+/// together, so only each key's last write shows; the sorted order means two replicas' groups
+/// writing the same records (participant health) lock them in one order and cannot deadlock.
+fn apply_order(group: &[(Op, AckTx)]) -> Vec<usize> {
+    let record = |op: &Op| match op {
+        Op::Put { namespace, key, .. } | Op::Delete { namespace, key } => {
+            Some((namespace.clone(), key.clone()))
+        }
+        _ => None,
+    };
+    let mut records: Vec<((String, String), usize)> = Vec::new();
+    let mut order = Vec::with_capacity(group.len());
+    for (i, (op, _)) in group.iter().enumerate() {
+        match record(op) {
+            Some(k) => records.push((k, i)),
+            None => order.push(i),
+        }
+    }
+    records.sort();
+    order.extend(records.into_iter().map(|(_, i)| i));
+    order
 }
 
 /// Applies one op. The outer error is an SQL failure (the transaction is aborted); the inner one
