@@ -329,8 +329,8 @@ impl Directory {
         }
     }
 
-    /// A respawn or claim refused because another replica holds the lease: the escrow is simply
-    /// not owned here, and the attempt is not charged to its restart budget. `true` if so.
+    /// A respawn refused because another replica holds the lease: the escrow is simply not owned
+    /// here, and the restart just charged for it is taken back. `true` if so.
     pub(crate) fn not_owned(&mut self, escrow: &str, error: &DirectoryError) -> bool {
         let DirectoryError::Store(StoreError::LeaseHeld { owner, .. }) = error else {
             return false;
