@@ -76,7 +76,16 @@ pub struct ActorMetrics {
     pub timeout_votes_running: IntGauge,
     /// Timeout votes short of quorum asked again after a back-off, by reason.
     pub timeout_vote_retries: IntCounterVec,
+    /// Escrows this replica owns (a running actor, not being handed over; shared stores).
+    pub escrows_owned: IntGauge,
+    /// Escrows that changed hands on this replica, by reason (`claimed_free`, `taken_over`,
+    /// `resumed`, `released`, `lost`).
+    pub escrow_handoffs: IntCounterVec,
 }
+
+/// Every `reason` of `escrow_handoffs_total`.
+pub const HANDOFF_REASONS: [&str; 5] =
+    ["claimed_free", "taken_over", "resumed", "released", "lost"];
 
 impl ActorMetrics {
     /// Registers every metric; call once per registry.
@@ -237,7 +246,23 @@ impl ActorMetrics {
                 ),
                 &["reason"],
             )?,
+            escrows_owned: IntGauge::new(
+                "escrows_owned",
+                "Escrows this replica owns (lease held, actor running) when replicas share a store",
+            )?,
+            escrow_handoffs: IntCounterVec::new(
+                Opts::new(
+                    "escrow_handoffs_total",
+                    "Escrows that changed hands on this replica, by reason",
+                ),
+                &["reason"],
+            )?,
         };
+        for reason in HANDOFF_REASONS {
+            m.escrow_handoffs.with_label_values(&[reason]);
+        }
+        registry.register(Box::new(m.escrows_owned.clone()))?;
+        registry.register(Box::new(m.escrow_handoffs.clone()))?;
         registry.register(Box::new(m.attempts.clone()))?;
         registry.register(Box::new(m.nonces.clone()))?;
         registry.register(Box::new(m.restarts.clone()))?;

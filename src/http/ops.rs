@@ -2,8 +2,10 @@
 //!
 //! - `GET /healthz`: the process (and its root actor, the directory) is alive → 200.
 //! - `GET /readyz`: the store answers a read and at least one escrow actor is alive → 200;
-//!   otherwise 503 with the reason. On PostgreSQL first: the database answers and this replica's
-//!   escrow leases are claimed and fresh (`readiness.rs`), else 503 with `code` and `reason`.
+//!   otherwise 503 with the reason. On PostgreSQL first: the database answers, this replica ran
+//!   its first ownership round and its heartbeat and leases are fresh (`readiness.rs`), else 503
+//!   with `code` and `reason`; a replica there is ready even when it owns no escrow (the
+//!   escrows run on the other replicas).
 //! - `GET /metrics`: Prometheus text exposition of the process registry.
 //! - `GET /v1/models`: the models of registered, healthy escrows (OpenAI list shape); on
 //!   PostgreSQL also those of every other replica's live escrows (they are forwarded there).
@@ -67,7 +69,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         .filter(|e| e.kind == ActorKind::Escrow)
         .collect();
     let alive = escrows.iter().filter(|e| e.alive && !e.failed).count();
-    if alive == 0 {
+    if alive == 0 && state.replica_readiness.is_none() {
         return unavailable(format!(
             "no escrow actor is alive ({} registered)",
             escrows.len()

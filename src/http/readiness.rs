@@ -1,10 +1,10 @@
 //! The PostgreSQL stage of `GET /readyz` (`crate::store::postgres::readiness`): a replica on
 //! PostgreSQL is ready only while its database answers and its escrow leases are claimed and
-//! renewed. SQLite has no such stage (`AppState::replica_readiness` is `None`).
+//! renewed and its first ownership round ran. SQLite has no such stage (`AppState::replica_readiness` is `None`).
 //!
 //! | metric | type |
 //! |---|---|
-//! | `devshard_replica_readiness_checks_total{outcome}` | counter: checks of this stage, by outcome (`ready`, `database_unreachable`, `no_lease`, `leases_stale`) |
+//! | `devshard_replica_readiness_checks_total{outcome}` | counter: checks of this stage, by outcome (`ready`, `database_unreachable`, `ownership_pending`, `leases_stale`) |
 //!
 //! Log: stage `replica_readiness_changed` when the outcome differs from the previous check's.
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use devshard_actors::{
     protocol::{diff::Diff, warm::WarmBinding},
-    store::{Ack, Store, StoreError, WarmDeltas},
+    store::{Ack, ReplicaIdentity, ReplicaView, Store, StoreError, WarmDeltas},
 };
 use slog::Logger;
 
@@ -149,6 +149,18 @@ impl Store for GatewayStore {
     }
     fn put_fenced(&self, lease: &str, namespace: &str, key: &str, v: serde_json::Value) -> Ack {
         self.inner().put_fenced(lease, namespace, key, v)
+    }
+    fn replica(&self) -> Option<ReplicaIdentity> {
+        self.inner().replica()
+    }
+    fn replica_view(&self) -> Result<ReplicaView, StoreError> {
+        self.inner().replica_view()
+    }
+    fn release_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
+        self.inner().release_escrow(escrow_id)
+    }
+    fn ownership_round_done(&self) {
+        self.inner().ownership_round_done()
     }
 }
 

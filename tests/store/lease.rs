@@ -89,11 +89,33 @@ pub async fn leases_are_renewed_while_held_and_released_on_close() {
         Err(StoreError::LeaseHeld { .. })
     ));
     a.append_diff("e", &diff(1)).await.unwrap();
-    // Closing releases it at once, long before it would expire.
+    // Both heartbeats are live; the view shows A's lease with time left by the database clock.
+    let view = b.replica_view().unwrap();
+    assert_eq!(view.live_replicas, ["a", "b"]);
+    let lease = &view.leases[0];
+    assert_eq!((lease.owner.as_str(), lease.epoch), ("a", 1));
+    assert!(
+        lease.expires_in_ms > 0 && lease.expires_in_ms <= 600,
+        "{lease:?}"
+    );
+    // Releasing one escrow frees it at once and stops its renewals: B takes it, A is fenced.
+    a.claim_escrow("f").unwrap();
+    a.release_escrow("f").unwrap();
+    assert_eq!(a.held_leases(), [("e".to_string(), 1)]);
+    b.claim_escrow("f").unwrap();
+    assert!(matches!(
+        a.append_diff("f", &diff(1)).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    // Closing releases it at once, long before it would expire, and A's heartbeat row goes.
     a.close().unwrap();
+    assert_eq!(b.replica_view().unwrap().live_replicas, ["b"]);
     b.claim_escrow("e").unwrap();
     b.append_diff("e", &diff(2)).await.unwrap();
-    assert_eq!(b.held_leases(), [("e".to_string(), 2)]);
+    assert_eq!(
+        b.held_leases(),
+        [("e".to_string(), 2), ("f".to_string(), 2)]
+    );
     // A restarted replica with the same id takes its own lease back with a new epoch, which
     // fences the store that held the old one.
     let b2 = pg_store(&db, "b", ttl);

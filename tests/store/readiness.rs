@@ -1,6 +1,7 @@
 //! Readiness of a replica on PostgreSQL (`PgStore::readiness`, behind `/readyz`): not ready
-//! before it claims a lease, ready once it holds a fresh one, not ready when its database stops
-//! answering (its own connections are terminated: nothing shared is stopped).
+//! before the directory's first ownership round, ready after it even without a lease (its
+//! heartbeat is fresh), still ready with a lease renewed past the TTL, not ready when its
+//! database stops answering (its own connections are terminated: nothing shared is stopped).
 
 use std::time::Duration;
 
@@ -26,8 +27,18 @@ pub async fn readiness_follows_lease_ownership_and_database_reachability() {
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let store = PgStore::open_config(config, replica, log).unwrap();
 
-    // Started, no lease claimed yet.
-    assert_eq!(store.readiness().await, Err(NotReady::NoLease));
+    // Started, no ownership round yet.
+    assert_eq!(store.readiness().await, Err(NotReady::OwnershipPending));
+    // A round that claimed nothing: ready once the first heartbeat landed.
+    store.ownership_round_done();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while store.readiness().await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let view = store.replica_view().unwrap();
+    assert_eq!(view.live_replicas, ["r1"]);
+    assert!(view.leases.is_empty());
 
     store.claim_escrow("e1").unwrap();
     assert_eq!(store.readiness().await, Ok(()));

@@ -70,7 +70,8 @@ impl Board {
             .map(|(id, e)| BoardEscrow {
                 id: id.clone(),
                 info: e.info.clone(),
-                addr: e.slot.addr.clone(),
+                // Handed over: not picked while its requests in flight finish.
+                addr: e.slot.addr.clone().filter(|_| !e.handing_over),
                 closed: e.closed,
                 failed: e.slot.failed,
                 budget: e.budget.clone(),

@@ -6,14 +6,18 @@
 //!
 //! - **Survives**: it is the root; if it dies the process is unhealthy (`/healthz` fails).
 //! - **Timers**: `respawn <kind> <id>`: the short delay (and store flush) before a dead actor is
-//!   respawned (shown in its stats while pending).
+//!   respawned (shown in its stats while pending); on a store shared by several replicas, the
+//!   ownership loop's `ownership round` and `handoff <escrow>` (`handoff.rs`): which escrows
+//!   this replica runs follows their fenced leases, planned by `ownership.rs`.
 //! - **Who holds its `Addr`**: the HTTP edge (`web::Data`), races, escrows (as an outcome router),
 //!   always as a counted [`TrackedAddr`] (its mailbox depth and message counts are in the actor
 //!   registry, see [`crate::stats`]).
 
 mod board;
 mod debug;
+mod handoff;
 mod messages;
+pub mod ownership;
 mod participants;
 pub mod pick;
 mod spawn;
@@ -138,6 +142,8 @@ pub(crate) struct EscrowSlot {
     pub closed: bool,
     /// Balance, nonce and reservations, for admission (shared with the escrow actor).
     pub budget: BudgetCell,
+    /// Being handed over to another replica (`handoff.rs`): never picked, not respawned.
+    pub handing_over: bool,
 }
 
 impl EscrowSlot {
@@ -148,6 +154,7 @@ impl EscrowSlot {
             slot: Slot::default(),
             in_flight: Arc::new(AtomicUsize::new(0)),
             closed,
+            handing_over: false,
         }
     }
 }
@@ -166,6 +173,8 @@ pub struct Directory {
     pub(crate) board: board::BoardPublisher,
     /// Where participants send their own health decisions (`ShareHealthDecisions`).
     pub(crate) decisions: crate::participant::messages::DecisionSink,
+    /// The ownership loop, when replicas share the store (`handoff.rs`).
+    pub(crate) ownership: Option<handoff::Ownership>,
 }
 
 impl Directory {
@@ -182,6 +191,7 @@ impl Directory {
             board: board::BoardPublisher::new(),
             settings: Arc::new(HealthSettings::default()),
             decisions: None,
+            ownership: None,
         }
     }
 }
@@ -192,6 +202,8 @@ impl Actor for Directory {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(4096);
         self.settings = Arc::new(participants::load_settings(self));
+        // Shared by several replicas: the ownership loop decides which escrows run here.
+        self.ownership = self.deps.store.replica().map(handoff::Ownership::new);
         let records = match self.deps.store.list(ns::ESCROWS) {
             Ok(r) => r,
             Err(e) => {
@@ -207,6 +219,9 @@ impl Actor for Directory {
                     let closed = crate::settlement::load_record(&self.deps.store, &id).is_some();
                     self.escrows
                         .insert(id.clone(), EscrowSlot::new(info, closed));
+                    if self.ownership.is_some() {
+                        continue;
+                    }
                     if let Err(e) = self.spawn_escrow(&id, ctx) {
                         error!(self.deps.log, "escrow not started"; "escrow" => &id, "error" => %e);
                     }
@@ -216,8 +231,11 @@ impl Actor for Directory {
             }
         }
         self.publish_board();
+        if self.ownership.is_some() {
+            ctx.notify(handoff::OwnershipRound);
+        }
         info!(self.deps.log, "directory started"; "stage" => "directory_started",
-            "escrows" => self.escrows.len());
+            "escrows" => self.escrows.len(), "shared_store" => self.ownership.is_some());
     }
 }
 

@@ -20,7 +20,7 @@ use crate::{
     participant::ParticipantActor,
     protocol::crypto::Address,
     stats::{TrackedActor, TrackedAddr},
-    store::{ns, retry::retry_delay},
+    store::{ns, retry::retry_delay, StoreError},
 };
 
 /// Delay before a respawn, so a crash loop cannot spin the arbiter.
@@ -188,8 +188,10 @@ impl Directory {
                 });
             }
             Err(e) => {
-                error!(self.deps.log, "escrow respawn failed"; "stage" => "escrow_respawn_failed",
-                    "escrow" => &id, "error" => %e);
+                if !self.not_owned(&id, &e) {
+                    error!(self.deps.log, "escrow respawn failed"; "stage" => "escrow_respawn_failed",
+                        "escrow" => &id, "error" => %e);
+                }
             }
         }
     }
@@ -254,6 +256,8 @@ impl Handler<Died> for Directory {
         let budget = self.deps.budget;
         let (kind, death, participant) = match msg.kind {
             ActorKind::Escrow => match self.escrows.get_mut(&msg.id) {
+                // Stopped for its handoff: another replica takes it.
+                Some(e) if e.handing_over => return,
                 Some(e) => (
                     "escrow",
                     Self::on_death(&mut e.slot, msg.cause, now, budget),
@@ -342,7 +346,11 @@ impl Handler<AddEscrow> for Directory {
             res?;
             act.escrows.insert(id.clone(), EscrowSlot::new(info, false));
             act.publish_board();
-            act.spawn_escrow(&id, ctx)?;
+            match act.spawn_escrow(&id, ctx) {
+                // Registered here, but another replica claimed it first: it runs there.
+                Err(DirectoryError::Store(StoreError::LeaseHeld { .. })) => {}
+                started => started?,
+            }
             info!(act.deps.log, "escrow registered"; "stage" => "escrow_registered", "escrow" => &id);
             Ok(())
         }))

@@ -182,6 +182,53 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         let _ = lease;
         self.put(namespace, key, value)
     }
+    /// This replica, when several share the store (`None`: this process holds every escrow, and
+    /// the directory plans no ownership).
+    fn replica(&self) -> Option<ReplicaIdentity> {
+        None
+    }
+    /// The live replicas and every escrow lease, by the database's clock (empty when the store
+    /// is not shared).
+    fn replica_view(&self) -> Result<ReplicaView, StoreError> {
+        Ok(ReplicaView::default())
+    }
+    /// Gives one escrow's lease up at once (its actor stopped and its writes are durable), so
+    /// another replica can claim it without waiting for the expiry.
+    fn release_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
+        let _ = escrow_id;
+        Ok(())
+    }
+    /// The directory finished an ownership round (readiness waits for the first one).
+    fn ownership_round_done(&self) {}
+}
+
+/// Who this replica is among those sharing one store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaIdentity {
+    pub id: String,
+    /// How long a lease (and a replica's heartbeat) lasts without renewal.
+    pub lease_ttl: std::time::Duration,
+}
+
+/// One escrow's lease as the shared store holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    pub escrow_id: String,
+    pub owner: String,
+    pub epoch: u64,
+    /// Milliseconds until it expires, by the database's clock (`<= 0`: expired or released).
+    pub expires_in_ms: i64,
+}
+
+/// The replicas sharing the store and the escrows' leases, read together.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaView {
+    /// Replicas whose heartbeat has not expired, sorted.
+    pub live_replicas: Vec<String>,
+    /// Milliseconds until the first heartbeat of another live replica expires (when the shares
+    /// change if that replica died).
+    pub next_heartbeat_expiry_ms: Option<i64>,
+    pub leases: Vec<LeaseView>,
 }
 
 /// A store shared by every actor.

@@ -182,11 +182,10 @@ pub(super) async fn run(
         views.insert(*e, EscrowView { lease, last_nonce });
     }
     let decided = decide(ops, replica, &views, broken);
-    let mut writes: Vec<Pipelined<'_, u64>> = ops
-        .iter()
-        .zip(&decided)
-        .filter(|(_, d)| matches!(d, Ok(true)))
-        .map(|(op, _)| write(st, op))
+    let mut writes: Vec<Pipelined<'_, u64>> = apply_order(ops)
+        .into_iter()
+        .filter(|&i| matches!(decided[i], Ok(true)))
+        .map(|i| write(st, ops[i]))
         .collect();
     writes.push(Box::pin(async {
         client.batch_execute("COMMIT").await.map(|()| 0)
@@ -199,6 +198,27 @@ pub(super) async fn run(
         });
     }
     Ok(decided.into_iter().map(|d| d.map(|_| ())).collect())
+}
+
+/// The order a group's writes run in: the diff ops as issued, then the record writes sorted by
+/// `(namespace, key)` (one key's writes keep their issue order). The transaction commits them
+/// together, so only each key's last write shows; the sorted order means two replicas' groups
+/// writing the same records (participant health) lock them in one order and cannot deadlock
+/// (`40P01`, seen in the failover test before).
+fn apply_order(ops: &[&Op]) -> Vec<usize> {
+    let mut records: Vec<((&str, &str), usize)> = Vec::new();
+    let mut order = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        match op {
+            Op::Put { namespace, key, .. } | Op::Delete { namespace, key } => {
+                records.push(((namespace.as_str(), key.as_str()), i));
+            }
+            _ => order.push(i),
+        }
+    }
+    records.sort();
+    order.extend(records.into_iter().map(|(_, i)| i));
+    order
 }
 
 fn query<'a>(client: &'a Client, st: &'a Statement, escrow: &'a str) -> Pipelined<'a, Vec<Row>> {
@@ -297,6 +317,26 @@ mod tests {
         assert_eq!(d[4], Ok(false));
         assert_eq!(d[5], Ok(true));
         assert_eq!(d[6], Ok(true));
+    }
+
+    #[test]
+    fn record_writes_run_after_the_diffs_sorted_by_key_in_issue_order_per_key() {
+        let put = |ns: &str, key: &str| Op::Put {
+            namespace: ns.into(),
+            key: key.into(),
+            json: "{}".into(),
+            updated_ms: 0,
+            fence: None,
+        };
+        let ops = [
+            put("participant", "b"),
+            append("e", 1, 1),
+            put("participant", "a"),
+            put("participant", "b"),
+            Op::DeleteDiffs { escrow: "x".into() },
+        ];
+        let refs: Vec<&Op> = ops.iter().collect();
+        assert_eq!(apply_order(&refs), vec![1, 4, 2, 0, 3]);
     }
 
     #[test]

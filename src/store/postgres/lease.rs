@@ -147,28 +147,30 @@ pub(super) async fn claim(
 }
 
 /// Renews every lease in `held` that `me` still holds at that epoch; returns the ones renewed.
+/// One statement per lease, so a renewal holds one row lock at a time and cannot deadlock with
+/// the writer's group, which holds its escrows' rows `FOR SHARE` until it commits.
 pub(super) async fn renew(
     client: &Client,
     me: &str,
     held: &[(String, u64)],
     ttl: Duration,
 ) -> Result<Vec<String>, StoreError> {
-    let ids: Vec<&str> = held.iter().map(|(e, _)| e.as_str()).collect();
-    let epochs: Vec<i64> = held
-        .iter()
-        .map(|(_, n)| i64::try_from(*n).unwrap_or(i64::MAX))
-        .collect();
-    let rows = client
-        .query(
-            "UPDATE escrow_leases l SET expires_at = now() + make_interval(secs => $2) \
-             FROM unnest($3::text[], $4::bigint[]) AS h(escrow_id, epoch) \
-             WHERE l.escrow_id = h.escrow_id AND l.epoch = h.epoch AND l.owner = $1 \
-             RETURNING l.escrow_id",
-            &[&me, &ttl_secs(ttl), &ids, &epochs],
-        )
-        .await
-        .map_err(pg_err)?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    let mut renewed = Vec::with_capacity(held.len());
+    for (escrow, epoch) in held {
+        let epoch = i64::try_from(*epoch).unwrap_or(i64::MAX);
+        let n = client
+            .execute(
+                "UPDATE escrow_leases SET expires_at = now() + make_interval(secs => $2) \
+                 WHERE escrow_id = $3 AND epoch = $4 AND owner = $1",
+                &[&me, &ttl_secs(ttl), escrow, &epoch],
+            )
+            .await
+            .map_err(pg_err)?;
+        if n > 0 {
+            renewed.push(escrow.clone());
+        }
+    }
+    Ok(renewed)
 }
 
 /// Frees every lease `me` holds at the given epochs (shutdown): another replica may claim them

@@ -25,7 +25,10 @@
 //!
 //! # Leases
 //! [`Store::claim_escrow`] takes an escrow's lease (before its log is read); a task renews held
-//! leases every TTL/3 and forgets the ones it lost; [`PgStore::close`] releases them.
+//! leases and this replica's heartbeat row every TTL/3 and forgets the leases it lost;
+//! [`Store::release_escrow`] gives one up (handoff); [`PgStore::close`] releases them all and
+//! deletes the heartbeat row. Which escrows to claim or release is the directory's ownership
+//! loop (`devshard_actors::directory::ownership`), planned from [`Store::replica_view`].
 
 mod group;
 pub mod lease;
@@ -50,7 +53,7 @@ use std::{
 };
 
 use devshard_actors::store::{Ack, StoreError, Unavailable};
-use slog::{info, warn, Logger};
+use slog::{info, Logger};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::Config;
 
@@ -111,6 +114,8 @@ pub struct PgStore {
     claiming: tokio::sync::Mutex<()>,
     held: Held,
     lease_clock: Arc<LeaseClock>,
+    /// The directory finished its first ownership round (readiness).
+    ownership_ran: AtomicBool,
     closed: AtomicBool,
     writer_done: Mutex<Option<Receiver<()>>>,
     dropped: Mutex<Option<oneshot::Sender<()>>>,
@@ -182,10 +187,6 @@ impl PgStore {
                         }
                     };
                     let (writer, reader) = (links.writer.clone(), links.reader.clone());
-                    if let Err(e) = replicas::announce(&reader, &replica).await {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
                     let _ = ready_tx.send(Ok(links));
                     let renewer = tokio::spawn(renew_loop(
                         reader.clone(),
@@ -193,21 +194,11 @@ impl PgStore {
                         (held.clone(), renew_clock),
                         log.clone(),
                     ));
-                    let announcer = tokio::spawn(replicas::announce_until_closed(
-                        reader.clone(),
-                        replica.clone(),
-                        log.clone(),
-                    ));
                     PgWriter::new(writer, replica.id.clone(), counters, log.clone())
                         .run(rx)
                         .await;
                     renewer.abort();
-                    announcer.abort();
                     release_all(&reader, &replica.id, &held, &log).await;
-                    if let Err(e) = replicas::retire(&reader, &replica.id).await {
-                        warn!(log, "replica row not retired (it expires by itself)";
-                            "stage" => "replica_retire_failed", "error" => %e);
-                    }
                     let _ = done_tx.send(());
                     // Reads keep working until the store is dropped.
                     let _ = drop_rx.await;
@@ -227,6 +218,7 @@ impl PgStore {
             claiming: tokio::sync::Mutex::new(()),
             held,
             lease_clock,
+            ownership_ran: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             writer_done: Mutex::new(Some(done_rx)),
             dropped: Mutex::new(Some(drop_tx)),
@@ -249,7 +241,8 @@ impl PgStore {
     }
 
     /// Whether this replica is ready (`readiness.rs`): the database answers within
-    /// [`readiness::PING_TIMEOUT`] and the held leases were claimed or renewed within the TTL.
+    /// [`readiness::PING_TIMEOUT`], the directory ran its first ownership round, and the
+    /// heartbeat and held leases were renewed within the TTL.
     /// Awaited on the caller's runtime (which must have a tokio timer).
     pub async fn readiness(&self) -> Result<(), NotReady> {
         let ping = async {
@@ -264,17 +257,9 @@ impl PgStore {
                 readiness::PING_TIMEOUT.as_millis()
             )),
         };
-        // Duty leases (rotation, …) do not make a replica ready: only escrows serve.
-        let held = self
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .filter(|id| !crate::store::duty::is_duty(id))
-            .count();
         readiness::decide(
             ping,
-            held,
+            self.ownership_ran.load(Ordering::Relaxed),
             self.lease_clock.since_last(),
             self.replica.lease_ttl,
         )

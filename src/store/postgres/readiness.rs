@@ -1,9 +1,10 @@
 //! Readiness of a replica on the PostgreSQL store (`GET /readyz`, README "Several replicas"):
 //!
 //! 1. the database answers a `SELECT 1` within [`PING_TIMEOUT`];
-//! 2. the replica holds at least one escrow lease (it has claimed its leases since it started);
-//! 3. its leases were claimed or renewed less than one TTL ago (a replica whose renewals fail
-//!    loses its leases to the others at the TTL, so it stops being ready then too).
+//! 2. the directory ran its first ownership round (it claimed its share of the escrows, which
+//!    may be none: a replica that owns nothing is ready too, the others own the escrows);
+//! 3. its heartbeat and leases were renewed less than one TTL ago (a replica whose renewals
+//!    fail loses its leases to the others at the TTL, so it stops being ready then too).
 //!
 //! The decision is the pure function [`decide`]; [`LeaseClock`] records when the last claim or
 //! renewal succeeded.
@@ -22,10 +23,10 @@ pub enum NotReady {
     /// The ping failed or timed out.
     #[error("the database is unreachable: {error}")]
     DatabaseUnreachable { error: String },
-    /// No escrow lease is held (not claimed yet since the start, or all lost).
-    #[error("this replica holds no escrow lease yet")]
-    NoLease,
-    /// The last successful claim or renewal is older than the lease TTL.
+    /// The directory has not finished its first ownership round since the start.
+    #[error("this replica has not planned its escrow ownership yet")]
+    OwnershipPending,
+    /// The last successful heartbeat and renewal is older than the lease TTL.
     #[error("the escrow leases were last renewed {age_ms} ms ago (TTL {ttl_ms} ms)")]
     LeasesStale { age_ms: u64, ttl_ms: u64 },
 }
@@ -35,26 +36,31 @@ impl NotReady {
     pub fn code(&self) -> &'static str {
         match self {
             NotReady::DatabaseUnreachable { .. } => "database_unreachable",
-            NotReady::NoLease => "no_lease",
+            NotReady::OwnershipPending => "ownership_pending",
             NotReady::LeasesStale { .. } => "leases_stale",
         }
     }
 }
 
 /// Every outcome label, `ready` included (for the metric's series).
-pub const OUTCOMES: [&str; 4] = ["ready", "database_unreachable", "no_lease", "leases_stale"];
+pub const OUTCOMES: [&str; 4] = [
+    "ready",
+    "database_unreachable",
+    "ownership_pending",
+    "leases_stale",
+];
 
-/// The readiness decision from the ping's result, the leases held and the age of the last
-/// successful claim or renewal (`None`: never).
+/// The readiness decision from the ping's result, whether the first ownership round ran and the
+/// age of the last successful heartbeat and renewal (`None`: never).
 pub fn decide(
     ping: Result<(), String>,
-    held: usize,
+    ownership_ran: bool,
     since_renewed: Option<Duration>,
     ttl: Duration,
 ) -> Result<(), NotReady> {
     ping.map_err(|error| NotReady::DatabaseUnreachable { error })?;
-    if held == 0 {
-        return Err(NotReady::NoLease);
+    if !ownership_ran {
+        return Err(NotReady::OwnershipPending);
     }
     match since_renewed {
         Some(age) if age < ttl => Ok(()),
@@ -115,11 +121,14 @@ mod tests {
     #[test]
     fn ready_only_with_a_reachable_database_and_fresh_leases() {
         let fresh = Some(Duration::from_secs(2));
-        assert_eq!(decide(Ok(()), 2, fresh, TTL), Ok(()));
-        let down = decide(Err("refused".into()), 2, fresh, TTL).unwrap_err();
+        assert_eq!(decide(Ok(()), true, fresh, TTL), Ok(()));
+        let down = decide(Err("refused".into()), true, fresh, TTL).unwrap_err();
         assert_eq!(down.code(), "database_unreachable");
-        assert_eq!(decide(Ok(()), 0, fresh, TTL), Err(NotReady::NoLease));
-        let stale = decide(Ok(()), 1, Some(Duration::from_secs(11)), TTL).unwrap_err();
+        assert_eq!(
+            decide(Ok(()), false, fresh, TTL),
+            Err(NotReady::OwnershipPending)
+        );
+        let stale = decide(Ok(()), true, Some(Duration::from_secs(11)), TTL).unwrap_err();
         assert_eq!(
             stale,
             NotReady::LeasesStale {
@@ -128,10 +137,10 @@ mod tests {
             }
         );
         assert_eq!(
-            decide(Ok(()), 1, None, TTL).unwrap_err().code(),
+            decide(Ok(()), true, None, TTL).unwrap_err().code(),
             "leases_stale"
         );
-        for e in [down, stale, NotReady::NoLease] {
+        for e in [down, stale, NotReady::OwnershipPending] {
             assert!(OUTCOMES.contains(&e.code()));
         }
     }

@@ -1,12 +1,17 @@
-//! Keeping the leases this replica holds: renewed every TTL/3 on the store's runtime (a lease
-//! another replica took is forgotten and logged), released when the store closes.
+//! Keeping the leases this replica holds and its heartbeat: every TTL/3 on the store's runtime
+//! the replica's row in `replicas` is upserted (`replicas.rs`) and the held leases are renewed (a
+//! lease another replica took is forgotten and logged); when the store closes the leases are
+//! released and the row deleted. Both go through the leases' link, which reconnects by itself.
 
 use std::sync::Arc;
 
-use super::{lease, link::Link, readiness::LeaseClock, Held, ReplicaConfig};
 use slog::{info, warn, Logger};
 
-/// Renews the held leases every TTL/3; forgets (and logs) the ones another replica took.
+use super::{lease, link::Link, readiness::LeaseClock, replicas, Held, ReplicaConfig};
+
+/// Every TTL/3: the heartbeat first (so the row expires before the leases renewed after it),
+/// then the held leases; forgets (and logs) the ones another replica took. The lease clock
+/// (readiness) is marked when both succeeded.
 pub(super) async fn renew_loop(
     link: Arc<Link>,
     replica: ReplicaConfig,
@@ -14,17 +19,31 @@ pub(super) async fn renew_loop(
     log: Logger,
 ) {
     let mut tick = tokio::time::interval(lease::renew_every(replica.lease_ttl));
+    let mut first = true;
     loop {
         tick.tick().await;
+        let client = match link.client() {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(log, "replica heartbeat failed"; "stage" => "replica_heartbeat_failed",
+                    "error" => %e);
+                continue;
+            }
+        };
+        match replicas::heartbeat(&client, &replica, first).await {
+            Ok(()) => first = false,
+            Err(e) => {
+                warn!(log, "replica heartbeat failed"; "stage" => "replica_heartbeat_failed",
+                    "error" => %e);
+                continue;
+            }
+        }
         let snapshot = snapshot(&held);
         if snapshot.is_empty() {
+            clock.mark();
             continue;
         }
-        let renewed = match link.client() {
-            Ok(client) => lease::renew(&client, &replica.id, &snapshot, replica.lease_ttl).await,
-            Err(e) => Err(e),
-        };
-        match renewed {
+        match lease::renew(&client, &replica.id, &snapshot, replica.lease_ttl).await {
             Ok(renewed) => {
                 clock.mark();
                 let mut map = held.lock().unwrap_or_else(|e| e.into_inner());
@@ -43,19 +62,29 @@ pub(super) async fn renew_loop(
     }
 }
 
+/// Releases every held lease, then deletes this replica's heartbeat row (the store closes).
 pub(super) async fn release_all(link: &Link, replica: &str, held: &Held, log: &Logger) {
-    let snapshot = snapshot(held);
-    if snapshot.is_empty() {
-        return;
-    }
-    let released = match link.client() {
-        Ok(client) => lease::release(&client, replica, &snapshot).await,
-        Err(e) => Err(e),
+    let client = match link.client() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(log, "escrow leases not released (they expire by themselves)";
+                "stage" => "leases_release_failed", "error" => %e);
+            return;
+        }
     };
-    match released {
-        Ok(n) => info!(log, "escrow leases released"; "stage" => "leases_released", "count" => n),
-        Err(e) => warn!(log, "escrow leases not released (they expire by themselves)";
-            "stage" => "leases_release_failed", "error" => %e),
+    let snapshot = snapshot(held);
+    if !snapshot.is_empty() {
+        match lease::release(&client, replica, &snapshot).await {
+            Ok(n) => {
+                info!(log, "escrow leases released"; "stage" => "leases_released", "count" => n)
+            }
+            Err(e) => warn!(log, "escrow leases not released (they expire by themselves)";
+                "stage" => "leases_release_failed", "error" => %e),
+        }
+    }
+    if let Err(e) = replicas::leave(&client, replica).await {
+        warn!(log, "replica row not deleted (it expires by itself)";
+            "stage" => "replica_leave_failed", "error" => %e);
     }
 }
 

@@ -1,16 +1,15 @@
-//! What one replica reads and writes about the others: the `replicas` rows (where each is
-//! reached), the live owners of escrows (for forwarding, `crate::replicas`), and the
-//! notifications of shared events (`NOTIFY`, `crate::replicas::events`).
-//!
-//! [`announce_until_closed`] writes this replica's own `replicas` row at store open and keeps it
-//! fresh every TTL/3. It stands in for the replica heartbeat of the ownership work (issue 14,
-//! `renewals.rs`); once that heartbeat lands, the integrator keeps one of the two.
+//! The replicas sharing the database: each one's heartbeat row in `replicas (replica_id,
+//! address, started_at, expires_at)`, timed by the database's clock like the leases (written by
+//! the renewal task, `renewals.rs`), the view the directory's ownership loop plans from (live
+//! replicas and every escrow lease), the live owners of escrows with their addresses (for
+//! forwarding, `crate::replicas`), and the notifications of shared events (`NOTIFY`,
+//! `crate::replicas::events`).
 
+use devshard_actors::store::{ns, LeaseView, ReplicaView, StoreError};
 use serde::Serialize;
-use slog::{warn, Logger};
+use tokio_postgres::Client;
 
-use super::{lease, link::Link, pg_err, PgStore, ReplicaConfig};
-use devshard_actors::store::{ns, StoreError};
+use super::{pg_err, PgStore, ReplicaConfig};
 
 /// An escrow whose lease another replica holds, with where that replica is reached.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -21,18 +20,25 @@ pub struct RemoteEscrow {
     pub address: String,
 }
 
-/// Upserts this replica's `replicas` row, live for one TTL.
-pub(super) async fn announce(link: &Link, replica: &ReplicaConfig) -> Result<(), StoreError> {
-    link.client()?
+/// Upserts this replica's row: `expires_at = now() + TTL`; `started_at` is set by the first
+/// heartbeat of a process (`first`) and kept by the later ones.
+pub(super) async fn heartbeat(
+    client: &Client,
+    replica: &ReplicaConfig,
+    first: bool,
+) -> Result<(), StoreError> {
+    client
         .execute(
             "INSERT INTO replicas (replica_id, address, started_at, expires_at) \
              VALUES ($1, $2, now(), now() + make_interval(secs => $3)) \
              ON CONFLICT (replica_id) DO UPDATE SET address = EXCLUDED.address, \
-             expires_at = EXCLUDED.expires_at",
+             expires_at = EXCLUDED.expires_at, \
+             started_at = CASE WHEN $4 THEN EXCLUDED.started_at ELSE replicas.started_at END",
             &[
                 &replica.id,
                 &replica.advertise_url,
                 &replica.lease_ttl.as_secs_f64(),
+                &first,
             ],
         )
         .await
@@ -40,33 +46,53 @@ pub(super) async fn announce(link: &Link, replica: &ReplicaConfig) -> Result<(),
     Ok(())
 }
 
-/// Keeps this replica's `replicas` row live (every TTL/3) until the task is aborted; a failed
-/// write is logged and retried at the next tick.
-pub(super) async fn announce_until_closed(
-    link: std::sync::Arc<Link>,
-    replica: ReplicaConfig,
-    log: Logger,
-) {
-    let mut tick = tokio::time::interval(lease::renew_every(replica.lease_ttl));
-    loop {
-        tick.tick().await;
-        if let Err(e) = announce(&link, &replica).await {
-            warn!(log, "replica row not written"; "stage" => "replica_announce_failed",
-                "error" => %e);
-        }
-    }
+/// Deletes this replica's row (it closes: the others stop counting it at once).
+pub(super) async fn leave(client: &Client, replica: &str) -> Result<u64, StoreError> {
+    client
+        .execute("DELETE FROM replicas WHERE replica_id = $1", &[&replica])
+        .await
+        .map_err(pg_err)
 }
 
-/// Marks this replica's row expired (shutdown), so nothing is forwarded to it any more.
-pub(super) async fn retire(link: &Link, replica: &str) -> Result<(), StoreError> {
-    link.client()?
-        .execute(
-            "UPDATE replicas SET expires_at = now() WHERE replica_id = $1",
-            &[&replica],
+/// The live replicas (heartbeat not expired) and every escrow lease, with its time to expiry by
+/// the database's clock; `me` is left out of the next heartbeat expiry.
+pub(super) async fn view(client: &Client, me: &str) -> Result<ReplicaView, StoreError> {
+    let replicas = client
+        .query(
+            "SELECT replica_id, (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint \
+             FROM replicas WHERE expires_at > now() ORDER BY replica_id COLLATE \"C\"",
+            &[],
         )
         .await
         .map_err(pg_err)?;
-    Ok(())
+    let leases = client
+        .query(
+            "SELECT escrow_id, owner, epoch, \
+             (EXTRACT(EPOCH FROM (expires_at - now())) * 1000)::bigint FROM escrow_leases \
+             ORDER BY escrow_id COLLATE \"C\"",
+            &[],
+        )
+        .await
+        .map_err(pg_err)?;
+    let next_heartbeat_expiry_ms = (replicas.iter())
+        .filter(|r| r.get::<_, &str>(0) != me)
+        .map(|r| r.get::<_, i64>(1))
+        .min();
+    Ok(ReplicaView {
+        live_replicas: replicas.iter().map(|r| r.get(0)).collect(),
+        next_heartbeat_expiry_ms,
+        // Duty leases (rotation, …) are not escrows: the ownership loop never plans them.
+        leases: leases
+            .iter()
+            .filter(|r| !crate::store::duty::is_duty(r.get::<_, &str>(0)))
+            .map(|r| LeaseView {
+                escrow_id: r.get(0),
+                owner: r.get(1),
+                epoch: u64::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+                expires_in_ms: r.get(3),
+            })
+            .collect(),
+    })
 }
 
 impl PgStore {

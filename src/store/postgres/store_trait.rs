@@ -1,12 +1,14 @@
 //! [`Store`] on PostgreSQL: writes go to the group-commit writer (`writer.rs`), appends carry the
 //! lease epoch they are fenced by, reads block on the readers' connection.
 
+use std::sync::atomic::Ordering;
+
 use devshard_actors::{
     protocol::{diff::Diff, warm::WarmBinding},
-    store::{Ack, Store, StoreError, WarmDeltas},
+    store::{Ack, ReplicaIdentity, ReplicaView, Store, StoreError, WarmDeltas},
 };
 
-use super::{lease, PgStore};
+use super::{lease, replicas, PgStore};
 use crate::store::codec::{
     decode_diff, decode_value, decode_warm_delta, encode_diff, nonce_to_sql, DiffRow,
 };
@@ -142,5 +144,35 @@ impl Store for PgStore {
         held.insert(escrow_id.to_string(), epoch);
         self.lease_clock.mark();
         Ok(())
+    }
+
+    fn replica(&self) -> Option<ReplicaIdentity> {
+        Some(ReplicaIdentity {
+            id: self.replica.id.clone(),
+            lease_ttl: self.replica.lease_ttl,
+        })
+    }
+
+    fn replica_view(&self) -> Result<ReplicaView, StoreError> {
+        let client = self.reader.client()?;
+        futures::executor::block_on(replicas::view(&client, &self.replica.id))
+    }
+
+    fn release_escrow(&self, escrow_id: &str) -> Result<(), StoreError> {
+        let epoch = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.remove(escrow_id)
+        };
+        let Some(epoch) = epoch else { return Ok(()) };
+        futures::executor::block_on(async {
+            let _one_at_a_time = self.claiming.lock().await;
+            let client = self.leases.client()?;
+            lease::release(&client, &self.replica.id, &[(escrow_id.to_string(), epoch)]).await
+        })?;
+        Ok(())
+    }
+
+    fn ownership_round_done(&self) {
+        self.ownership_ran.store(true, Ordering::Relaxed);
     }
 }
