@@ -299,6 +299,7 @@ pub async fn start_with(
         state.settlements.clone(),
         state.deactivated.clone(),
         config.max_tokens_cap,
+        state.board.clone(),
     );
     // The directory publishes its escrow board from `started()`: one round trip before the
     // listener opens, so the first request already picks among the stored escrows.

@@ -20,15 +20,13 @@ pub enum ChatRoute {
 }
 
 /// Whether this replica runs an escrow of `model` that new requests may use: its actor alive,
-/// not failed, not settling, not deactivated.
+/// not failed, not settling, not deactivated, and admitting requests (below its nonce limit, a
+/// routable host, something spendable: `BoardEscrow::takes_requests`).
 pub fn local_usable(board: &Board, model: &str, deactivated: &BTreeSet<String>) -> bool {
-    board.escrows.iter().any(|e| {
-        e.info.model == model
-            && e.addr.as_ref().is_some_and(|a| a.connected())
-            && !e.failed
-            && !e.closed
-            && !deactivated.contains(&e.id)
-    })
+    board
+        .escrows
+        .iter()
+        .any(|e| e.info.model == model && e.takes_requests(deactivated))
 }
 
 /// The route of a chat request for `model`: local when usable here, else (unless it was

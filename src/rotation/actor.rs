@@ -4,8 +4,8 @@
 //!   last error) and the last check's view (roles, budgets, decisions) for the debug listing.
 //! - **Survives a restart**: nothing of its own in memory matters. Open creation intents, the
 //!   day's deposits and the creations record are in the store ([`super::creator`],
-//!   [`super::deposits`]); escrow budgets come from the settlement tick, roles from the
-//!   settlement records. The back-off starts again from zero after a restart (bounded: the daily
+//!   [`super::deposits`]); escrow budgets come from the escrow board (live) or the settlement
+//!   tick ([`super::facts`]), roles from the settlement records. The back-off starts again from zero after a restart (bounded: the daily
 //!   cap still holds).
 //! - **One replica**: a check runs only on the replica that leads the rotation's duty lease
 //!   (`crate::store::duty`, PostgreSQL with several replicas); the others try to take it over
@@ -21,33 +21,24 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use actix::prelude::*;
-use devshard_actors::{
-    directory::pick::reserved_cost,
-    escrow::EscrowInfo,
-    settlement::{machine::CONFIRM_POLL_MS, SettlementState},
-    store::ns,
-};
+use devshard_actors::{directory::EscrowBoard, settlement::machine::CONFIRM_POLL_MS};
 use serde::Serialize;
 use slog::{info, warn};
 
 use super::{
+    facts,
     intent::{CreateIntent, Origin},
     plan::{backoff_ms, decide, role, Create, EscrowFacts, Role},
     settings::{ModelRotation, RotationSettings},
     Rotation,
 };
 use crate::{
-    state::{
-        settlements::{Settlements, WORST_CASE_INPUT_BYTES},
-        Deactivated,
-    },
+    state::{settlements::Settlements, Deactivated},
     store::duty::Leadership,
 };
 
 /// How often the actor looks whether a check is due (the smallest `check_interval_ms`).
 const TICK: Duration = Duration::from_millis(100);
-/// How long a check waits for the settlement views.
-const VIEW_DEADLINE: Duration = Duration::from_secs(1);
 
 /// One escrow in the view.
 #[derive(Debug, Clone, Serialize)]
@@ -106,6 +97,7 @@ pub struct RotationActor {
     settlements: Settlements,
     deactivated: Deactivated,
     max_tokens_cap: u64,
+    board: EscrowBoard,
     backoff: BTreeMap<String, Backoff>,
     view: RotationView,
     busy: bool,
@@ -136,12 +128,14 @@ impl RotationActor {
         settlements: Settlements,
         deactivated: Deactivated,
         max_tokens_cap: u64,
+        board: EscrowBoard,
     ) -> Self {
         RotationActor {
             rotation,
             settlements,
             deactivated,
             max_tokens_cap,
+            board,
             backoff: BTreeMap::new(),
             view: RotationView::default(),
             busy: false,
@@ -191,11 +185,12 @@ impl RotationActor {
         let deactivated = self.deactivated.clone();
         let backoff = self.backoff.clone();
         let cap = self.max_tokens_cap;
+        let board = self.board.clone();
         let fut = async move {
             rotation.creator.reconcile_all().await;
             let mut out = Vec::new();
             if settings.enabled {
-                let facts = gather(&rotation, &settlements, &deactivated, cap).await;
+                let facts = facts::gather(&rotation, &settlements, &deactivated, cap, &board).await;
                 for rule in &settings.models {
                     let b = backoff.get(&rule.model).cloned().unwrap_or_default();
                     out.push(check_model(&rotation, &settlements, rule, &facts, &b).await);
@@ -262,53 +257,6 @@ impl RotationActor {
             intents: self.rotation.creator.intents(),
         };
     }
-}
-
-/// Every registered escrow's facts, by model.
-async fn gather(
-    rotation: &Rotation,
-    settlements: &Settlements,
-    deactivated: &Deactivated,
-    max_tokens_cap: u64,
-) -> BTreeMap<String, Vec<EscrowFacts>> {
-    let store = &rotation.creator.store;
-    let infos: BTreeMap<String, EscrowInfo> = store
-        .list(ns::ESCROWS)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(id, v)| Some((id, serde_json::from_value(v).ok()?)))
-        .collect();
-    let off = deactivated.lock().map(|d| d.clone()).unwrap_or_default();
-    let mut by_model: BTreeMap<String, Vec<EscrowFacts>> = BTreeMap::new();
-    for v in settlements.views(VIEW_DEADLINE).await {
-        let Some(info) = infos.get(&v.escrow_id) else {
-            continue;
-        };
-        let c = &info.config;
-        let worst_cost = reserved_cost(
-            WORST_CASE_INPUT_BYTES,
-            max_tokens_cap,
-            c.token_price,
-            c.fee_per_nonce,
-        );
-        let state = v.record.as_ref().map(|r| &r.state);
-        by_model
-            .entry(info.model.clone())
-            .or_default()
-            .push(EscrowFacts {
-                escrow_id: v.escrow_id.clone(),
-                nonce: v.budget.map_or(0, |b| b.nonce),
-                serving_limit: v
-                    .budget
-                    .map_or_else(|| info.last_active_nonce(), |b| b.serving_limit),
-                spendable: v.budget.map_or(info.amount, |b| b.balance),
-                worst_cost,
-                closed: state.is_some_and(SettlementState::is_closed),
-                settled: matches!(state, Some(SettlementState::Settled { .. })),
-                deactivated: off.contains(&v.escrow_id),
-            });
-    }
-    by_model
 }
 
 /// One model's check: decide, then create and retire as decided.

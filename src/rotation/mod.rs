@@ -16,6 +16,7 @@
 pub mod actor;
 pub mod creator;
 pub mod deposits;
+mod facts;
 pub mod intent;
 pub mod metrics;
 pub mod plan;
@@ -26,6 +27,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use actix::{Actor, Addr};
 use devshard_actors::{
     clock::SharedClock,
+    directory::EscrowBoard,
     settlement::chain::ChainTxClient,
     store::{ns, SharedStore},
 };
@@ -128,9 +130,22 @@ impl Rotation {
         }
     }
 
-    /// Starts the actor on the current arbiter (its first check reconciles open intents).
-    pub fn start(&self, settlements: Settlements, deactivated: Deactivated, max_tokens_cap: u64) {
-        let actor = RotationActor::new(self.clone(), settlements, deactivated, max_tokens_cap);
+    /// Starts the actor on the current arbiter (its first check reconciles open intents); it
+    /// reads the escrows' live budgets from `board`.
+    pub fn start(
+        &self,
+        settlements: Settlements,
+        deactivated: Deactivated,
+        max_tokens_cap: u64,
+        board: EscrowBoard,
+    ) {
+        let actor = RotationActor::new(
+            self.clone(),
+            settlements,
+            deactivated,
+            max_tokens_cap,
+            board,
+        );
         let _ = self.addr.set(actor.start());
     }
 

@@ -83,6 +83,25 @@ pub fn admit(s: Standing, b: &BudgetView, cost: u64) -> Result<(), PickRefusal> 
     Ok(())
 }
 
+impl BoardEscrow {
+    /// Whether the escrow takes new requests at all: [`admit`] for the smallest cost (alive,
+    /// active, not deactivated, below its nonce limit, a routable host, something spendable).
+    /// The replicas' forwarding asks this before a request's cost is known, so a request the
+    /// local escrows would refuse goes to another replica's instead.
+    pub fn takes_requests(&self, deactivated: &std::collections::BTreeSet<String>) -> bool {
+        let s = Standing {
+            deactivated: deactivated.contains(&self.id),
+            closed: self.closed,
+            failed: self.failed,
+            alive: self.addr.as_ref().is_some_and(|a| a.connected()),
+            group: u64::try_from(self.info.group_size()).unwrap_or(u64::MAX),
+            serving_limit: self.info.last_active_nonce(),
+            preserved_host: true,
+        };
+        self.budget.check(|b| admit(s, b, 1).is_ok())
+    }
+}
+
 fn standing(e: &BoardEscrow, ask: &PickEscrow<'_>) -> Standing {
     Standing {
         deactivated: ask.deactivated.contains(&e.id) || ask.closed.contains(&e.id),

@@ -1,0 +1,84 @@
+//! What a rotation check decides on: every registered escrow's facts by model (budget, serving
+//! limit, settlement state, deactivation).
+//!
+//! The budget is the escrow's live one from the escrow board (`BudgetCell`: the nonce and the
+//! spendable balance the escrow actor published last, reservations of requests on their way
+//! deducted) when this replica runs the escrow; otherwise the settlement tick's (every 250 ms,
+//! from the escrow's snapshot) or, before any, the registered amount. Under a fast load the
+//! tick's budget was up to a quarter second late, which is many nonces at a few hundred
+//! requests per second: a replacement due 70 nonces before the limit could come too late.
+
+use std::collections::BTreeMap;
+
+use devshard_actors::{
+    directory::{pick::reserved_cost, EscrowBoard},
+    escrow::EscrowInfo,
+    settlement::SettlementState,
+    store::ns,
+};
+
+use super::{plan::EscrowFacts, Rotation};
+use crate::state::{
+    settlements::{Settlements, WORST_CASE_INPUT_BYTES},
+    Deactivated,
+};
+
+/// How long a check waits for the settlement views.
+const VIEW_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Every registered escrow's facts, by model.
+pub(super) async fn gather(
+    rotation: &Rotation,
+    settlements: &Settlements,
+    deactivated: &Deactivated,
+    max_tokens_cap: u64,
+    board: &EscrowBoard,
+) -> BTreeMap<String, Vec<EscrowFacts>> {
+    let store = &rotation.creator.store;
+    let infos: BTreeMap<String, EscrowInfo> = store
+        .list(ns::ESCROWS)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(id, v)| Some((id, serde_json::from_value(v).ok()?)))
+        .collect();
+    let off = deactivated.lock().map(|d| d.clone()).unwrap_or_default();
+    let live = board.load();
+    let mut by_model: BTreeMap<String, Vec<EscrowFacts>> = BTreeMap::new();
+    for v in settlements.views(VIEW_DEADLINE).await {
+        let Some(info) = infos.get(&v.escrow_id) else {
+            continue;
+        };
+        let c = &info.config;
+        let worst_cost = reserved_cost(
+            WORST_CASE_INPUT_BYTES,
+            max_tokens_cap,
+            c.token_price,
+            c.fee_per_nonce,
+        );
+        let now = live
+            .escrows
+            .iter()
+            .find(|e| e.id == v.escrow_id)
+            .map(|e| e.budget.check(|b| (b.nonce, b.spendable())));
+        let (nonce, spendable) = match (now, v.budget) {
+            (Some(n), _) => n,
+            (None, Some(b)) => (b.nonce, b.balance),
+            (None, None) => (0, info.amount),
+        };
+        let state = v.record.as_ref().map(|r| &r.state);
+        by_model
+            .entry(info.model.clone())
+            .or_default()
+            .push(EscrowFacts {
+                escrow_id: v.escrow_id.clone(),
+                nonce,
+                serving_limit: info.last_active_nonce(),
+                spendable,
+                worst_cost,
+                closed: state.is_some_and(SettlementState::is_closed),
+                settled: matches!(state, Some(SettlementState::Settled { .. })),
+                deactivated: off.contains(&v.escrow_id),
+            });
+    }
+    by_model
+}
