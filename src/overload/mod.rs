@@ -1,17 +1,25 @@
 //! Overload control at the edge: an adaptive limit on the races *starting* (from admission to
-//! their first byte, or their whole answer), with a short bounded queue in front of it.
+//! the moment their first attempt is sent to a host), with a short bounded queue in front of it.
 //!
-//! - The limit follows measured latency ([`gradient::next_limit`], Gradient2-style): each race
-//!   that starts reports its time to first byte; every window (`window_ms` and at least
+//! - **What it measures is the gateway's own work.** A race starts when the edge admits it; it
+//!   is *dispatched* when its first attempt goes to a host: the escrow was picked, the nonce
+//!   granted, the diff composed, signed and durable. That span is what the gateway controls and
+//!   what grows when the gateway itself is overloaded (a busy escrow mailbox, a slow fsync, no
+//!   CPU left). The host's own latency (300 ms RTT, a 1 s receipt on a remote host) comes after
+//!   it and is never a sample: slow hosts do not shrink the limit, and a race waiting for its
+//!   host holds no starting slot (`max_concurrent_races` still caps every race in flight).
+//! - The limit follows that latency ([`gradient::next_limit`], Gradient2-style): each dispatched
+//!   race reports its time since admission; every window (`window_ms` and at least
 //!   `window_samples` samples) updates the limit. It stays within `[min_limit,
-//!   max_concurrent_races]`; `max_concurrent_races` stays the hard ceiling on every race in flight,
-//!   streams included (checked before this limiter, as before).
+//!   max_concurrent_races]`; `max_concurrent_races` stays the hard ceiling on every race in
+//!   flight, streams included (checked before this limiter, as before).
 //! - A request that finds the limit reached waits in a FIFO queue of at most `queue_depth`, for at
 //!   most `queue_timeout_ms`; past either it is shed ([`Shed`]: 503 + `Retry-After`, the message
 //!   says the gateway is saturated). Queue wait is not part of the latency sample, so queueing
 //!   never feeds back into the limit.
-//! - A slot is freed when the race starts or fails ([`StartPermit`]); the next waiter gets it at
-//!   once. A waiter whose client left is removed from the queue.
+//! - A slot is freed when the race is dispatched ([`StartPermit::on_dispatch`], called by the
+//!   race) or fails before it (the permit is dropped); the next waiter gets it at once. A waiter
+//!   whose client left is removed from the queue.
 //!
 //! Visible as `devshard_gateway_concurrency_limit`, `devshard_gateway_starting_races`,
 //! `devshard_gateway_queued_requests`, `devshard_gateway_queue_wait_seconds`,
@@ -30,6 +38,7 @@ use std::{
     time::Duration,
 };
 
+use devshard_actors::race::DispatchHook;
 use serde::Serialize;
 use slog::Logger;
 use tokio::{sync::oneshot, time::Instant};
@@ -145,7 +154,7 @@ impl std::fmt::Debug for Limiter {
     }
 }
 
-/// A starting slot: released when dropped; [`StartPermit::started`] also reports the latency.
+/// A starting slot: released when dropped; [`StartPermit::dispatched`] also reports the latency.
 pub struct StartPermit {
     shared: Option<Arc<Shared>>,
     admitted: Instant,
@@ -160,11 +169,18 @@ impl std::fmt::Debug for StartPermit {
 }
 
 impl StartPermit {
-    /// The race started (first byte or whole answer): its time since admission is a sample.
-    pub fn started(mut self) {
+    /// The race's first attempt went to a host: its time since admission (the gateway's own
+    /// share) is a sample, and the slot is free.
+    pub fn dispatched(mut self) {
         if let Some(shared) = self.shared.take() {
             release(&shared, Some(self.admitted.elapsed()));
         }
+    }
+
+    /// [`StartPermit::dispatched`] as the race's hook (`RaceSpec::dispatched`); dropped uncalled
+    /// (the race failed before any attempt was sent), it frees the slot without a sample.
+    pub fn on_dispatch(self) -> DispatchHook {
+        Box::new(move || self.dispatched())
     }
 }
 
@@ -347,7 +363,7 @@ fn shed(shared: &Shared, st: &mut State, reason: ShedReason) -> Shed {
     }
 }
 
-/// Frees a slot (with the race's latency when it started), closes the window when due, and
+/// Frees a slot (with the race's latency when it was dispatched), closes the window when due, and
 /// hands free slots to the queue's head.
 fn release(shared: &Shared, sample: Option<Duration>) {
     let mut st = lock(shared);
