@@ -11,7 +11,7 @@
 //! | `devshard_gateway_race_errors_total` | counter: races failed before the first byte | `status` |
 //! | `devshard_gateway_limit_rejections_total` | counter: requests refused by a limit (all answered 503 + `Retry-After`) | `reason` (`max_concurrent_requests`, `queue_full`, `queue_timeout`) |
 //! | `devshard_gateway_concurrency_limit` | gauge: the adaptive limit on races starting (`crate::overload`) | — |
-//! | `devshard_gateway_starting_races` | gauge: races admitted whose first attempt is not sent to a host yet | — |
+//! | `devshard_gateway_starting_races` | gauge: races admitted that have not started answering | — |
 //! | `devshard_gateway_queued_requests` | gauge: requests waiting for a starting slot | — |
 //! | `devshard_gateway_queue_wait_seconds` | histogram: time queued requests waited (admitted or shed) | — |
 //! | `devshard_gateway_escrow_replacements_total` | counter: requests whose escrow closed before they started there | `result` (`replaced`, `no_other_escrow`) |
@@ -160,11 +160,11 @@ impl HttpMetrics {
         };
         let concurrency_limit = gauge(
             "gateway_concurrency_limit",
-            "Adaptive limit on races starting (admission to the first attempt sent to a host)",
+            "Adaptive limit on races starting (admission to first byte)",
         )?;
         let starting_races = gauge(
             "gateway_starting_races",
-            "Races admitted whose first attempt is not sent to a host yet",
+            "Races admitted that have not started answering",
         )?;
         let queued_requests = gauge(
             "gateway_queued_requests",

@@ -5,7 +5,7 @@
 //! ```toml
 //! [overload]
 //! enabled = true            # false: only max_concurrent_races limits (no queue)
-//! initial_limit = 64        # races starting at once (admission → first attempt sent) at start
+//! initial_limit = 64        # races starting at once (admission → first byte) at start
 //! min_limit = 16            # the limit never falls below this
 //! queue_depth = 1024        # requests waiting for a slot; beyond it 503 at once
 //! queue_timeout_ms = 2000   # a request waiting longer gets 503
