@@ -62,6 +62,9 @@ pub struct ActorMetrics {
     /// Diffs below the in-memory window read back from the store for a host far behind, by path
     /// (`attempt`, `resend`, `sync`, `vote`, `repair`: `escrow/diff_log.rs`).
     pub diffs_from_store: IntCounterVec,
+    /// Escrows found idle (no new nonce for 5 s) whose in-memory diffs and encoded diffs were
+    /// compacted (`escrow/durable.rs`).
+    pub idle_compactions: IntCounter,
     /// Host sync points moved back, by cause (`nonce_gap`: to what the host says it holds;
     /// `session_lost`: to 0).
     pub host_sync_rewinds: IntCounterVec,
@@ -211,6 +214,10 @@ impl ActorMetrics {
                 ),
                 &["path"],
             )?,
+            idle_compactions: IntCounter::new(
+                "escrow_idle_compactions_total",
+                "Idle escrows whose in-memory and encoded diffs were compacted",
+            )?,
             host_sync_rewinds: IntCounterVec::new(
                 Opts::new(
                     "host_sync_rewinds_total",
@@ -288,6 +295,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.repair_unblock_seconds.clone()))?;
         registry.register(Box::new(m.catch_up_chunks.clone()))?;
         registry.register(Box::new(m.diffs_from_store.clone()))?;
+        registry.register(Box::new(m.idle_compactions.clone()))?;
         registry.register(Box::new(m.host_sync_rewinds.clone()))?;
         registry.register(Box::new(m.catch_up_diffs.clone()))?;
         registry.register(Box::new(m.gap_resends.clone()))?;

@@ -4,7 +4,8 @@
 //! (closed loop at `--concurrency`; the gateway's own pick spreads them over the escrows, and the
 //! run prints how evenly from the `X-Devshard-Escrow` header), and prints the gateway's RSS, peak
 //! RSS and store sizes: registered, after a fifth of the requests, after all of them, and idle
-//! again. Memory and WAL that do not grow with age level off between the last two checkpoints.
+//! again (5 s, then 40 s: past the escrows' idle compaction and the cost ledger's release of
+//! idle replicas). Memory and WAL that do not grow with age level off between the checkpoints.
 
 use std::{io::Write, time::Duration};
 
@@ -24,6 +25,10 @@ const READY_WITHIN: Duration = Duration::from_secs(600);
 
 /// Quiet time before an idle reading (background ticks settle).
 const SETTLE: Duration = Duration::from_secs(5);
+
+/// Quiet time before the last reading: past the escrows' idle compaction (5 s) and the cost
+/// ledger's release of idle replicas (30 s).
+const IDLE: Duration = Duration::from_secs(40);
 
 pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
     let escrows = args.escrows.max(1);
@@ -73,7 +78,9 @@ async fn phases(args: &BenchArgs, escrows: usize, gw: &Gateway) -> Result<(), St
     say(&reading("after", gw, served));
     say(&spread(&[&first, &rest], escrows));
     tokio::time::sleep(SETTLE).await;
-    say(&reading("idle again after", gw, served));
+    say(&reading("5 s idle after", gw, served));
+    tokio::time::sleep(IDLE - SETTLE).await;
+    say(&reading("40 s idle after", gw, served));
     say(&crypto_floor());
     Ok(())
 }

@@ -179,9 +179,11 @@ impl Tee {
         };
         match self.buf.take() {
             Some(b) => {
+                // An exact copy: the buffer grew by doubling, and the request table keeps the
+                // bytes for `max_requests` requests.
                 let stored = Stored {
                     content_type: EVENT_STREAM,
-                    bytes: b.freeze(),
+                    bytes: Bytes::copy_from_slice(&b),
                 };
                 self.acc
                     .finish(&self.request_id, outcome, Some(stored), now);

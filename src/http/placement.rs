@@ -17,7 +17,7 @@ use std::sync::{atomic::Ordering, Arc};
 use devshard_actors::{
     directory::PickedEscrow,
     escrow::messages::InferenceParams,
-    race::{RaceActor, RaceError, RaceErrorKind, RaceSpec, RaceStart},
+    race::{DispatchHook, RaceActor, RaceError, RaceErrorKind, RaceSpec, RaceStart},
 };
 use slog::{info, warn, Logger};
 
@@ -30,11 +30,13 @@ pub const MAX_PLACEMENTS: usize = 3;
 const CLOSED_RETRY_S: u64 = 5;
 
 /// Picks an escrow for the request, runs the race, and places the request again when its escrow
-/// closed before it started there. `escrow` is set to the escrow that answered.
+/// closed before it started there. `escrow` is set to the escrow that answered. `dispatched`
+/// goes to the first race (called when its first attempt goes to a host).
 pub async fn place(
     state: &AppState,
     params: Arc<InferenceParams>,
     escrow: &mut Option<String>,
+    mut dispatched: Option<DispatchHook>,
     log: &Logger,
 ) -> Result<RaceStart, ApiError> {
     let rid = params.request_id.clone();
@@ -60,7 +62,15 @@ pub async fn place(
         };
         *escrow = Some(picked.escrow_id.clone());
         let id = picked.escrow_id.clone();
-        match run_race(state, picked, Arc::clone(&params), &rid, log).await {
+        let race = run_race(
+            state,
+            picked,
+            Arc::clone(&params),
+            &rid,
+            dispatched.take(),
+            log,
+        );
+        match race.await {
             Err(ApiError::Race(e)) if e.kind == RaceErrorKind::EscrowClosed => {
                 closed.push(id.clone());
                 if closed.len() >= MAX_PLACEMENTS {
@@ -109,6 +119,7 @@ async fn run_race(
     picked: PickedEscrow,
     params: Arc<InferenceParams>,
     rid: &str,
+    dispatched: Option<DispatchHook>,
     log: &Logger,
 ) -> Result<RaceStart, ApiError> {
     let race_id = state.race_ids.fetch_add(1, Ordering::Relaxed);
@@ -129,6 +140,7 @@ async fn run_race(
         actors: state.actors.clone(),
         report: Some(report),
         stream_error: error::stream_error_event,
+        dispatched,
     });
     let result = match reply.await {
         Ok(Ok(start)) => Ok(start),

@@ -1,8 +1,8 @@
 //! The limit update of the adaptive concurrency limiter: a pure function, after Netflix's
 //! concurrency-limits `Gradient2Limit`.
 //!
-//! Each closed window gives one *short* RTT (the mean time to first byte of the races admitted in
-//! it). A *long* RTT follows it as an exponential average over `long_window` windows, and falls
+//! Each closed window gives one *short* RTT (the mean time from admission to dispatch, the first
+//! attempt sent to a host, of the races admitted in it: the gateway's own share). A *long* RTT follows it as an exponential average over `long_window` windows, and falls
 //! fast (5 % a window) while it is more than twice the short one, so a drop in latency is learnt
 //! quickly. Then:
 //!
@@ -15,8 +15,10 @@
 //! While latency stays within `tolerance` of its long-term level the gradient is 1 and the limit
 //! grows by `smoothing · √limit` a window; when latency rises above it the gradient falls below
 //! 1 and the limit shrinks (at most by half of `smoothing` a window). A window in which fewer
-//! than half of the limit were in use leaves the limit unchanged (the load, not the gateway,
-//! limited it: growing then would only remove the protection).
+//! than half of the limit were in use never grows the limit (the load, not the gateway, limited
+//! it: growing then would only remove the protection), but latency above tolerance still
+//! shrinks it: the gateway slowed down with fewer races than the limit allows, so the limit is
+//! brought down to where it binds.
 
 /// The limiter's learnt state.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,16 +62,13 @@ pub fn next_limit(state: GradientState, w: WindowSample, p: &GradientParams) -> 
         long *= 0.95;
     }
     let long_rtt_ms = Some(long);
-    let in_use = w.max_in_flight as f64;
-    if in_use < state.limit / 2.0 {
-        return GradientState {
-            limit: state.limit.clamp(p.min_limit, p.max_limit),
-            long_rtt_ms,
-        };
-    }
     let gradient = (p.tolerance * long / short).clamp(0.5, 1.0);
     let target = state.limit * gradient + state.limit.sqrt();
-    let limit = state.limit * (1.0 - p.smoothing) + target * p.smoothing;
+    let mut limit = state.limit * (1.0 - p.smoothing) + target * p.smoothing;
+    let in_use = w.max_in_flight as f64;
+    if in_use < state.limit / 2.0 && (gradient >= 1.0 || limit > state.limit) {
+        limit = state.limit;
+    }
     GradientState {
         limit: limit.clamp(p.min_limit, p.max_limit),
         long_rtt_ms,
@@ -143,18 +142,23 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_window_leaves_the_limit_and_the_floor_holds() {
+    fn a_window_far_below_the_limit_never_grows_it_but_slow_ones_shrink_it_and_the_floor_holds() {
         let s = run(start(64.0), 10.0, 5);
-        let idle = next_limit(
-            s,
-            WindowSample {
-                rtt_ms: 500.0,
-                max_in_flight: 3,
-            },
-            &P,
-        );
-        assert_eq!(idle.limit, s.limit);
-        assert_ne!(idle.long_rtt_ms, s.long_rtt_ms, "latency is still learnt");
+        let idle = |rtt_ms| {
+            next_limit(
+                s,
+                WindowSample {
+                    rtt_ms,
+                    max_in_flight: 3,
+                },
+                &P,
+            )
+        };
+        let steady = idle(10.0);
+        assert_eq!(steady.limit, s.limit, "no growth while the load limits");
+        let slow = idle(500.0);
+        assert!(slow.limit < s.limit, "{slow:?}");
+        assert_ne!(slow.long_rtt_ms, s.long_rtt_ms, "latency is still learnt");
         let floor = run(start(9.0), 10.0, 1);
         let floor = run(floor, 1_000.0, 20);
         assert_eq!(floor.limit, P.min_limit);

@@ -1,17 +1,26 @@
 //! Overload control at the edge: an adaptive limit on the races *starting* (from admission to
 //! their first byte, or their whole answer), with a short bounded queue in front of it.
 //!
-//! - The limit follows measured latency ([`gradient::next_limit`], Gradient2-style): each race
-//!   that starts reports its time to first byte; every window (`window_ms` and at least
-//!   `window_samples` samples) updates the limit. It stays within `[min_limit,
-//!   max_concurrent_races]`; `max_concurrent_races` stays the hard ceiling on every race in flight,
-//!   streams included (checked before this limiter, as before).
+//! - **What it measures is the gateway's own work.** A race is *dispatched* when its first
+//!   attempt goes to a host: the escrow was picked, the nonce granted, the diff composed, signed
+//!   and durable. The time from admission to dispatch is the latency sample: it is what the
+//!   gateway controls, and what grows when the gateway itself is overloaded (a busy escrow
+//!   mailbox, a slow fsync, no CPU left). The host's own latency (300 ms RTT, a 1 s receipt on a
+//!   remote host) comes after it and is never a sample, so slow hosts do not shrink the limit.
+//!   The slot itself is held until the first byte (or the failure), so the races waiting on
+//!   their hosts still count against the limit: admitting them all at once (2 000 streams on
+//!   remote hosts) overran the escrows' catch-up (nonce-gap resends of ≈ 700 diffs each).
+//! - The limit follows that latency ([`gradient::next_limit`], Gradient2-style): every window
+//!   (`window_ms` and at least `window_samples` samples) updates the limit. It stays within
+//!   `[min_limit, max_concurrent_races]`; `max_concurrent_races` stays the hard ceiling on every
+//!   race in flight, streams included (checked before this limiter, as before).
 //! - A request that finds the limit reached waits in a FIFO queue of at most `queue_depth`, for at
 //!   most `queue_timeout_ms`; past either it is shed ([`Shed`]: 503 + `Retry-After`, the message
 //!   says the gateway is saturated). Queue wait is not part of the latency sample, so queueing
 //!   never feeds back into the limit.
-//! - A slot is freed when the race starts or fails ([`StartPermit`]); the next waiter gets it at
-//!   once. A waiter whose client left is removed from the queue.
+//! - The sample is taken by the race's hook ([`StartPermit::on_dispatch`]); the slot is freed
+//!   when the permit is dropped (first byte, whole answer or failure) and the next waiter gets it
+//!   at once. A waiter whose client left is removed from the queue.
 //!
 //! Visible as `devshard_gateway_concurrency_limit`, `devshard_gateway_starting_races`,
 //! `devshard_gateway_queued_requests`, `devshard_gateway_queue_wait_seconds`,
@@ -30,6 +39,7 @@ use std::{
     time::Duration,
 };
 
+use devshard_actors::race::DispatchHook;
 use serde::Serialize;
 use slog::Logger;
 use tokio::{sync::oneshot, time::Instant};
@@ -145,7 +155,7 @@ impl std::fmt::Debug for Limiter {
     }
 }
 
-/// A starting slot: released when dropped; [`StartPermit::started`] also reports the latency.
+/// A starting slot: released when dropped; [`StartPermit::on_dispatch`] reports the latency.
 pub struct StartPermit {
     shared: Option<Arc<Shared>>,
     admitted: Instant,
@@ -160,18 +170,29 @@ impl std::fmt::Debug for StartPermit {
 }
 
 impl StartPermit {
-    /// The race started (first byte or whole answer): its time since admission is a sample.
-    pub fn started(mut self) {
-        if let Some(shared) = self.shared.take() {
-            release(&shared, Some(self.admitted.elapsed()));
-        }
+    /// The race's first attempt went to a host: its time since admission (the gateway's own
+    /// share) is a sample, and the slot is free.
+    pub fn dispatched(self) {
+        self.on_dispatch()();
+    }
+
+    /// The race's hook (`RaceSpec::dispatched`): when the first attempt goes to a host, the
+    /// time since admission (the gateway's own share) is a sample. The slot stays held until
+    /// the permit is dropped (the race's first byte, or its failure).
+    pub fn on_dispatch(&self) -> DispatchHook {
+        let (shared, admitted) = (self.shared.clone(), self.admitted);
+        Box::new(move || {
+            if let Some(shared) = shared {
+                sample(&shared, admitted.elapsed());
+            }
+        })
     }
 }
 
 impl Drop for StartPermit {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
-            release(&shared, None);
+            release(&shared);
         }
     }
 }
@@ -207,7 +228,7 @@ impl Waiting<'_> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         if self.settle(false) {
-            release(self.shared, None);
+            release(self.shared);
         }
     }
 }
@@ -347,20 +368,22 @@ fn shed(shared: &Shared, st: &mut State, reason: ShedReason) -> Shed {
     }
 }
 
-/// Frees a slot (with the race's latency when it started), closes the window when due, and
-/// hands free slots to the queue's head.
-fn release(shared: &Shared, sample: Option<Duration>) {
+/// One race's gateway share (admission to dispatch): closes the window when due.
+fn sample(shared: &Shared, rtt: Duration) {
+    let mut st = lock(shared);
+    st.window.samples += 1;
+    st.window.rtt_sum_ms += rtt.as_secs_f64() * 1e3;
+    let w = &st.window;
+    let due = w.opened.elapsed() >= Duration::from_millis(shared.settings.window_ms);
+    if due && w.samples >= shared.settings.window_samples {
+        close_window(shared, &mut st);
+    }
+}
+
+/// Frees a slot and hands free slots to the queue's head.
+fn release(shared: &Shared) {
     let mut st = lock(shared);
     st.starting = st.starting.saturating_sub(1);
-    if let Some(rtt) = sample {
-        st.window.samples += 1;
-        st.window.rtt_sum_ms += rtt.as_secs_f64() * 1e3;
-        let w = &st.window;
-        let due = w.opened.elapsed() >= Duration::from_millis(shared.settings.window_ms);
-        if due && w.samples >= shared.settings.window_samples {
-            close_window(shared, &mut st);
-        }
-    }
     while st.starting < st.limit() {
         let Some((_, tx)) = st.queue.pop_front() else {
             break;

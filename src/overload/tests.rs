@@ -37,7 +37,7 @@ fn clients(
                     Ok(permit) => {
                         let ms = lat.load(Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(ms)).await;
-                        permit.started();
+                        permit.dispatched();
                         ok.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(_) => {

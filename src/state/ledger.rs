@@ -19,7 +19,9 @@
 //!
 //! What survives a restart: every committed row. The tail restarts from nonce 1 of each escrow
 //! with unsettled nonces (it keeps the settlements it saw, up to [`SETTLED_CACHE`], so a nonce
-//! whose record was sealed before its row arrived still settles).
+//! whose record was sealed before its row arrived still settles). An escrow's replica that no
+//! unsettled row needed for 30 s is let go (log stage `ledger_tail_released`) and rebuilt the
+//! same way when a row needs it again: idle escrows do not hold their state twice.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -55,6 +57,8 @@ use crate::{
 
 /// Settlements kept per escrow for rows that arrive after their nonce settled.
 pub const SETTLED_CACHE: usize = 16_384;
+/// An escrow's replica that no unsettled row needed for this long is let go (ms).
+const TAIL_IDLE_MS: i64 = 30_000;
 /// How often retention runs.
 const PRUNE_EVERY: Duration = Duration::from_secs(3_600);
 
@@ -220,6 +224,8 @@ struct EscrowTail {
     sm: StateMachine,
     next: u64,
     settled: BTreeMap<u64, Settlement>,
+    /// When an unsettled row last needed this replica (unix ms).
+    needed_ms: i64,
 }
 
 struct Tail {
@@ -233,7 +239,7 @@ fn settled_status(s: InferenceStatus) -> bool {
 }
 
 impl EscrowTail {
-    fn new(info: EscrowInfo) -> Result<EscrowTail, String> {
+    fn new(info: EscrowInfo, now_ms: i64) -> Result<EscrowTail, String> {
         let sm = StateMachine::new(
             info.escrow_id.clone(),
             info.config.clone(),
@@ -246,6 +252,7 @@ impl EscrowTail {
             sm,
             next: 1,
             settled: BTreeMap::new(),
+            needed_ms: now_ms,
         })
     }
 
@@ -304,14 +311,32 @@ impl Tail {
                 self.escrows.remove(&escrow_id);
                 continue;
             }
-            if let Some(t) = self.escrows.get(&escrow_id) {
+            if let Some(t) = self.escrows.get_mut(&escrow_id) {
+                t.needed_ms = self.deps.clock.now_ms();
                 out.extend(nonces.iter().filter_map(|n| t.settled.get(n).cloned()));
             }
         }
+        self.release_idle();
         if !out.is_empty() {
             info!(self.deps.log, "ledger nonces settled"; "stage" => "ledger_settled",
                 "nonces" => out.len());
             self.ledger.settle(out);
+        }
+    }
+
+    /// Lets go of the replicas no unsettled row needed for [`TAIL_IDLE_MS`]: an idle escrow's
+    /// state machine and settlements are not held twice (the escrow holds its own). A row that
+    /// comes later rebuilds the replica from nonce 1 of the durable log, as after a restart.
+    fn release_idle(&mut self) {
+        let now = self.deps.clock.now_ms();
+        let before = self.escrows.len();
+        self.escrows
+            .retain(|_, t| now.saturating_sub(t.needed_ms) < TAIL_IDLE_MS);
+        let released = before - self.escrows.len();
+        if released > 0 {
+            info!(self.deps.log, "ledger: idle escrows' replicas released";
+                "stage" => "ledger_tail_released", "escrows" => released,
+                "kept" => self.escrows.len());
         }
     }
 
@@ -322,8 +347,9 @@ impl Tail {
             let info = escrow_archive::registration(&self.deps.store, escrow_id)
                 .map_err(|e| e.to_string())?
                 .ok_or("escrow not registered")?;
+            let now = self.deps.clock.now_ms();
             self.escrows
-                .insert(escrow_id.to_string(), EscrowTail::new(info)?);
+                .insert(escrow_id.to_string(), EscrowTail::new(info, now)?);
         }
         let Some(t) = self.escrows.get_mut(escrow_id) else {
             return Ok(());

@@ -355,6 +355,7 @@ impl Harness {
             actors: self.actors.clone(),
             report: None,
             stream_error: stream_error_event,
+            dispatched: None,
         };
         let started = tokio::time::Instant::now();
         match RaceActor::start_race(spec).await {

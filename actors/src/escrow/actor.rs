@@ -16,7 +16,9 @@
 //!   (finish reconciliation poll or timeout deadline), `fault_release` (held host faults confirmed
 //!   by the correlation guard), and the 1 s `sync_persist` interval (dirty host sync nonces, the
 //!   budget the directory's pick reads, the urgent repairs of an escrow with no routable
-//!   host, and the deletion of settled nonces' refused-timeout payloads, `actor/payloads.rs`).
+//!   host, the deletion of settled nonces' refused-timeout payloads, `actor/payloads.rs`, and
+//!   the compaction of an escrow idle for 5 s: its encoded diffs dropped, its in-memory diffs
+//!   cut to the newest; hosts behind read older ones from the store).
 //! - **Stats**: its mailbox depth and message counts are counted by the [`TrackedAddr`](crate::stats::TrackedAddr)s that
 //!   every sender holds; a respawned actor starts with fresh stats.
 //! - **Durable before visible**: a grant is answered only after the store acknowledged its diff
@@ -25,7 +27,7 @@
 use std::{sync::Arc, time::Duration};
 
 use actix::prelude::*;
-use slog::{info, o, Logger};
+use slog::{debug, info, o, Logger};
 
 use super::{
     book::{Deadlines, NonceBook},
@@ -198,6 +200,7 @@ impl Actor for EscrowActor {
             SYNC_PERSIST_INTERVAL,
             |act, _| {
                 act.durable.persist_syncs(&act.session, &act.deps);
+                act.compact_when_idle();
                 act.drop_settled_payloads();
                 // With no routable host the pick refuses this escrow, so no request waits here
                 // to kick the repairs: the 1 s tick does (the kicks are at least 500 ms apart, so a kick
@@ -238,6 +241,25 @@ impl Actor for EscrowActor {
 }
 
 tracked_actor!(EscrowActor);
+
+/// Diffs an idle escrow keeps in memory (its newest; the rest are in the store).
+const IDLE_DIFF_WINDOW: usize = 1;
+
+impl EscrowActor {
+    /// An escrow that went idle lets go of its encoded diffs and of all but its newest diff in
+    /// memory: memory that does not grow with the number of idle escrows' unacknowledged diffs.
+    fn compact_when_idle(&mut self) {
+        if !self.durable.went_idle(self.session.nonce()) {
+            return;
+        }
+        let held = self.session.held_diffs();
+        self.session.compact_window(IDLE_DIFF_WINDOW);
+        self.deps.metrics.idle_compactions.inc();
+        debug!(self.deps.log, "idle escrow compacted"; "stage" => "escrow_idle_compacted",
+            "nonce" => self.session.nonce(), "held_before" => held,
+            "held" => self.session.held_diffs());
+    }
+}
 
 // Picking and granting nonces.
 impl EscrowActor {

@@ -79,7 +79,12 @@ pub(super) struct Durable {
     sync_dirty: bool,
     /// Diffs encoded once for the request bodies that carry them.
     wire: WireDiffs,
+    /// The nonce at the last `sync_persist` tick, and the ticks since it last moved.
+    quiet: (u64, u32),
 }
+
+/// `sync_persist` ticks (1 s) without a new nonce after which the escrow is idle.
+const IDLE_AFTER_TICKS: u32 = 5;
 
 impl Durable {
     /// Starts at the session's nonce (a restored session replayed only durable diffs), keeping
@@ -89,6 +94,7 @@ impl Durable {
             durable_nonce,
             sync_dirty: false,
             wire: WireDiffs::new(window),
+            quiet: (durable_nonce, 0),
         }
     }
 
@@ -392,6 +398,24 @@ impl Durable {
     }
 
     /// Writes the host sync nonces when they changed (in the background; a failure is logged).
+    /// `true` once, at the tick that finds the escrow idle: its nonce has not moved for
+    /// [`IDLE_AFTER_TICKS`] ticks. The encoded diffs are dropped then (the caller compacts the
+    /// session's window); a new nonce makes it busy again.
+    pub(super) fn went_idle(&mut self, nonce: u64) -> bool {
+        let (last, ticks) = self.quiet;
+        let ticks = if last == nonce {
+            ticks.saturating_add(1)
+        } else {
+            0
+        };
+        self.quiet = (nonce, ticks);
+        if ticks != IDLE_AFTER_TICKS {
+            return false;
+        }
+        self.wire.forget_below(nonce.saturating_add(1));
+        true
+    }
+
     pub(super) fn persist_syncs(&mut self, session: &Session, deps: &EscrowDeps) {
         self.wire.forget_below(session.first_held());
         if !self.sync_dirty {

@@ -259,6 +259,9 @@ impl RaceActor {
             metrics: self.spec.metrics.clone(),
         };
         actix::spawn(task.run());
+        if let Some(dispatched) = self.spec.dispatched.take() {
+            dispatched();
+        }
     }
 
     /// Arms (or re-arms) the primary's hedge timer.

@@ -72,7 +72,15 @@ pub struct RaceSpec {
     pub report: Option<oneshot::Sender<RaceReport>>,
     /// The error event of a winner that broke mid-stream.
     pub stream_error: StreamErrorFormat,
+    /// Called once, when the race's first attempt is dispatched to its host: the gateway's own
+    /// share of the request (pick, grant, durable diff) is done, and what follows is the host's.
+    /// Dropped uncalled when no attempt was dispatched (the edge's overload limiter measures its
+    /// latency sample with it: `src/overload/`).
+    pub dispatched: Option<DispatchHook>,
 }
+
+/// See [`RaceSpec::dispatched`].
+pub type DispatchHook = Box<dyn FnOnce() + Send>;
 
 /// One attempt of a race (or a granted nonce no attempt used), as reported when the race ends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -14,6 +14,6 @@ pub mod sends;
 
 pub use actor::RaceActor;
 pub use api::{
-    AttemptRecord, RaceError, RaceErrorKind, RaceLimits, RaceReply, RaceReport, RaceSpec,
-    RaceStart, StreamErrorFormat,
+    AttemptRecord, DispatchHook, RaceError, RaceErrorKind, RaceLimits, RaceReply, RaceReport,
+    RaceSpec, RaceStart, StreamErrorFormat,
 };

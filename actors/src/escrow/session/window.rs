@@ -98,6 +98,17 @@ impl Session {
         }
     }
 
+    /// An idle escrow's compaction: lets go of all but the newest `keep` diffs held (at least 1),
+    /// keeping their roots apart as [`Session::trim`] does. The window refills from the next
+    /// diff on; a host that needs an older one gets it from the store, as any host below the
+    /// window does.
+    pub fn compact_window(&mut self, keep: usize) {
+        let window = self.diff_window;
+        self.diff_window = keep.clamp(1, window);
+        self.trim();
+        self.diff_window = window;
+    }
+
     /// Adds a diff at the top of the window and lets the oldest go beyond its size.
     pub(super) fn hold(&mut self, diff: Arc<Diff>) {
         self.diffs.insert(diff.nonce, diff);

@@ -98,6 +98,34 @@ fn only_the_newest_diffs_stay_in_memory_and_older_ones_are_asked_of_the_store() 
 }
 
 #[test]
+fn an_idle_compaction_keeps_the_newest_diffs_and_the_roots_of_the_others() {
+    let (mut s, key, host) = session(256);
+    let diffs: Vec<_> = (0..40)
+        .map(|_| s.compose(Vec::new(), &key).unwrap())
+        .collect();
+    assert_eq!(s.held_diffs(), 40, "no host acknowledged anything yet");
+    s.compact_window(2);
+    assert_eq!((s.held_diffs(), s.first_held()), (2, 39));
+    assert!(s.held_after(20, 40, usize::MAX).is_none(), "the store");
+    // An answer at a nonce that left memory is still checked against its root.
+    let root = |n: usize| diffs[n - 1].post_state_root.clone();
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(21, &root(21))),
+        Ok(())
+    );
+    assert_eq!(
+        s.process_receipt(&host, None, &answer_at(22, &root(21))),
+        Err(SessionError::StateHashMismatch { nonce: 22 })
+    );
+    // The window refills with the next diffs, up to its own size again.
+    for _ in 0..10 {
+        s.compose(Vec::new(), &key).unwrap();
+    }
+    assert_eq!(s.held_diffs(), 12);
+    assert_eq!(s.diff_window(), 256);
+}
+
+#[test]
 fn diffs_every_host_acknowledged_leave_memory() {
     let (mut s, key, host) = session(256);
     let diffs: Vec<_> = (0..20)
