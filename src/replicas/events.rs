@@ -154,10 +154,7 @@ pub fn spawn_listener(wiring: ListenerWiring) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("replica-events".into())
         .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
+            let rt = match crate::store::postgres::thread_runtime() {
                 Ok(rt) => rt,
                 Err(e) => {
                     warn!(wiring.log, "the shared events listener has no runtime";

@@ -86,6 +86,8 @@ pub async fn operations_fail_typed_while_the_server_is_down_and_recover_without_
         c.iter().all(|c| c.up && c.reconnects >= 1).then_some(())
     })
     .await;
+    // No directory runs here: its first ownership round is what readiness also waits for.
+    store.ownership_round_done();
     assert_eq!(store.readiness().await, Ok(()));
 }
 

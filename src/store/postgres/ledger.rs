@@ -53,13 +53,10 @@ pub(in crate::store) fn start(
     let handle = std::thread::Builder::new()
         .name("ledger-writer".into())
         .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
+            let rt = match super::thread_runtime() {
                 Ok(rt) => rt,
                 Err(e) => {
-                    let _ = ready_tx.send(Err(StoreError::Io(format!("runtime: {e}"))));
+                    let _ = ready_tx.send(Err(e));
                     return;
                 }
             };

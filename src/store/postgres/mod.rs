@@ -168,13 +168,10 @@ impl PgStore {
             .name("store-postgres".into())
             .spawn(move || {
                 let (counters, held, replica) = thread_state;
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
+                let rt = match thread_runtime() {
                     Ok(rt) => rt,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(StoreError::Io(format!("runtime: {e}"))));
+                        let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };
@@ -343,6 +340,15 @@ impl Drop for PgStore {
 }
 
 /// Migrates the schema on a connection of its own, then opens the store's connections.
+/// The current-thread runtime of a thread of its own (the store's, the ledger's writer, the
+/// shared events listener): PostgreSQL's clients live there, off the actix threads.
+pub fn thread_runtime() -> Result<tokio::runtime::Runtime, StoreError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Io(format!("runtime: {e}")))
+}
+
 async fn connect_all(config: &Config, log: &Logger) -> Result<Links, StoreError> {
     let found = schema::migrate(&mut link::connect_once(config).await?).await?;
     info!(log, "PostgreSQL store ready"; "stage" => "store_migrated",
