@@ -213,3 +213,36 @@ async fn races_in_flight_are_counted_exactly_and_weigh_the_pick() {
     }
     assert_eq!(seen.len(), 2);
 }
+
+/// What the replicas' forwarding asks before a request's cost is known
+/// (`BoardEscrow::takes_requests`): an escrow takes requests until admission would refuse any —
+/// deactivated, draining, or its nonce margin held by requests on their way.
+#[actix_rt::test]
+async fn an_escrow_takes_requests_until_admission_would_refuse_any() {
+    // 3 hosts, max_nonce 12: serving limit 8, margin N + 1 = 4, one more per request on its way.
+    let h = harness("board-takes", &["1"], Some(12)).await;
+    let model = h.sim.config().model.clone();
+    let none = BTreeSet::new();
+    let takes = |off: &BTreeSet<String>| h.board.load().escrows[0].takes_requests(off);
+    assert!(takes(&none));
+    assert!(!takes(&BTreeSet::from(["1".to_string()])), "deactivated");
+    let mut picked = Vec::new();
+    while let Ok(p) = h
+        .board
+        .pick(&ask(&model, &format!("r{}", picked.len()), 10))
+    {
+        picked.push(p);
+    }
+    assert_eq!(picked.len(), 4, "max_nonce − 8 requests fit");
+    assert!(
+        !takes(&none),
+        "its nonce margin is held: another replica's escrow serves"
+    );
+    h.directory
+        .send(CloseEscrow {
+            escrow_id: "1".into(),
+        })
+        .await
+        .unwrap();
+    assert!(!takes(&none), "draining");
+}
