@@ -265,9 +265,6 @@ pub async fn start_with(
         crate::replicas::Replicas::for_store(store.clone(), &state.registry, log.clone())
             .await
             .map_err(|e| AppError::Metrics(e.to_string()))?;
-    if let Some(replicas) = &state.replicas {
-        crate::replicas::start_sharing(replicas, directory.clone(), &log);
-    }
     // The poller first: registration takes the participants from its first snapshot.
     let poller = match &config.chain.public_api_url {
         Some(api) => Some(state.polling.start_poller(
@@ -283,6 +280,15 @@ pub async fn start_with(
         )?),
         None => None,
     };
+    // After the poller: a settings change another replica made is applied to it too.
+    if let Some(replicas) = &state.replicas {
+        let reloads = crate::replicas::Reloads {
+            polling: state.polling.clone(),
+            rotation: state.rotation.clone(),
+            store: shared.clone(),
+        };
+        crate::replicas::start_sharing(replicas, directory.clone(), reloads, &log);
+    }
     escrows::register_configured(
         &state.chain,
         &directory,

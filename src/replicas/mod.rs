@@ -101,11 +101,18 @@ impl ForwardOutcome {
 
 type Cached = Option<(Instant, Arc<Vec<RemoteEscrow>>)>;
 
+pub use apply::Reloads;
+
 /// Starts sharing host health with the other replicas: this replica's own participant
 /// decisions (ejections, probations) are published once persisted, and the others' events are
 /// applied here (the applier on this actix system and the listener thread feeding it (a listener that cannot start is logged; forwarding works
 /// without it).
-pub fn start_sharing(replicas: &Replicas, directory: TrackedAddr<Directory>, log: &Logger) {
+pub fn start_sharing(
+    replicas: &Replicas,
+    directory: TrackedAddr<Directory>,
+    reloads: Reloads,
+    log: &Logger,
+) {
     let Some(pg) = replicas.pg() else { return };
     let (decided, mut decisions) = tokio::sync::mpsc::unbounded_channel::<HealthDecided>();
     directory.do_send(ShareHealthDecisions(decided));
@@ -116,7 +123,7 @@ pub fn start_sharing(replicas: &Replicas, directory: TrackedAddr<Directory>, log
                 .await;
         }
     });
-    let sink = apply::start(replicas.clone(), directory, log.clone());
+    let sink = apply::start(replicas.clone(), directory, reloads, log.clone());
     let wiring = events::ListenerWiring {
         config: pg.connect_config().clone(),
         channel: replicas.channel().to_string(),

@@ -162,6 +162,30 @@ impl Rotation {
         self.settings().model(model).is_some()
     }
 
+    /// Takes the settings the store holds when they are valid and differ from those in force
+    /// (another replica changed them), and runs a check now; `true` when they changed.
+    pub fn reload(&self) -> bool {
+        let stored = self
+            .creator
+            .store
+            .get(ns::SETTINGS, ROTATION_KEY)
+            .ok()
+            .flatten()
+            .and_then(|v| serde_json::from_value::<RotationSettings>(v).ok())
+            .filter(|s| s.validate().is_ok());
+        let Some(stored) = stored.filter(|s| *s != self.settings()) else {
+            return false;
+        };
+        match self.settings.write() {
+            Ok(mut s) => *s = stored,
+            Err(p) => *p.into_inner() = stored,
+        }
+        if let Some(a) = self.addr.get() {
+            a.do_send(Kick);
+        }
+        true
+    }
+
     /// Persists `settings` (valid), applies them and runs a check now.
     pub async fn apply(&self, settings: RotationSettings) -> Result<(), CreateError> {
         let value =

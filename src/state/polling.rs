@@ -25,8 +25,8 @@ use std::{
 use actix::prelude::*;
 use devshard_actors::{
     chain::{
-        ChainChanged, ChainMetrics, ChainPollSettings, ChainPoller, ChainPollerDeps, ChainView,
-        HostGates, SetVersionsScope, Subscribe,
+        ApplyPollSettings, ChainChanged, ChainMetrics, ChainPollSettings, ChainPoller,
+        ChainPollerDeps, ChainView, HostGates, SetVersionsScope, Subscribe,
     },
     clock::SharedClock,
     directory::Directory,
@@ -233,6 +233,29 @@ impl ChainPolling {
         let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
         live.settings = settings;
         live.overrides = overrides;
+    }
+
+    /// Takes the admin changes the store holds now (another replica made them) and applies
+    /// them to the poller; `Ok(true)` when the settings in force changed.
+    pub async fn reload(&self, store: &SharedStore, log: &Logger) -> Result<bool, String> {
+        let _one = self.lock_updates().await;
+        let config = ChainPollConfig {
+            settings: (*self.configured).clone(),
+            pinned: (*self.pinned).clone(),
+        };
+        let (settings, overrides) = effective(&config, store, log);
+        if settings == self.settings() {
+            return Ok(false);
+        }
+        if let Some(p) = self.poller() {
+            p.send(ApplyPollSettings(settings.clone()))
+                .timeout(super::ACTOR_TIMEOUT)
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.0)?;
+        }
+        self.set(settings, overrides);
+        Ok(true)
     }
 
     /// Serializes settings updates (read, merge, persist, apply).

@@ -86,6 +86,24 @@ async fn an_ejection_and_a_settings_change_on_a_reach_b_within_a_second() {
     })
     .await;
     assert!(took.is_some(), "b did not reload the settings a changed");
+
+    // Chain polling and rotation too (b reloads them from the store on the same event).
+    let patch = serde_json::json!({"chain_poll": {"chain_phase_poll_interval_ms": 31_000},
+        "rotation": {"check_interval_ms": 700}});
+    let put = call(&pair.a.url, "PUT", "/v1/admin/settings", Some(patch), &[]).await;
+    assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+    let took = within(WITHIN, async || {
+        let s = call(&pair.b.url, "GET", "/v1/admin/settings", None, &[])
+            .await
+            .json();
+        s["chain_poll"]["chain_phase_poll_interval_ms"] == 31_000
+            && s["rotation"]["check_interval_ms"] == 700
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "b did not reload the chain polling and rotation settings a changed"
+    );
 }
 
 /// `pg_stat_activity` rows of this schema's listening connections (both replicas').
