@@ -99,3 +99,20 @@ pub fn tls_failure(e: &SendRequestError) -> Option<String> {
         other => format!("TLS handshake failed: {other}"),
     })
 }
+
+/// An awc client over [`client_config`] that follows no redirect: at most `limit` connections
+/// (`None`: awc's default) and `timeout` per request (`None`: awc's default; callers may set
+/// their own per request). Each caller keeps one per thread.
+pub fn awc_client(limit: Option<usize>, timeout: Option<std::time::Duration>) -> awc::Client {
+    let mut connector = awc::Connector::new();
+    if let Some(limit) = limit {
+        connector = connector.limit(limit);
+    }
+    let mut builder = awc::Client::builder()
+        .connector(connector.rustls_0_23(client_config()))
+        .disable_redirects();
+    if let Some(timeout) = timeout {
+        builder = builder.timeout(timeout);
+    }
+    builder.finish()
+}

@@ -83,14 +83,7 @@ thread_local! {
 fn client() -> awc::Client {
     CLIENT.with(|c| {
         c.borrow_mut()
-            .get_or_insert_with(|| {
-                awc::Client::builder()
-                    .connector(
-                        awc::Connector::new().rustls_0_23(devshard_actors::tls::client_config()),
-                    )
-                    .disable_redirects()
-                    .finish()
-            })
+            .get_or_insert_with(|| devshard_actors::tls::awc_client(None, None))
             .clone()
     })
 }

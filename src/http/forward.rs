@@ -71,15 +71,10 @@ fn client() -> awc::Client {
     CLIENT.with(|c| {
         c.borrow_mut()
             .get_or_insert_with(|| {
-                awc::Client::builder()
-                    .connector(
-                        awc::Connector::new()
-                            .limit(FORWARD_CONNECTIONS_PER_THREAD)
-                            .rustls_0_23(devshard_actors::tls::client_config()),
-                    )
-                    .disable_redirects()
-                    .timeout(FORWARD_TIMEOUT)
-                    .finish()
+                devshard_actors::tls::awc_client(
+                    Some(FORWARD_CONNECTIONS_PER_THREAD),
+                    Some(FORWARD_TIMEOUT),
+                )
             })
             .clone()
     })

@@ -59,15 +59,10 @@ pub(crate) fn client() -> awc::Client {
     CLIENT.with(|c| {
         c.borrow_mut()
             .get_or_insert_with(|| {
-                awc::Client::builder()
-                    .connector(
-                        awc::Connector::new()
-                            .limit(HOST_CONNECTIONS_PER_THREAD)
-                            .rustls_0_23(crate::tls::client_config()),
-                    )
-                    .disable_redirects()
-                    .timeout(Duration::from_secs(3600))
-                    .finish()
+                crate::tls::awc_client(
+                    Some(HOST_CONNECTIONS_PER_THREAD),
+                    Some(Duration::from_secs(3600)),
+                )
             })
             .clone()
     })
