@@ -1,7 +1,8 @@
 //! Tests of the error mapping table (`super`).
 use devshard_actors::{
+    outcome::OutcomeClass,
     policy::{correlation::FaultSignature, reason::OutcomeReason},
-    race::RaceErrorKind as K,
+    race::{RaceErrorKind, RaceErrorKind as K},
 };
 
 use super::*;
