@@ -42,7 +42,12 @@ pub(super) async fn gather(
         .filter_map(|(id, v)| Some((id, serde_json::from_value(v).ok()?)))
         .collect();
     let off = deactivated.lock().map(|d| d.clone()).unwrap_or_default();
-    let live = board.load();
+    let board = board.load();
+    let live: BTreeMap<&str, (u64, u64)> = board
+        .escrows
+        .iter()
+        .map(|e| (e.id.as_str(), e.budget.check(|b| (b.nonce, b.spendable()))))
+        .collect();
     let mut by_model: BTreeMap<String, Vec<EscrowFacts>> = BTreeMap::new();
     for v in settlements.views(VIEW_DEADLINE).await {
         let Some(info) = infos.get(&v.escrow_id) else {
@@ -55,12 +60,7 @@ pub(super) async fn gather(
             c.token_price,
             c.fee_per_nonce,
         );
-        let now = live
-            .escrows
-            .iter()
-            .find(|e| e.id == v.escrow_id)
-            .map(|e| e.budget.check(|b| (b.nonce, b.spendable())));
-        let (nonce, spendable) = match (now, v.budget) {
+        let (nonce, spendable) = match (live.get(v.escrow_id.as_str()).copied(), v.budget) {
             (Some(n), _) => n,
             (None, Some(b)) => (b.nonce, b.balance),
             (None, None) => (0, info.amount),

@@ -9,9 +9,11 @@
 //! the host holds after a nonce gap: [`Durable::resend`]), and the persistence of host sync
 //! nonces.
 
-use std::{collections::BTreeMap, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Instant};
 
-use slog::{debug, error, info, warn};
+mod upkeep;
+
+use slog::{debug, error, info};
 use tokio::sync::oneshot;
 
 use super::{
@@ -32,7 +34,7 @@ use crate::{
     outcome::AttemptTimings,
     policy::reason::EmptyDiffReason,
     protocol::{diff::Diff, wire::PayloadJson},
-    store::{ns, Ack, StoreError},
+    store::{Ack, StoreError},
 };
 
 /// What waits for a diff's ack.
@@ -84,7 +86,7 @@ pub(super) struct Durable {
 }
 
 /// `sync_persist` ticks (1 s) without a new nonce after which the escrow is idle.
-const IDLE_AFTER_TICKS: u32 = 5;
+pub(super) const IDLE_AFTER_TICKS: u32 = 5;
 
 impl Durable {
     /// Starts at the session's nonce (a restored session replayed only durable diffs), keeping
@@ -390,53 +392,6 @@ impl Durable {
         diffs: &[Arc<Diff>],
     ) -> Result<Vec<bytes::Bytes>, EscrowError> {
         self.wire.catch_up_chunks(diffs, deps.cfg.catch_up_chunk)
-    }
-
-    /// A host's sync nonce changed (persisted by the next `sync_persist` tick).
-    pub(super) fn syncs_changed(&mut self) {
-        self.sync_dirty = true;
-    }
-
-    /// Writes the host sync nonces when they changed (in the background; a failure is logged).
-    /// `true` once, at the tick that finds the escrow idle: its nonce has not moved for
-    /// [`IDLE_AFTER_TICKS`] ticks. The encoded diffs are dropped then (the caller compacts the
-    /// session's window); a new nonce makes it busy again.
-    pub(super) fn went_idle(&mut self, nonce: u64) -> bool {
-        let (last, ticks) = self.quiet;
-        let ticks = if last == nonce {
-            ticks.saturating_add(1)
-        } else {
-            0
-        };
-        self.quiet = (nonce, ticks);
-        if ticks != IDLE_AFTER_TICKS {
-            return false;
-        }
-        self.wire.forget_below(nonce.saturating_add(1));
-        true
-    }
-
-    pub(super) fn persist_syncs(&mut self, session: &Session, deps: &EscrowDeps) {
-        self.wire.forget_below(session.first_held());
-        if !self.sync_dirty {
-            return;
-        }
-        self.sync_dirty = false;
-        let syncs: BTreeMap<String, u64> = session
-            .host_syncs()
-            .iter()
-            .map(|(a, n)| (a.to_string(), *n))
-            .collect();
-        let record = serde_json::json!({ "host_sync": syncs });
-        let ack = deps
-            .store
-            .put(ns::SESSIONS, &session.info().escrow_id, record);
-        let log = deps.log.clone();
-        actix::spawn(async move {
-            if let Err(e) = ack.await {
-                warn!(log, "sync nonces not persisted"; "stage" => "store_error", "error" => %e);
-            }
-        });
     }
 }
 
