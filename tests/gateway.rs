@@ -43,6 +43,8 @@ mod lifecycle;
 mod live;
 #[path = "gateway/load.rs"]
 mod load;
+#[path = "gateway/nonce_limit.rs"]
+mod nonce_limit;
 #[path = "gateway/optimistic.rs"]
 mod optimistic;
 #[path = "store/pgdb.rs"]

@@ -29,6 +29,9 @@ pub struct ActorMetrics {
     pub ejections: IntCounter,
     /// Escrows this replica stopped because another replica took their lease over (fenced).
     pub escrow_leases_lost: IntCounter,
+    /// Diffs not composed because they would pass the last active nonce, which is kept for the
+    /// finalize round (their txs ride the finalize round's diff; `escrow/nonce_room.rs`).
+    pub diffs_deferred_at_nonce_limit: IntCounter,
     /// Ejections not done because of the floor or missing peer evidence, by reason.
     pub ejections_suppressed: IntCounterVec,
     /// Time from ejection to Healthy again.
@@ -140,6 +143,10 @@ impl ActorMetrics {
                 &["state"],
             )?,
             ejections: IntCounter::new("participant_ejections_total", "Participants ejected")?,
+            diffs_deferred_at_nonce_limit: IntCounter::new(
+                "escrow_diffs_deferred_at_nonce_limit_total",
+                "Diffs not composed because only the finalize round may take the last active nonce",
+            )?,
             escrow_leases_lost: IntCounter::new(
                 "escrow_leases_lost_total",
                 "Escrows stopped because another replica took their lease over",
@@ -280,6 +287,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.participants.clone()))?;
         registry.register(Box::new(m.ejections.clone()))?;
         registry.register(Box::new(m.escrow_leases_lost.clone()))?;
+        registry.register(Box::new(m.diffs_deferred_at_nonce_limit.clone()))?;
         registry.register(Box::new(m.ejections_suppressed.clone()))?;
         registry.register(Box::new(m.recovery_seconds.clone()))?;
         registry.register(Box::new(m.hedges.clone()))?;

@@ -174,6 +174,9 @@ async fn one_request(shared: &LoadShared, n: u64, stream: bool) -> (String, Verd
     }
 }
 
+/// How long a client loop waits after an OpenAI-shaped error before its next request.
+const ERROR_PAUSE: Duration = Duration::from_millis(50);
+
 /// One client loop until `stop`.
 pub async fn client_loop(shared: Rc<LoadShared>, worker: u64) {
     let mut n = worker * 1_000_000;
@@ -200,6 +203,12 @@ pub async fn client_loop(shared: Rc<LoadShared>, worker: u64) {
                 Verdict::Violation(_) if cut => stats.cut += 1,
                 Verdict::Violation(_) => {}
             }
+        }
+        if matches!(verdict, Verdict::Error(_)) {
+            // A client that got an error (a 503 with `Retry-After` while the escrow drains, a
+            // 502 while every host is down) does not retry in a tight loop: the hour-long run's
+            // loops once spun at ~4 000 refused requests a second and starved the runner.
+            tokio::time::sleep(ERROR_PAUSE).await;
         }
         if let Verdict::Violation(reason) = verdict {
             if !cut || reason.starts_with("bytes after") {

@@ -121,9 +121,10 @@ pub fn run(args: &ChaosArgs) -> ExitCode {
     actix_web::rt::System::new().block_on(chaos(args.clone(), seed, steps))
 }
 
-fn sim_config(seed: u64, hosts: usize, profile: Profile) -> SimConfig {
+fn sim_config(seed: u64, hosts: usize, profile: Profile, duration: Duration) -> SimConfig {
     let mut cfg = SimConfig::with_seed(&format!("chaos-{seed}"));
     cfg.hosts = hosts.max(2);
+    cfg.max_nonce = max_nonce_for(duration);
     cfg.profile = profile;
     cfg.output_tokens = 8;
     // No PoC during a run: its 503s are correct behaviour, not faults to recover from.
@@ -135,16 +136,26 @@ fn sim_config(seed: u64, hosts: usize, profile: Profile) -> SimConfig {
     cfg
 }
 
+/// The escrow's `max_nonce` for a run: one escrow serves the whole run (the checks follow it),
+/// so it must not reach its limit before the end. Faults make nonces fast (a refused attempt's
+/// nonce and its timeout diff, withheld nonces): the hour-long run at 100 streams sequenced
+/// 150–460 a second (a 60 s run reached 18 500). 600 a second of the run, at least the
+/// simulator's 20 000.
+fn max_nonce_for(duration: Duration) -> u64 {
+    duration.as_secs().saturating_mul(600).max(20_000)
+}
+
 async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
     let report = Rc::new(RefCell::new(Report::new(seed)));
     let kills = steps.iter().filter(|s| s.event == Event::Kill9).count();
     report.borrow().note(
         "schedule",
         json!({"steps": steps.len(), "kills": kills,
-        "duration_s": args.duration.as_secs(), "streams": args.streams, "hosts": args.hosts}),
+        "duration_s": args.duration.as_secs(), "streams": args.streams, "hosts": args.hosts,
+        "max_nonce": max_nonce_for(args.duration)}),
     );
     let sim = match SimNetwork::start(
-        sim_config(seed, args.hosts, args.profile.clone()),
+        sim_config(seed, args.hosts, args.profile.clone(), args.duration),
         TokioClock::new().shared(),
     )
     .await

@@ -46,7 +46,13 @@ pub(super) async fn gather(
     let live: BTreeMap<&str, (u64, u64)> = board
         .escrows
         .iter()
-        .map(|e| (e.id.as_str(), e.budget.check(|b| (b.nonce, b.spendable()))))
+        .map(|e| {
+            // Unsettled inferences may each still take a nonce (`nonce_room`): counted as used.
+            let used = |b: &devshard_actors::escrow::budget::BudgetView| {
+                (b.nonce.saturating_add(b.settling), b.spendable())
+            };
+            (e.id.as_str(), e.budget.check(used))
+        })
         .collect();
     let mut by_model: BTreeMap<String, Vec<EscrowFacts>> = BTreeMap::new();
     for v in settlements.views(VIEW_DEADLINE).await {
@@ -62,7 +68,7 @@ pub(super) async fn gather(
         );
         let (nonce, spendable) = match (live.get(v.escrow_id.as_str()).copied(), v.budget) {
             (Some(n), _) => n,
-            (None, Some(b)) => (b.nonce, b.balance),
+            (None, Some(b)) => (b.serving_limit.saturating_sub(b.nonces_left), b.balance),
             (None, None) => (0, info.amount),
         };
         let state = v.record.as_ref().map(|r| &r.state);

@@ -164,9 +164,14 @@ impl Settlements {
             let Ok(snap) = addr.send(GetSnapshot).await else {
                 continue;
             };
+            // Every unsettled inference may still take a nonce of its own before the finalize
+            // round (`nonce_room`): counted as used.
             let limit = info.last_active_nonce();
             let n = info.group_size() as u64;
-            let left = limit.saturating_sub(snap.nonce);
+            let used = snap
+                .nonce
+                .saturating_add(u64::try_from(snap.unsettled).unwrap_or(u64::MAX));
+            let left = limit.saturating_sub(used);
             let budget = Budget {
                 nonce: snap.nonce,
                 serving_limit: limit,
@@ -194,7 +199,7 @@ impl Settlements {
                 .saturating_add(info.config.fee_per_nonce);
             // Margin: the picking rule's N + 1, plus N + 1 for requests already on their way.
             let margin = 2 * (n + 1);
-            if let Some(reason) = auto_settle_due(snap.nonce, limit, margin, snap.balance, worst) {
+            if let Some(reason) = auto_settle_due(used, limit, margin, snap.balance, worst) {
                 info!(self.deps.log, "escrow settles by itself"; "stage" => "settlement_started",
                     "escrow" => &id, "reason" => ?reason, "nonce" => snap.nonce,
                     "balance" => snap.balance);

@@ -67,7 +67,11 @@ pub fn admit(s: Standing, b: &BudgetView, cost: u64) -> Result<(), PickRefusal> 
         return Err(PickRefusal::Unavailable);
     }
     let on_the_way = u64::try_from(b.reservations.len()).unwrap_or(u64::MAX);
-    let margin = s.group.saturating_add(1).saturating_add(on_the_way);
+    let margin = s
+        .group
+        .saturating_add(1)
+        .saturating_add(on_the_way)
+        .saturating_add(b.settling);
     if b.nonce.saturating_add(margin) >= s.serving_limit {
         return Err(PickRefusal::NonceLimit);
     }
@@ -239,6 +243,7 @@ mod tests {
             nonce,
             active: true,
             routable: true,
+            settling: 0,
             reservations: BTreeMap::new(),
         }
     }

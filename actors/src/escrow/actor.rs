@@ -177,9 +177,10 @@ impl EscrowActor {
     fn publish_budget(&self, started: Option<&str>) {
         let st = self.session.state();
         let active = !self.closing && st.phase() == crate::protocol::state::Phase::Active;
-        self.deps.budget.publish(
+        self.deps.budget.publish_settling(
             st.balance().saturating_add(self.session.pending_refunds()),
             self.session.nonce(),
+            u64::try_from(self.book.len()).unwrap_or(u64::MAX),
             active,
             !self.routing.none_routable(),
             started,
@@ -272,7 +273,10 @@ impl EscrowActor {
             self.routing.kick_repairs(now);
         }
         loop {
-            match self.picker.next_step(&self.session, &self.routing) {
+            match self
+                .picker
+                .next_step(&self.session, &self.routing, self.book.len())
+            {
                 Step::Grant(w) => {
                     self.cancel_hold(ctx);
                     self.grant(w, ctx);

@@ -27,6 +27,10 @@ pub struct BudgetView {
     pub active: bool,
     /// At least one host can be routed to.
     pub routable: bool,
+    /// Inferences started and not settled yet: each may still need a nonce of its own for its
+    /// finish or timeout, so the pick keeps that many below the serving limit
+    /// (`escrow/nonce_room.rs`).
+    pub settling: u64,
     /// Reserved cost of each request picked for this escrow and not started yet (by request id).
     pub reservations: BTreeMap<String, u64>,
 }
@@ -56,6 +60,7 @@ impl BudgetCell {
             nonce: 0,
             active: true,
             routable: true,
+            settling: 0,
             reservations: BTreeMap::new(),
         })))
     }
@@ -79,9 +84,23 @@ impl BudgetCell {
         routable: bool,
         started: Option<&str>,
     ) {
+        self.publish_settling(balance, nonce, 0, active, routable, started);
+    }
+
+    /// [`BudgetCell::publish`] with the count of inferences not settled yet.
+    pub fn publish_settling(
+        &self,
+        balance: u64,
+        nonce: u64,
+        settling: u64,
+        active: bool,
+        routable: bool,
+        started: Option<&str>,
+    ) {
         let mut v = self.lock();
         v.balance = balance;
         v.nonce = nonce;
+        v.settling = settling;
         v.active = active;
         v.routable = routable;
         if let Some(id) = started {
@@ -138,6 +157,7 @@ mod tests {
             nonce: 0,
             active: true,
             routable: true,
+            settling: 0,
             reservations: BTreeMap::new(),
         })));
         c.publish(balance, 0, true, true, None);

@@ -13,7 +13,7 @@ use std::{sync::Arc, time::Instant};
 
 mod upkeep;
 
-use slog::{debug, error, info};
+use slog::{debug, error, info, warn};
 use tokio::sync::oneshot;
 
 use super::{
@@ -33,7 +33,7 @@ use crate::{
     directory::StopCause,
     outcome::AttemptTimings,
     policy::reason::EmptyDiffReason,
-    protocol::{diff::Diff, wire::PayloadJson},
+    protocol::{diff::Diff, session_error::SessionError, wire::PayloadJson},
     store::{Ack, StoreError},
 };
 
@@ -173,6 +173,13 @@ impl Durable {
                     "nonce" => diff.nonce, "reason" => reason);
                 let ack = append(session, deps, &diff);
                 Some((diff, ack))
+            }
+            Err(SessionError::NonceLimit { nonce, last_active }) => {
+                deps.metrics.diffs_deferred_at_nonce_limit.inc();
+                warn!(deps.log, "diff deferred to the finalize round: the last active nonce is kept for it";
+                    "stage" => "diff_deferred_at_nonce_limit", "nonce" => nonce,
+                    "last_active" => last_active, "reason" => reason, "queued_txs" => session.pending().len());
+                None
             }
             Err(e) => {
                 error!(deps.log, "compose failed"; "stage" => "compose_failed", "error" => %e);

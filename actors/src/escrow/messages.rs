@@ -179,6 +179,9 @@ pub struct EscrowSnapshot {
     pub attempts_in_flight: usize,
     pub pending_finishes: Vec<u64>,
     pub pending_timeouts: Vec<u64>,
+    /// Inferences started and not settled yet (each may still take a nonce before the finalize
+    /// round: `escrow/nonce_room.rs`).
+    pub unsettled: usize,
     pub signatures: Vec<(String, u64)>,
     /// Participants withheld because their state diverged (under repair or given up).
     pub repairs: Vec<String>,

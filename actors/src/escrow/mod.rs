@@ -51,6 +51,7 @@ mod hedging;
 pub mod info;
 pub mod key;
 pub mod messages;
+pub mod nonce_room;
 pub mod nonces;
 pub mod pending;
 mod picker;

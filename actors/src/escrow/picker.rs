@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 use super::{
     error::EscrowError,
     messages::{AttemptKind, InferenceParams, NonceGrant},
+    nonce_room,
     routing::Routing,
     session::Session,
 };
@@ -59,13 +60,15 @@ pub(super) struct Picker {
     max_waiting: usize,
 }
 
-/// Why no new inference can start, if so.
-pub(super) fn refusal(session: &Session, routing: &Routing) -> Option<EscrowError> {
+/// Why no new inference can start, if so. `open`: the inferences still unsettled, each of which
+/// may need a diff of its own before the finalize round (`nonce_room::start_fits`).
+pub(super) fn refusal(session: &Session, routing: &Routing, open: usize) -> Option<EscrowError> {
     let id = session.info().escrow_id.clone();
     if session.state().phase() != Phase::Active {
         return Some(EscrowError::NotActive(id));
     }
-    if session.nonce() >= session.info().last_active_nonce() {
+    let open = u64::try_from(open).unwrap_or(u64::MAX);
+    if !nonce_room::start_fits(session.nonce(), open, session.info().last_active_nonce()) {
         return Some(EscrowError::NonceLimit(id));
     }
     if routing.none_routable() {
@@ -114,11 +117,11 @@ impl Picker {
     }
 
     /// What to do with the next nonce (see [`Step`]).
-    pub(super) fn next_step(&mut self, session: &Session, routing: &Routing) -> Step {
+    pub(super) fn next_step(&mut self, session: &Session, routing: &Routing, open: usize) -> Step {
         if self.waiting.is_empty() {
             return Step::Idle;
         }
-        if let Some(err) = refusal(session, routing) {
+        if let Some(err) = refusal(session, routing, open) {
             self.fail_all(&err);
             return Step::Stop;
         }

@@ -33,4 +33,8 @@ pub enum SessionError {
     /// gateway's problem, never the host's.
     #[error("warm key {warm} of {validator} is not verified yet")]
     WarmKeyUnresolved { validator: Address, warm: Address },
+    /// An Active-phase diff at `nonce` would leave no room for the finalize round at the last
+    /// active nonce (`escrow/nonce_room.rs`): not composed; its txs stay queued.
+    #[error("diff at nonce {nonce} would pass the last active nonce {last_active} (kept for the finalize round)")]
+    NonceLimit { nonce: u64, last_active: u64 },
 }

@@ -16,6 +16,8 @@ use super::super::{
         BeginDrain, CatchUpAll, ChargeInvalidSignature, CheckWarmSigner, DrainProgress,
         FinalizeRound, GetFinalState,
     },
+    nonce_room,
+    nonces::NonceState,
     sync,
 };
 use super::EscrowActor;
@@ -64,6 +66,31 @@ impl EscrowActor {
     }
 }
 
+impl EscrowActor {
+    /// Finished nonces whose finish marker is queued while no diff but the finalize round fits
+    /// below the last active nonce (`nonce_room::diff_fits`): the finalize round's diff carries
+    /// them, so the drain does not wait for them.
+    fn finishes_for_the_finalize_round(&self) -> usize {
+        let next = self.session.nonce().saturating_add(1);
+        let last_active = self.session.info().last_active_nonce();
+        if self.session.state().phase() != Phase::Active
+            || nonce_room::diff_fits(next, last_active, false)
+        {
+            return 0;
+        }
+        self.book
+            .nonces()
+            .into_iter()
+            .filter(|n| {
+                matches!(
+                    self.book.entry(*n).map(|e| &e.state),
+                    Some(NonceState::Finished { .. })
+                ) && self.session.pending().holds_finish(*n)
+            })
+            .count()
+    }
+}
+
 impl Handler<BeginDrain> for EscrowActor {
     type Result = MessageResult<BeginDrain>;
 
@@ -75,7 +102,10 @@ impl Handler<BeginDrain> for EscrowActor {
         self.closing = true;
         MessageResult(DrainProgress {
             waiting: self.picker.len(),
-            unsettled: self.book.len(),
+            unsettled: self
+                .book
+                .len()
+                .saturating_sub(self.finishes_for_the_finalize_round()),
         })
     }
 }

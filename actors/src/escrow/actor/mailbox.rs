@@ -49,7 +49,7 @@ impl Handler<RequestNonce> for EscrowActor {
             kind: msg.kind.clone(),
             reply: tx,
         };
-        let refused = picker::refusal(&self.session, &self.routing).is_some();
+        let refused = picker::refusal(&self.session, &self.routing, self.book.len()).is_some();
         let now = self.now_ms();
         match msg.kind {
             AttemptKind::Hedge(req) if !refused => {
@@ -267,6 +267,7 @@ impl Handler<GetSnapshot> for EscrowActor {
             pending_txs: self.session.pending().len(),
             waiting_races: self.picker.len(),
             attempts_in_flight,
+            unsettled: self.book.len(),
             pending_finishes,
             pending_timeouts,
             repairs,

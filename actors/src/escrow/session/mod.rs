@@ -21,13 +21,13 @@ use std::{
     sync::Arc,
 };
 
-use super::{info::EscrowInfo, pending::PendingTxs};
+use super::{info::EscrowInfo, nonce_room, pending::PendingTxs};
 use crate::protocol::{
     crypto::{Address, SigningKey},
     diff::Diff,
     guard,
     proto::{self, DevshardTx, MsgConfirmStart, MsgStartInference, Tx},
-    state::{self, StateMachine},
+    state::{self, Phase, StateMachine},
     warm::{NoGrants, SharedResolver, WarmBinding},
     wire::ReceiptBody,
 };
@@ -139,6 +139,13 @@ impl Session {
         key: &SigningKey,
     ) -> Result<Arc<Diff>, SessionError> {
         let nonce = self.nonce().saturating_add(1);
+        if self.sm.phase() == Phase::Active {
+            let finalize = self.pending.iter().chain(&extra).any(is_finalize_round);
+            let last_active = self.info.last_active_nonce();
+            if !nonce_room::diff_fits(nonce, last_active, finalize) {
+                return Err(SessionError::NonceLimit { nonce, last_active });
+            }
+        }
         let pending = self.pending.take_ordered();
         let mut candidates = pending.clone();
         candidates.extend(extra);
@@ -369,4 +376,8 @@ impl Session {
         );
         Ok(())
     }
+}
+
+fn is_finalize_round(tx: &DevshardTx) -> bool {
+    matches!(tx.tx, Some(Tx::FinalizeRound(_)))
 }
