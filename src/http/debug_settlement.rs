@@ -5,7 +5,7 @@
 //! Each entry: `state` (`active` … `settled`, the settlement state machine's label), `alive`
 //! (a settlement actor is running), and `detail` with the attempts of the current step, the last
 //! error, the signature weight and threshold, the tx hashes, the final nonce, and the escrow's
-//! budget (`nonce`, `serving_limit`, `nonces_left`, `balance`) as the auto-settle tick saw it.
+//! budget (`nonce`, `serving_limit`, `unsettled`, `nonces_left`, `balance`) as the auto-settle tick saw it.
 //! `detail.role` is the escrow's role for new requests (`active`, `retiring` while it drains and
 //! settles, `settled`) and `detail.can_spend` its balance as last seen.
 //! A running actor is asked with the listing's probe deadline; one that misses it shows its

@@ -68,7 +68,7 @@ pub(super) async fn gather(
         );
         let (nonce, spendable) = match (live.get(v.escrow_id.as_str()).copied(), v.budget) {
             (Some(n), _) => n,
-            (None, Some(b)) => (b.serving_limit.saturating_sub(b.nonces_left), b.balance),
+            (None, Some(b)) => (b.nonce.saturating_add(b.unsettled), b.balance),
             (None, None) => (0, info.amount),
         };
         let state = v.record.as_ref().map(|r| &r.state);

@@ -74,6 +74,10 @@ pub struct Budget {
     pub nonce: u64,
     /// Last nonce that may serve (`max_nonce − (N + 1)`).
     pub serving_limit: u64,
+    /// Inferences started and not settled yet: each may still take a nonce before the finalize
+    /// round, so they count as used (`nonce + unsettled + nonces_left = serving_limit` until
+    /// the limit).
+    pub unsettled: u64,
     pub nonces_left: u64,
     pub balance: u64,
 }
@@ -168,13 +172,13 @@ impl Settlements {
             // round (`nonce_room`): counted as used.
             let limit = info.last_active_nonce();
             let n = info.group_size() as u64;
-            let used = snap
-                .nonce
-                .saturating_add(u64::try_from(snap.unsettled).unwrap_or(u64::MAX));
+            let unsettled = u64::try_from(snap.unsettled).unwrap_or(u64::MAX);
+            let used = snap.nonce.saturating_add(unsettled);
             let left = limit.saturating_sub(used);
             let budget = Budget {
                 nonce: snap.nonce,
                 serving_limit: limit,
+                unsettled,
                 nonces_left: left,
                 balance: snap.balance,
             };
