@@ -32,6 +32,10 @@ pub struct ActorMetrics {
     /// Diffs not composed because they would pass the last active nonce, which is kept for the
     /// finalize round (their txs ride the finalize round's diff; `escrow/nonce_room.rs`).
     pub diffs_deferred_at_nonce_limit: IntCounter,
+    /// Escrow sessions restored at a (re)spawn, by source (`checkpoint`, `log`).
+    pub escrow_restores: IntCounterVec,
+    /// State checkpoints written.
+    pub escrow_checkpoints: IntCounter,
     /// Ejections not done because of the floor or missing peer evidence, by reason.
     pub ejections_suppressed: IntCounterVec,
     /// Time from ejection to Healthy again.
@@ -146,6 +150,17 @@ impl ActorMetrics {
             diffs_deferred_at_nonce_limit: IntCounter::new(
                 "escrow_diffs_deferred_at_nonce_limit_total",
                 "Diffs not composed because only the finalize round may take the last active nonce",
+            )?,
+            escrow_restores: IntCounterVec::new(
+                Opts::new(
+                    "escrow_restores_total",
+                    "Escrow sessions restored at a spawn, by source",
+                ),
+                &["from"],
+            )?,
+            escrow_checkpoints: IntCounter::new(
+                "escrow_checkpoints_total",
+                "Escrow state checkpoints written",
             )?,
             escrow_leases_lost: IntCounter::new(
                 "escrow_leases_lost_total",
@@ -288,6 +303,11 @@ impl ActorMetrics {
         registry.register(Box::new(m.ejections.clone()))?;
         registry.register(Box::new(m.escrow_leases_lost.clone()))?;
         registry.register(Box::new(m.diffs_deferred_at_nonce_limit.clone()))?;
+        registry.register(Box::new(m.escrow_restores.clone()))?;
+        registry.register(Box::new(m.escrow_checkpoints.clone()))?;
+        for from in crate::escrow::session::checkpoint::RestoredFrom::ALL {
+            m.escrow_restores.with_label_values(&[from.as_str()]);
+        }
         registry.register(Box::new(m.ejections_suppressed.clone()))?;
         registry.register(Box::new(m.recovery_seconds.clone()))?;
         registry.register(Box::new(m.hedges.clone()))?;

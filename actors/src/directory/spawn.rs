@@ -15,7 +15,9 @@ use crate::{
     escrow::{
         key::{self, NS_ESCROW_KEYS},
         messages::Retire,
-        payloads, BudgetCell, EscrowActor, EscrowDeps, EscrowInfo, Session,
+        payloads,
+        session::checkpoint::{restore_durable, RestoreError},
+        BudgetCell, EscrowActor, EscrowDeps, EscrowInfo,
     },
     participant::ParticipantActor,
     protocol::crypto::Address,
@@ -59,11 +61,22 @@ impl Directory {
         let source = key::stored_or_error(&self.deps.store, &id)?;
         let signing = key::escrow_key(source.as_ref(), &self.deps.key)
             .map_err(|e| start_err(e.to_string()))?;
-        let log = self.deps.store.load_diffs(&id)?;
         let warm = self.deps.store.load_warm_deltas(&id)?;
-        let mut session = Session::restore(info, log, &warm)
-            .map_err(|e| start_err(e.to_string()))?
-            .with_grants(self.deps.warm.cache().clone());
+        let started = std::time::Instant::now();
+        let (session, from, replayed) = match restore_durable(&*self.deps.store, info, &warm) {
+            Ok(r) => r,
+            Err(RestoreError::Store(e)) => return Err(e.into()),
+            Err(RestoreError::Session(e)) => return Err(start_err(e.to_string())),
+        };
+        self.deps
+            .metrics
+            .escrow_restores
+            .with_label_values(&[from.as_str()])
+            .inc();
+        info!(self.deps.log, "escrow state restored"; "stage" => "escrow_restored",
+            "escrow" => &id, "from" => from.as_str(), "nonce" => session.nonce(),
+            "replayed" => replayed, "ms" => u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        let mut session = session.with_grants(self.deps.warm.cache().clone());
         if let Some(record) = self.deps.store.get(ns::SESSIONS, &id)? {
             if let Some(map) = record.get("host_sync").and_then(|m| m.as_object()) {
                 for (addr, nonce) in map {
@@ -379,6 +392,7 @@ impl Handler<RemoveEscrow> for Directory {
                 store.delete(NS_ESCROW_KEYS, &id).await?;
                 if purge {
                     store.delete(ns::SESSIONS, &id).await?;
+                    store.delete(ns::CHECKPOINTS, &id).await?;
                     store.delete_diffs(&id).await?;
                 }
                 Ok(())

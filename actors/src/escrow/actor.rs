@@ -201,6 +201,7 @@ impl Actor for EscrowActor {
             SYNC_PERSIST_INTERVAL,
             |act, _| {
                 act.durable.persist_syncs(&act.session, &act.deps);
+                act.durable.checkpoint(&act.session, &act.deps);
                 act.compact_when_idle();
                 act.drop_settled_payloads();
                 // With no routable host the pick refuses this escrow, so no request waits here

@@ -34,6 +34,9 @@ pub struct EscrowConfig {
     pub timeout_vote_retry_max_ms: u64,
     /// Vote rounds of one nonce before it is given up (`timeout_unconfirmed`).
     pub timeout_vote_rounds: u32,
+    /// Nonces between two state checkpoints; a restart replays only the diffs after the newest
+    /// (`session/checkpoint.rs`). At least 1.
+    pub checkpoint_every: u64,
     #[serde(skip)]
     pub host_timeouts: HostTimeouts,
 }
@@ -53,6 +56,7 @@ impl Default for EscrowConfig {
             timeout_vote_retry_ms: 10_000,
             timeout_vote_retry_max_ms: 300_000,
             timeout_vote_rounds: 8,
+            checkpoint_every: crate::escrow::session::checkpoint::CHECKPOINT_EVERY,
             host_timeouts: HostTimeouts::default(),
         }
     }

@@ -83,6 +83,8 @@ pub(super) struct Durable {
     wire: WireDiffs,
     /// The nonce at the last `sync_persist` tick, and the ticks since it last moved.
     quiet: (u64, u32),
+    /// Nonce of the last state checkpoint written (0: none since the actor started).
+    last_checkpoint: u64,
 }
 
 /// `sync_persist` ticks (1 s) without a new nonce after which the escrow is idle.
@@ -97,6 +99,7 @@ impl Durable {
             sync_dirty: false,
             wire: WireDiffs::new(window),
             quiet: (durable_nonce, 0),
+            last_checkpoint: 0,
         }
     }
 

@@ -42,6 +42,9 @@ pub mod ns {
     /// The payload of a nonce awaiting a refused-timeout vote (the vote needs it, and a restart
     /// would otherwise lose it): key = `<escrow id>/<nonce>`, deleted once the nonce is settled.
     pub const TIMEOUT_PAYLOADS: &str = "timeout_payload";
+    /// The newest state checkpoint of an escrow (`escrow/session/checkpoint.rs`): key = escrow
+    /// id.
+    pub const CHECKPOINTS: &str = "checkpoint";
 }
 
 /// Errors of the store.

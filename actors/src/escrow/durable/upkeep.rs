@@ -1,14 +1,18 @@
 //! The durability path's upkeep on the escrow's 1 s tick: host sync nonces persisted when they
 //! changed, encoded diffs every host holds dropped, and an idle escrow's encoded diffs released
-//! ([`Durable::went_idle`]; the session compacts its window then).
+//! ([`Durable::went_idle`]; the session compacts its window then), and a state checkpoint every
+//! `checkpoint_every` nonces ([`Durable::checkpoint`], `session/checkpoint.rs`).
 
 use std::collections::BTreeMap;
 
-use slog::warn;
+use slog::{debug, warn};
 
 use super::{Durable, IDLE_AFTER_TICKS};
 use crate::{
-    escrow::{session::Session, EscrowDeps},
+    escrow::{
+        session::{checkpoint::checkpoint_due, Session},
+        EscrowDeps,
+    },
     store::ns,
 };
 
@@ -57,6 +61,37 @@ impl Durable {
         actix::spawn(async move {
             if let Err(e) = ack.await {
                 warn!(log, "sync nonces not persisted"; "stage" => "store_error", "error" => %e);
+            }
+        });
+    }
+
+    /// Writes the session's state as its checkpoint when `checkpoint_every` nonces passed since
+    /// the last one. The put is submitted after every diff up to the session's nonce, so it
+    /// commits after them; a restart uses it only when the log holds its nonce with its root.
+    pub(in crate::escrow) fn checkpoint(&mut self, session: &Session, deps: &EscrowDeps) {
+        let nonce = session.nonce();
+        if !checkpoint_due(nonce, self.last_checkpoint, deps.cfg.checkpoint_every) {
+            return;
+        }
+        self.last_checkpoint = nonce;
+        let value = match serde_json::to_value(session.checkpoint()) {
+            Ok(v) => v,
+            Err(e) => {
+                warn!(deps.log, "state checkpoint not encoded"; "stage" => "store_error",
+                    "nonce" => nonce, "error" => %e);
+                return;
+            }
+        };
+        let ack = deps
+            .store
+            .put(ns::CHECKPOINTS, &session.info().escrow_id, value);
+        deps.metrics.escrow_checkpoints.inc();
+        debug!(deps.log, "state checkpoint written"; "stage" => "escrow_checkpoint",
+            "nonce" => nonce);
+        let log = deps.log.clone();
+        actix::spawn(async move {
+            if let Err(e) = ack.await {
+                warn!(log, "state checkpoint not persisted"; "stage" => "store_error", "error" => %e);
             }
         });
     }

@@ -32,6 +32,7 @@ use crate::protocol::{
     wire::ReceiptBody,
 };
 
+pub mod checkpoint;
 mod restore;
 mod sync_points;
 mod unsettled;

@@ -35,21 +35,32 @@ impl Session {
         warm: &WarmDeltas,
     ) -> Result<Session, SessionError> {
         let mut s = Session::new(info)?;
+        s.replay_log(log, warm)?;
+        Ok(s)
+    }
+
+    /// Replays durable diffs in order (each with the warm keys it bound injected first).
+    pub(super) fn replay_log(
+        &mut self,
+        log: impl IntoIterator<Item = Diff>,
+        warm: &WarmDeltas,
+    ) -> Result<(), SessionError> {
         for diff in log {
             let nonce = diff.nonce;
             if let Some(delta) = warm.get(&nonce) {
-                s.sm.inject_warm_keys(delta)
+                self.sm
+                    .inject_warm_keys(delta)
                     .map_err(|e| SessionError::Corrupt {
                         nonce,
                         reason: format!("warm-key delta: {e}"),
                     })?;
             }
-            s.replay(diff).map_err(|e| SessionError::Corrupt {
+            self.replay(diff).map_err(|e| SessionError::Corrupt {
                 nonce,
                 reason: e.to_string(),
             })?;
         }
-        Ok(s)
+        Ok(())
     }
 
     /// Replays one signed diff at the next nonce: every tx must apply and the root must be the

@@ -183,3 +183,92 @@ fn a_start_below_the_window_is_rebuilt_from_its_inference_record() {
     let open: Vec<u64> = s.unsettled_entries(0).iter().map(|e| e.nonce).collect();
     assert_eq!(open, vec![first.nonce], "still settled after a restart");
 }
+
+/// The session a restart rebuilds from a checkpoint and the diffs after it is the session the
+/// whole log rebuilds (`checkpoint.rs`): same nonce, root, open inferences; a checkpoint that
+/// does not match the log (ahead of it, another root) is not used.
+#[test]
+fn a_checkpoint_and_the_diffs_after_it_restore_the_session_the_whole_log_restores() {
+    use crate::escrow::session::checkpoint::Checkpoint;
+    let (mut s, key, _) = session(8);
+    let start = |n: u64| StartParams {
+        prompt_hash: [n as u8; 32],
+        model: "m".into(),
+        input_length: 10,
+        max_tokens: 20,
+        started_at: 1_700_000_000,
+    };
+    let mut log = Vec::new();
+    for n in 0..40u64 {
+        let d = if n % 3 == 0 {
+            s.compose_start(&start(n), &key).unwrap()
+        } else {
+            s.compose(Vec::new(), &key).unwrap()
+        };
+        log.push((*d).clone());
+        if n == 24 {
+            let cp = s.checkpoint();
+            assert_eq!(cp.nonce, 25);
+            let json = serde_json::to_value(&cp).unwrap();
+            let back: Checkpoint = serde_json::from_value(json).unwrap();
+            let info = s.info().clone();
+            let whole = Session::restore(info.clone(), log.clone(), &Default::default()).unwrap();
+            let tail = log[24..].to_vec();
+            let from_cp = Session::restore_from_checkpoint(info, back, tail, &Default::default())
+                .unwrap()
+                .expect("the checkpoint matches the log");
+            assert_eq!(from_cp.nonce(), whole.nonce());
+            assert_eq!(from_cp.state().state_root(), whole.state().state_root());
+        }
+    }
+    let info = s.info().clone();
+    let cp: Checkpoint = serde_json::from_value(serde_json::to_value(s.checkpoint()).unwrap())
+        .unwrap_or_else(|_| unreachable!());
+    let whole = Session::restore(info.clone(), log.clone(), &Default::default()).unwrap();
+    // The log continues past the checkpoint: the tail replays on top of it.
+    let early = {
+        let mut e = whole.clone();
+        e.sm = crate::protocol::state::StateMachine::from_snapshot(
+            Session::restore(info.clone(), log[..30].to_vec(), &Default::default())
+                .unwrap()
+                .state()
+                .snapshot(),
+        )
+        .unwrap();
+        e.checkpoint()
+    };
+    let restored = Session::restore_from_checkpoint(
+        info.clone(),
+        early.clone(),
+        log[29..].to_vec(),
+        &Default::default(),
+    )
+    .unwrap()
+    .expect("matches");
+    assert_eq!(restored.nonce(), 40);
+    assert_eq!(restored.state().state_root(), whole.state().state_root());
+    let open = |s: &Session| {
+        s.unsettled_entries(0)
+            .into_iter()
+            .map(|e| e.nonce)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(open(&restored), open(&whole));
+    assert!(!open(&whole).is_empty(), "the starts are open inferences");
+    // Ahead of the log (the log ends before it) or over another root: not used.
+    assert!(Session::restore_from_checkpoint(
+        info.clone(),
+        cp,
+        log[..20].to_vec(),
+        &Default::default()
+    )
+    .unwrap()
+    .is_none());
+    let mut wrong = early;
+    wrong.root = hex::encode([9u8; 32]);
+    assert!(
+        Session::restore_from_checkpoint(info, wrong, log[29..].to_vec(), &Default::default())
+            .unwrap()
+            .is_none()
+    );
+}
