@@ -217,8 +217,8 @@ impl Accounting {
         self.lock().ended = Some(hook);
     }
 
-    /// Ends `request_id`: `stored` is kept when within `max_replay_bytes` (`truncated`: it was
-    /// larger). A failure releases the idempotency key.
+    /// Ends `request_id`: `stored` is kept when the request has an idempotency key and it is
+    /// within `max_replay_bytes` (`truncated`: it was larger). A failure releases the key.
     pub fn finish(&self, request_id: &str, outcome: Outcome, stored: Option<Stored>, now_ms: i64) {
         self.finish_inner(request_id, outcome, stored, false, now_ms);
     }
@@ -247,7 +247,9 @@ impl Accounting {
         r.outcome = outcome;
         r.finished_at_ms = Some(now_ms);
         r.replay_truncated = truncated;
-        r.stored = stored.filter(|s| s.bytes.len() <= self.cfg.max_replay_bytes);
+        // Only a retry with the same key replays: an answer without one is not kept.
+        r.stored = stored
+            .filter(|s| r.idempotency_key.is_some() && s.bytes.len() <= self.cfg.max_replay_bytes);
         tx.send_replace(true);
         let key = r.idempotency_key.clone();
         t.ended(request_id);
