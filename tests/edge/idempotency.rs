@@ -259,3 +259,44 @@ async fn oversized_answers_are_409_and_failures_release_the_key() {
         Begin::Fresh
     ));
 }
+
+#[actix_rt::test]
+async fn the_table_keeps_an_answer_only_for_a_keyed_request() {
+    use devshard_gateway::{
+        config::AccountingConfig,
+        state::accounting::{Accounting, Begin, Outcome, Stored},
+    };
+    let acc = Accounting::new(AccountingConfig::default());
+    let stored = || Stored {
+        content_type: "application/json",
+        bytes: bytes::Bytes::from_static(b"{}"),
+    };
+    let mut plain = record("p", "unused", "f");
+    plain.idempotency_key = None;
+    assert!(matches!(acc.begin(plain, 1_000), Begin::Fresh));
+    acc.finish(
+        "p",
+        Outcome::Completed { status: 200 },
+        Some(stored()),
+        2_000,
+    );
+    let p = acc.get("p").unwrap();
+    assert_eq!(p.outcome, Outcome::Completed { status: 200 });
+    assert!(p.stored.is_none() && !p.replay_truncated);
+
+    assert!(matches!(
+        acc.begin(record("k", "key", "f"), 1_000),
+        Begin::Fresh
+    ));
+    acc.finish(
+        "k",
+        Outcome::Completed { status: 200 },
+        Some(stored()),
+        2_000,
+    );
+    assert_eq!(acc.get("k").unwrap().stored.unwrap().bytes.as_ref(), b"{}");
+    let Begin::Join { mut done, .. } = acc.begin(record("k2", "key", "f"), 3_000) else {
+        panic!("a retry with the key joins");
+    };
+    assert!(*done.borrow_and_update(), "the first request already ended");
+}
