@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use devshard_actors::{
     chain::ChainView,
-    directory::{ActorKind, AddEscrow, Directory, EntityStatus, GetEscrow, GetStatus},
+    directory::{AddEscrow, Directory, EntityStatus, GetEscrow, GetEscrowStatuses},
     escrow::{key::KeySource, messages::GetSnapshot, EscrowInfo},
     protocol::{crypto::Address, version::ProtocolVersion},
     stats::TrackedAddr,
@@ -60,12 +60,10 @@ pub struct Registered {
 
 /// Status of every registered escrow, from the directory.
 pub async fn statuses(directory: &TrackedAddr<Directory>) -> Result<Vec<EntityStatus>, ApiError> {
-    let status = directory.send(GetStatus).timeout(ACTOR_TIMEOUT).await?;
-    Ok(status
-        .entities
-        .into_iter()
-        .filter(|e| e.kind == ActorKind::Escrow)
-        .collect())
+    Ok(directory
+        .send(GetEscrowStatuses)
+        .timeout(ACTOR_TIMEOUT)
+        .await?)
 }
 
 /// The stored registration record of an escrow.

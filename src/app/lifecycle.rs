@@ -19,7 +19,7 @@ use actix_web::{dev::ServerHandle, HttpServer};
 use devshard_actors::{
     chain::{ChainPoller, StopPoller},
     clock::{SharedClock, SystemClock},
-    directory::{Directory, DirectoryDeps, GetStatus},
+    directory::{Directory, DirectoryDeps, GetEscrowStatuses},
     metrics::ActorMetrics,
     protocol::warm::{WarmKeyChecker, WarmKeyMetrics},
     stats::{ActorRegistry, TrackedActor, TrackedAddr},
@@ -252,8 +252,7 @@ pub async fn start_with(
     SeriesSampler {
         series: state.series.clone(),
         registry: state.registry.clone(),
-        directory: directory.clone(),
-        store: shared.clone(),
+        board: state.board.clone(),
         clock: state.clock.clone(),
     }
     .start();
@@ -309,7 +308,7 @@ pub async fn start_with(
     );
     // The directory publishes its escrow board from `started()`: one round trip before the
     // listener opens, so the first request already picks among the stored escrows.
-    if directory.send(GetStatus).await.is_err() {
+    if directory.send(GetEscrowStatuses).await.is_err() {
         warn!(log, "the directory did not answer before the listener opened";
             "stage" => "directory_unanswered");
     }

@@ -1,6 +1,12 @@
 //! The benchmarked gateway as a process: started as a child (`serve`, its own threads and
 //! memory) against the in-process simulator, and read from `/proc` (CPU, resident and peak
 //! memory) and its data directory (the store's WAL file).
+//!
+//! `DEVSHARD_BENCH_WRAPPER` runs the child under a profiler, e.g. `heaptrack -o /tmp/gw`
+//! (split on spaces, the gateway's command line appended). The figures are then read from the
+//! gateway process under the wrapper, and stopping kills that process first (SIGKILL: a heap
+//! profiler's "leaked" is then what was live at the last reading), then waits for the wrapper
+//! to finish writing.
 
 use std::{
     path::PathBuf,
@@ -11,11 +17,16 @@ use std::{
 use super::ADMIN_KEY;
 use crate::sim::SimNetwork;
 
+/// The environment variable naming a wrapper command for the gateway child (see module docs).
+const WRAPPER_ENV: &str = "DEVSHARD_BENCH_WRAPPER";
+
 /// A running gateway child process and where it keeps its data.
 pub(super) struct Gateway {
     pub child: Child,
     pub url: String,
     pub dir: PathBuf,
+    /// The gateway's own pid when it runs under a wrapper (found once it is ready).
+    wrapped: Option<u32>,
 }
 
 impl Gateway {
@@ -32,23 +43,35 @@ impl Gateway {
             child,
             url: format!("http://127.0.0.1:{port}"),
             dir,
+            wrapped: None,
         };
         if !wait_ready(&gateway.url, ready_within).await {
             gateway.stop();
             return Err("the gateway did not become ready".into());
         }
+        if wrapper().is_some() {
+            gateway.wrapped = gateway_under(gateway.child.id());
+        }
         Ok(gateway)
     }
 
-    /// Stops the process and removes its data directory.
+    /// Stops the process (under a wrapper: the gateway, then waits for the wrapper) and removes
+    /// its data directory.
     pub fn stop(&mut self) {
-        let _ = self.child.kill();
+        if let Some(pid) = self.wrapped {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        } else {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 
+    /// The gateway's pid (under a wrapper, the wrapped process's).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.wrapped.unwrap_or_else(|| self.child.id())
     }
 
     /// Size of the store's WAL file now (0 when absent: just truncated).
@@ -89,9 +112,43 @@ fn status_kib(pid: u32, field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The wrapper command and its arguments, when `DEVSHARD_BENCH_WRAPPER` is set and not blank.
+fn wrapper() -> Option<(String, Vec<String>)> {
+    let w = std::env::var(WRAPPER_ENV).ok()?;
+    let mut words = w.split_whitespace().map(str::to_string);
+    Some((words.next()?, words.collect()))
+}
+
+/// The process running this executable among the descendants of `root` (Linux `/proc`).
+fn gateway_under(root: u32) -> Option<u32> {
+    let exe = std::env::current_exe().ok()?;
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        if pid != root && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == Some(exe.clone()) {
+            return Some(pid);
+        }
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
+        queue.extend(
+            children
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    None
+}
+
 fn spawn(sim: &SimNetwork, dir: &std::path::Path, port: u16) -> std::io::Result<Child> {
-    Command::new(std::env::current_exe()?)
-        .arg("serve")
+    let exe = std::env::current_exe()?;
+    let mut cmd = match wrapper() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    cmd.arg("serve")
         .env("DEVSHARD_LISTEN", format!("127.0.0.1:{port}"))
         .env("DEVSHARD_DATA_DIR", dir)
         .env("DEVSHARD_PRIVATE_KEY", sim.gateway_key().secret_hex())

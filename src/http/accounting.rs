@@ -132,11 +132,14 @@ impl Drop for AbandonGuard {
     }
 }
 
-/// Copies the SSE bytes of one request (≤ the replay limit) and ends its record.
+/// Copies the SSE bytes of one request (≤ the replay limit; only when a retry can replay them:
+/// the request carries an `Idempotency-Key`) and ends its record.
 struct Tee {
     acc: Accounting,
     request_id: String,
     clock: SharedClock,
+    /// Whether the bytes are kept for a replay at all.
+    keep: bool,
     buf: Option<BytesMut>,
     saw_done: bool,
     finished: bool,
@@ -178,6 +181,7 @@ impl Tee {
             }
         };
         match self.buf.take() {
+            None if !self.keep => self.acc.finish(&self.request_id, outcome, None, now),
             Some(b) => {
                 // An exact copy: the buffer grew by doubling, and the request table keeps the
                 // bytes for `max_requests` requests.
@@ -207,12 +211,14 @@ pub fn recording_stream(
     state: &AppState,
     request_id: &str,
     strip: Strip,
+    replayable: bool,
 ) -> HttpResponse {
     let tee = Tee {
         acc: state.accounting.clone(),
         request_id: request_id.to_string(),
         clock: state.clock.clone(),
-        buf: Some(BytesMut::new()),
+        keep: replayable,
+        buf: replayable.then(BytesMut::new),
         saw_done: false,
         finished: false,
         _in_flight: in_flight,

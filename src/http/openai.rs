@@ -162,13 +162,16 @@ async fn chat_inner(
             "model" => &chat.model, "caller" => caller.label());
         return Ok(*denied);
     }
+    let key = idempotency_key(req)?;
+    // Only a retry with the same key can be answered from the table: nothing else keeps bytes.
+    let replayable = key.is_some();
     let record = Record {
         request_id: rid.to_string(),
         fingerprint: fingerprint(&chat.model, &raw, &caller.label()),
         model: chat.model.clone(),
         caller: caller.label(),
         stream: chat.stream,
-        idempotency_key: idempotency_key(req)?,
+        idempotency_key: key,
         escrow: None,
         race_id: None,
         nonces: Vec::new(),
@@ -233,7 +236,9 @@ async fn chat_inner(
     drop(starting);
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
     Ok(match started {
-        RaceStart::Stream(rx) => accounting::recording_stream(rx, in_flight, state, rid, strip),
+        RaceStart::Stream(rx) => {
+            accounting::recording_stream(rx, in_flight, state, rid, strip, replayable)
+        }
         RaceStart::Whole(body) => {
             let body = strip.json(body);
             drop(in_flight);
@@ -243,7 +248,9 @@ async fn chat_inner(
             };
             let outcome = Outcome::Completed { status: 200 };
             let now = state.clock.now_ms();
-            if body.len() > state.accounting.config().max_replay_bytes {
+            if !replayable {
+                state.accounting.finish(rid, outcome, None, now);
+            } else if body.len() > state.accounting.config().max_replay_bytes {
                 state.accounting.finish_truncated(rid, outcome, now);
             } else {
                 state.accounting.finish(rid, outcome, Some(stored), now);

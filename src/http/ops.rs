@@ -11,10 +11,7 @@
 //!   PostgreSQL also those of every other replica's live escrows (they are forwarded there).
 
 use actix_web::{http::header, web, HttpResponse, ResponseError};
-use devshard_actors::{
-    directory::{ActorKind, GetStatus},
-    store::ns,
-};
+use devshard_actors::{directory::GetEscrowStatuses, store::ns};
 use serde_json::json;
 
 use super::error::ApiError;
@@ -54,20 +51,15 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     if let Err(e) = state.store.get(ns::SETTINGS, READINESS_PROBE_KEY) {
         return unavailable(format!("the store is not usable: {e}"));
     }
-    let status = match state
+    let escrows = match state
         .directory
-        .send(GetStatus)
+        .send(GetEscrowStatuses)
         .timeout(crate::state::ACTOR_TIMEOUT)
         .await
     {
         Ok(s) => s,
         Err(e) => return unavailable(format!("the directory did not answer: {e}")),
     };
-    let escrows: Vec<_> = status
-        .entities
-        .iter()
-        .filter(|e| e.kind == ActorKind::Escrow)
-        .collect();
     let alive = escrows.iter().filter(|e| e.alive && !e.failed).count();
     if alive == 0 && state.replica_readiness.is_none() {
         return unavailable(format!(

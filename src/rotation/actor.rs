@@ -190,7 +190,7 @@ impl RotationActor {
             rotation.creator.reconcile_all().await;
             let mut out = Vec::new();
             if settings.enabled {
-                let facts = facts::gather(&rotation, &settlements, &deactivated, cap, &board).await;
+                let facts = facts::gather(&settlements, &deactivated, cap, &board).await;
                 for rule in &settings.models {
                     let b = backoff.get(&rule.model).cloned().unwrap_or_default();
                     out.push(check_model(&rotation, &settlements, rule, &facts, &b).await);

@@ -14,10 +14,9 @@ use devshard_actors::{
     directory::{pick::reserved_cost, EscrowBoard},
     escrow::EscrowInfo,
     settlement::SettlementState,
-    store::ns,
 };
 
-use super::{plan::EscrowFacts, Rotation};
+use super::plan::EscrowFacts;
 use crate::state::{
     settlements::{Settlements, WORST_CASE_INPUT_BYTES},
     Deactivated,
@@ -28,21 +27,20 @@ const VIEW_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Every registered escrow's facts, by model.
 pub(super) async fn gather(
-    rotation: &Rotation,
     settlements: &Settlements,
     deactivated: &Deactivated,
     max_tokens_cap: u64,
     board: &EscrowBoard,
 ) -> BTreeMap<String, Vec<EscrowFacts>> {
-    let store = &rotation.creator.store;
-    let infos: BTreeMap<String, EscrowInfo> = store
-        .list(ns::ESCROWS)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|(id, v)| Some((id, serde_json::from_value(v).ok()?)))
+    // The registrations from the directory's board (not listed and decoded from the store on
+    // every check: ≈ 37 KB of JSON values per escrow, issue 16).
+    let board = board.load();
+    let infos: BTreeMap<&str, &EscrowInfo> = board
+        .escrows
+        .iter()
+        .map(|e| (e.id.as_str(), e.info.as_ref()))
         .collect();
     let off = deactivated.lock().map(|d| d.clone()).unwrap_or_default();
-    let board = board.load();
     let live: BTreeMap<&str, (u64, u64)> = board
         .escrows
         .iter()
@@ -56,7 +54,7 @@ pub(super) async fn gather(
         .collect();
     let mut by_model: BTreeMap<String, Vec<EscrowFacts>> = BTreeMap::new();
     for v in settlements.views(VIEW_DEADLINE).await {
-        let Some(info) = infos.get(&v.escrow_id) else {
+        let Some(info) = infos.get(v.escrow_id.as_str()) else {
             continue;
         };
         let c = &info.config;

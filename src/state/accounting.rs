@@ -106,7 +106,10 @@ impl std::fmt::Debug for EndedHook {
 #[derive(Debug, Default)]
 struct Table {
     order: VecDeque<String>,
-    by_id: HashMap<String, (Record, watch::Sender<bool>)>,
+    /// The record (boxed: ≈ 400 B each, so the map's spare buckets stay small) and, for a
+    /// request with an idempotency key only (nothing else can join it), the channel a joining
+    /// retry waits on.
+    by_id: HashMap<String, (Box<Record>, Option<watch::Sender<bool>>)>,
     by_key: HashMap<String, String>,
     ended: Option<EndedHook>,
 }
@@ -172,7 +175,11 @@ impl Accounting {
                     if first.fingerprint != record.fingerprint {
                         return Begin::KeyReused { request_id };
                     }
-                    let done = tx.subscribe();
+                    let done = match tx {
+                        Some(tx) => tx.subscribe(),
+                        // Not reached (a bound key's record has its channel): answer at once.
+                        None => watch::channel(true).1,
+                    };
                     if let Some((r, _)) = t.by_id.get_mut(&request_id) {
                         r.replays = r.replays.saturating_add(1);
                     }
@@ -182,8 +189,11 @@ impl Accounting {
             t.by_key.insert(key.clone(), record.request_id.clone());
         }
         let id = record.request_id.clone();
-        let (tx, _) = watch::channel(false);
-        if t.by_id.insert(id.clone(), (record, tx)).is_none() {
+        let tx = record
+            .idempotency_key
+            .is_some()
+            .then(|| watch::channel(false).0);
+        if t.by_id.insert(id.clone(), (Box::new(record), tx)).is_none() {
             t.order.push_back(id);
         }
         Begin::Fresh
@@ -217,8 +227,8 @@ impl Accounting {
         self.lock().ended = Some(hook);
     }
 
-    /// Ends `request_id`: `stored` is kept when within `max_replay_bytes` (`truncated`: it was
-    /// larger). A failure releases the idempotency key.
+    /// Ends `request_id`: `stored` is kept when the request has an idempotency key and it is
+    /// within `max_replay_bytes` (`truncated`: it was larger). A failure releases the key.
     pub fn finish(&self, request_id: &str, outcome: Outcome, stored: Option<Stored>, now_ms: i64) {
         self.finish_inner(request_id, outcome, stored, false, now_ms);
     }
@@ -247,8 +257,12 @@ impl Accounting {
         r.outcome = outcome;
         r.finished_at_ms = Some(now_ms);
         r.replay_truncated = truncated;
-        r.stored = stored.filter(|s| s.bytes.len() <= self.cfg.max_replay_bytes);
-        tx.send_replace(true);
+        // Only a retry with the same key replays: an answer without one is not kept.
+        r.stored = stored
+            .filter(|s| r.idempotency_key.is_some() && s.bytes.len() <= self.cfg.max_replay_bytes);
+        if let Some(tx) = tx {
+            tx.send_replace(true);
+        }
         let key = r.idempotency_key.clone();
         t.ended(request_id);
         if let (true, Some(k)) = (failed, key) {
@@ -260,7 +274,10 @@ impl Accounting {
 
     /// A copy of the record of `request_id` (stored bytes included).
     pub fn get(&self, request_id: &str) -> Option<Record> {
-        self.lock().by_id.get(request_id).map(|(r, _)| r.clone())
+        self.lock()
+            .by_id
+            .get(request_id)
+            .map(|(r, _)| Record::clone(r))
     }
 
     /// Requests in the table.

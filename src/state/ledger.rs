@@ -23,8 +23,9 @@
 //! unsettled row needed for 30 s is let go (log stage `ledger_tail_released`) and rebuilt the
 //! same way when a row needs it again: idle escrows do not hold their state twice.
 
+mod tail;
+
 use std::{
-    collections::{BTreeMap, BTreeSet},
     sync::{
         mpsc::{channel, RecvTimeoutError, Sender},
         Arc, Mutex,
@@ -35,30 +36,22 @@ use std::{
 
 use devshard_actors::{
     clock::SharedClock,
-    escrow::EscrowInfo,
-    protocol::{
-        proto::Tx,
-        state::{InferenceStatus, StateMachine},
-    },
     store::{SharedStore, StoreError},
 };
 use sha2::{Digest, Sha256};
-use slog::{info, warn, Logger};
+use slog::Logger;
 
 use super::accounting::{Outcome, Record};
 use crate::{
     config::{operator::LedgerConfig, Secret},
-    escrow_archive,
     store::{
-        duty::{Duty, Leadership},
-        ledger::{AttemptRow, LedgerStore, RequestRow, Settlement},
+        duty::Duty,
+        ledger::{AttemptRow, LedgerStore, RequestRow},
     },
 };
+use tail::Tail;
+pub use tail::SETTLED_CACHE;
 
-/// Settlements kept per escrow for rows that arrive after their nonce settled.
-pub const SETTLED_CACHE: usize = 16_384;
-/// An escrow's replica that no unsettled row needed for this long is let go (ms).
-const TAIL_IDLE_MS: i64 = 30_000;
 /// How often retention runs.
 const PRUNE_EVERY: Duration = Duration::from_secs(3_600);
 
@@ -106,11 +99,7 @@ impl Ledger {
     ) -> Result<Ledger, StoreError> {
         let store = Arc::new(store);
         let (tx, rx) = channel::<()>();
-        let mut tail = Tail {
-            ledger: store.clone(),
-            deps,
-            escrows: BTreeMap::new(),
-        };
+        let mut tail = Tail::new(store.clone(), deps);
         let every = Duration::from_millis(cfg.settle_interval_ms.max(10));
         let retention = cfg.retention_ms();
         let handle = std::thread::Builder::new()
@@ -122,8 +111,7 @@ impl Ledger {
                     since_prune += every;
                     if let (Some(keep), true) = (retention, since_prune >= PRUNE_EVERY) {
                         since_prune = Duration::ZERO;
-                        tail.ledger
-                            .prune(tail.deps.clock.now_ms().saturating_sub(keep));
+                        tail.prune(keep);
                     }
                 }
             })
@@ -215,170 +203,5 @@ impl Ledger {
             let _ = h.join();
         }
         self.store.close();
-    }
-}
-
-/// One escrow's replica of the state machine.
-struct EscrowTail {
-    info: EscrowInfo,
-    sm: StateMachine,
-    next: u64,
-    settled: BTreeMap<u64, Settlement>,
-    /// When an unsettled row last needed this replica (unix ms).
-    needed_ms: i64,
-}
-
-struct Tail {
-    ledger: Arc<LedgerStore>,
-    deps: LedgerDeps,
-    escrows: BTreeMap<String, EscrowTail>,
-}
-
-fn settled_status(s: InferenceStatus) -> bool {
-    !matches!(s, InferenceStatus::Pending | InferenceStatus::Started)
-}
-
-impl EscrowTail {
-    fn new(info: EscrowInfo, now_ms: i64) -> Result<EscrowTail, String> {
-        let sm = StateMachine::new(
-            info.escrow_id.clone(),
-            info.config.clone(),
-            info.group.clone(),
-            info.amount,
-        )
-        .map_err(|e| e.to_string())?;
-        Ok(EscrowTail {
-            info,
-            sm,
-            next: 1,
-            settled: BTreeMap::new(),
-            needed_ms: now_ms,
-        })
-    }
-
-    /// Notes the settlement of `id` if its record is settled (or absent at its own diff).
-    fn observe(&mut self, id: u64, own_diff: bool, now_ms: i64) {
-        let fee = self.info.config.fee_per_nonce;
-        let s = match self.sm.record(id) {
-            Some(r) if settled_status(r.status) => Settlement {
-                escrow_id: self.info.escrow_id.clone(),
-                nonce: id,
-                inference: r.status.as_str().to_string(),
-                input_tokens: r.input_tokens,
-                output_tokens: r.output_tokens,
-                reserved_cost: r.reserved_cost,
-                actual_cost: r.actual_cost,
-                fee,
-                settled_ms: now_ms,
-            },
-            None if own_diff => Settlement {
-                escrow_id: self.info.escrow_id.clone(),
-                nonce: id,
-                inference: "none".into(),
-                input_tokens: 0,
-                output_tokens: 0,
-                reserved_cost: 0,
-                actual_cost: 0,
-                fee,
-                settled_ms: now_ms,
-            },
-            _ => return,
-        };
-        self.settled.entry(id).or_insert(s);
-        while self.settled.len() > SETTLED_CACHE {
-            self.settled.pop_first();
-        }
-    }
-}
-
-impl Tail {
-    fn tick(&mut self) {
-        if self.deps.duty.lead() != Leadership::Leading {
-            return;
-        }
-        let Ok(pending) = self.ledger.unsettled() else {
-            return;
-        };
-        let mut by_escrow: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
-        for (e, n) in pending {
-            by_escrow.entry(e).or_default().insert(n);
-        }
-        let mut out = Vec::new();
-        for (escrow_id, nonces) in by_escrow {
-            if let Err(e) = self.advance(&escrow_id) {
-                warn!(self.deps.log, "ledger: escrow diff log not replayed";
-                    "stage" => "ledger_settle_failed", "escrow" => &escrow_id, "error" => e);
-                self.escrows.remove(&escrow_id);
-                continue;
-            }
-            if let Some(t) = self.escrows.get_mut(&escrow_id) {
-                t.needed_ms = self.deps.clock.now_ms();
-                out.extend(nonces.iter().filter_map(|n| t.settled.get(n).cloned()));
-            }
-        }
-        self.release_idle();
-        if !out.is_empty() {
-            info!(self.deps.log, "ledger nonces settled"; "stage" => "ledger_settled",
-                "nonces" => out.len());
-            self.ledger.settle(out);
-        }
-    }
-
-    /// Lets go of the replicas no unsettled row needed for [`TAIL_IDLE_MS`]: an idle escrow's
-    /// state machine and settlements are not held twice (the escrow holds its own). A row that
-    /// comes later rebuilds the replica from nonce 1 of the durable log, as after a restart.
-    fn release_idle(&mut self) {
-        let now = self.deps.clock.now_ms();
-        let before = self.escrows.len();
-        self.escrows
-            .retain(|_, t| now.saturating_sub(t.needed_ms) < TAIL_IDLE_MS);
-        let released = before - self.escrows.len();
-        if released > 0 {
-            info!(self.deps.log, "ledger: idle escrows' replicas released";
-                "stage" => "ledger_tail_released", "escrows" => released,
-                "kept" => self.escrows.len());
-        }
-    }
-
-    /// Applies the escrow's new durable diffs.
-    fn advance(&mut self, escrow_id: &str) -> Result<(), String> {
-        if !self.escrows.contains_key(escrow_id) {
-            // A deleted escrow's kept log still settles, from its archived registration.
-            let info = escrow_archive::registration(&self.deps.store, escrow_id)
-                .map_err(|e| e.to_string())?
-                .ok_or("escrow not registered")?;
-            let now = self.deps.clock.now_ms();
-            self.escrows
-                .insert(escrow_id.to_string(), EscrowTail::new(info, now)?);
-        }
-        let Some(t) = self.escrows.get_mut(escrow_id) else {
-            return Ok(());
-        };
-        let diffs = self
-            .deps
-            .store
-            .load_diffs_from(escrow_id, t.next)
-            .map_err(|e| e.to_string())?;
-        let now = self.deps.clock.now_ms();
-        let creator = t.info.creator.clone();
-        for diff in diffs {
-            t.sm.apply_diff(&diff, &creator)
-                .map_err(|e| format!("nonce {}: {e}", diff.nonce))?;
-            t.next = diff.nonce + 1;
-            let ended: Vec<u64> = diff
-                .txs
-                .iter()
-                .filter_map(|tx| match &tx.tx {
-                    Some(Tx::FinishInference(m)) => Some(m.inference_id),
-                    Some(Tx::TimeoutInference(m)) => Some(m.inference_id),
-                    _ => None,
-                })
-                .collect();
-            t.observe(diff.nonce, true, now);
-            for id in ended {
-                t.observe(id, false, now);
-            }
-        }
-        Ok(())
     }
 }

@@ -188,6 +188,7 @@ impl AppState {
             config,
             parts.store.clone(),
             parts.directory.clone(),
+            parts.board.clone(),
             parts.clock.clone(),
             &parts.registry,
             parts.log.clone(),

@@ -3,8 +3,8 @@
 //!
 //! `SeriesSampler` (actor) owns nothing but its handles; the buffer is [`Series`] (shared with the
 //! HTTP edge, lost on restart). Its one timer, every [`SAMPLE_INTERVAL`], reads the process
-//! registry (no actor is messaged for these) and each escrow's snapshot (1 s deadline), and
-//! pushes one point:
+//! registry and the directory's escrow board (no actor is messaged: the board shares each
+//! escrow's balance and nonce), and pushes one point:
 //!
 //! | field | from |
 //! |---|---|
@@ -14,7 +14,11 @@
 //! | `hedges` | `hedges_total` (delta) |
 //! | `sheds` | `gateway_limit_rejections_total` (delta): requests shed by the limits; 0 until overload control sheds more |
 //! | `participants{state}` | the `participants{state}` gauge |
-//! | `escrows{id}` | `{nonce, nonces_left, balance}` of each live escrow's snapshot |
+//! | `escrows{id}` | `{nonce, nonces_left, balance}` of at most [`ESCROWS_PER_POINT`] live escrows: those with the fewest nonces left (ties: the lower balance, then the id) |
+//! | `escrows_live` | how many live escrows there were (the chart shows `escrows` of them) |
+//!
+//! Memory: a point is bounded whatever the number of escrows. It used to hold every escrow
+//! (≈ 225 B each: 1 000 escrows × 450 points ≈ 100 MB after 15 minutes, issue 16).
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -24,16 +28,13 @@ use std::{
 
 use actix::prelude::*;
 use devshard_actors::{
-    clock::SharedClock, directory::Directory, directory::GetEscrow, escrow::messages::GetSnapshot,
-    stats::TrackedAddr, store::SharedStore,
+    clock::SharedClock,
+    directory::{Board, EscrowBoard},
 };
 use prometheus::{proto::MetricFamily, Registry};
 use serde::Serialize;
 
-use crate::{
-    escrows,
-    state::{accounting::Record, SNAPSHOT_TIMEOUT},
-};
+use crate::state::accounting::Record;
 
 /// One point per interval.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(2);
@@ -42,6 +43,8 @@ pub const CAPACITY: usize = 450;
 /// TTFB samples kept per interval (enough for exact p99 at the gateway's measured rates).
 const MAX_TTFB_SAMPLES: usize = 8_192;
 const CHAT_PATH: &str = "/v1/chat/completions";
+/// Escrows kept per point (the chart's lines): a point's size does not grow with the escrows.
+pub const ESCROWS_PER_POINT: usize = 16;
 
 /// One escrow at one point.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -64,6 +67,8 @@ pub struct Point {
     pub sheds: u64,
     pub participants: BTreeMap<String, i64>,
     pub escrows: BTreeMap<String, EscrowPoint>,
+    /// Live escrows at this point (`escrows` holds at most [`ESCROWS_PER_POINT`] of them).
+    pub escrows_live: usize,
 }
 
 #[derive(Debug, Default)]
@@ -168,7 +173,7 @@ impl Series {
     }
 
     /// Pushes the point of `now_ms` from the registry and the escrows' figures.
-    fn push(&self, now_ms: i64, families: &[MetricFamily], escrows: BTreeMap<String, EscrowPoint>) {
+    fn push(&self, now_ms: i64, families: &[MetricFamily], escrows: EscrowPoints) {
         let now = totals(families);
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let prev = inner
@@ -197,7 +202,8 @@ impl Series {
             hedges: now.hedges.saturating_sub(prev.hedges),
             sheds: now.sheds.saturating_sub(prev.sheds),
             participants: gauge_by(families, "participants", "state"),
-            escrows,
+            escrows: escrows.shown,
+            escrows_live: escrows.live,
         };
         if inner.points.len() == CAPACITY {
             inner.points.pop_front();
@@ -216,55 +222,64 @@ impl Series {
 pub struct SeriesSampler {
     pub series: Series,
     pub registry: Registry,
-    pub directory: TrackedAddr<Directory>,
-    pub store: SharedStore,
+    /// The directory's published escrows (read without a message).
+    pub board: EscrowBoard,
     pub clock: SharedClock,
 }
 
-async fn escrow_points(
-    directory: TrackedAddr<Directory>,
-    store: SharedStore,
-) -> BTreeMap<String, EscrowPoint> {
-    let mut out = BTreeMap::new();
-    let Ok(statuses) = escrows::statuses(&directory).await else {
-        return out;
-    };
-    for s in statuses {
-        let get = GetEscrow {
-            escrow_id: s.id.clone(),
-        };
-        let Ok(Some(addr)) = directory.send(get).timeout(SNAPSHOT_TIMEOUT).await else {
-            continue;
-        };
-        let Ok(snap) = addr.send(GetSnapshot).timeout(SNAPSHOT_TIMEOUT).await else {
-            continue;
-        };
-        let max = escrows::stored_info(&store, &s.id)
-            .ok()
-            .flatten()
-            .map_or(0, |i| i.max_nonce);
-        out.insert(
-            s.id,
-            EscrowPoint {
-                nonce: snap.nonce,
-                nonces_left: max.saturating_sub(snap.nonce),
-                balance: snap.balance,
-            },
-        );
+/// The escrows of one point: the ones shown and how many were live.
+#[derive(Debug, Default)]
+struct EscrowPoints {
+    shown: BTreeMap<String, EscrowPoint>,
+    live: usize,
+}
+
+/// The live escrows of `board` (running actor), as [`shown`] keeps them.
+fn escrow_points(board: &Board) -> EscrowPoints {
+    let live = board
+        .escrows
+        .iter()
+        .filter(|e| e.addr.is_some())
+        .map(|e| {
+            let view = e.budget.view();
+            let point = EscrowPoint {
+                nonce: view.nonce,
+                nonces_left: e.info.max_nonce.saturating_sub(view.nonce),
+                balance: view.balance,
+            };
+            (e.id.as_str(), point)
+        })
+        .collect();
+    shown(live)
+}
+
+/// At most [`ESCROWS_PER_POINT`] of `live`: the fewest nonces left first, then the lower
+/// balance, then the id.
+fn shown(mut live: Vec<(&str, EscrowPoint)>) -> EscrowPoints {
+    let count = live.len();
+    if live.len() > ESCROWS_PER_POINT {
+        live.select_nth_unstable_by_key(ESCROWS_PER_POINT - 1, |(id, p)| {
+            (p.nonces_left, p.balance, *id)
+        });
+        live.truncate(ESCROWS_PER_POINT);
     }
-    out
+    EscrowPoints {
+        shown: live
+            .into_iter()
+            .map(|(id, p)| (id.to_string(), p))
+            .collect(),
+        live: count,
+    }
 }
 
 impl Actor for SeriesSampler {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(SAMPLE_INTERVAL, |act, ctx| {
-            let fut = escrow_points(act.directory.clone(), act.store.clone());
-            ctx.spawn(fut.into_actor(act).map(|escrows, act, _| {
-                let families = act.registry.gather();
-                act.series.push(act.clock.now_ms(), &families, escrows);
-            }));
+        ctx.run_interval(SAMPLE_INTERVAL, |act, _| {
+            let escrows = escrow_points(&act.board.load());
+            let families = act.registry.gather();
+            act.series.push(act.clock.now_ms(), &families, escrows);
         });
     }
 }
@@ -277,7 +292,7 @@ mod tests {
     fn the_ring_keeps_fifteen_minutes_and_quantiles_are_exact() {
         let s = Series::default();
         for i in 0..(CAPACITY + 50) {
-            s.push(i as i64, &[], BTreeMap::new());
+            s.push(i as i64, &[], EscrowPoints::default());
         }
         let points = s.points();
         assert_eq!(points.len(), CAPACITY);
@@ -286,5 +301,64 @@ mod tests {
         assert_eq!(quantile(&sorted, 0.5), Some(51));
         assert_eq!(quantile(&sorted, 0.99), Some(99));
         assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn a_point_keeps_the_escrows_with_the_fewest_nonces_left_whatever_their_number() {
+        let ids: Vec<String> = (0..1_000).map(|i| format!("e{i:04}")).collect();
+        let live = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let point = EscrowPoint {
+                    nonce: i as u64,
+                    // Escrow i has 1 000 − i left (990.. tie at 10): 984..1000 have the fewest.
+                    nonces_left: (1_000 - i.min(990)) as u64,
+                    balance: (2_000 - i) as u64,
+                };
+                (id.as_str(), point)
+            })
+            .collect();
+        let p = shown(live);
+        assert_eq!(p.live, 1_000);
+        assert_eq!(p.shown.len(), ESCROWS_PER_POINT);
+        let kept: Vec<&str> = p.shown.keys().map(String::as_str).collect();
+        let want: Vec<String> = (984..1_000).map(|i| format!("e{i:04}")).collect();
+        assert_eq!(kept, want, "the 16 closest to their last nonce");
+        let s = Series::default();
+        for t in 0..(CAPACITY as i64 + 10) {
+            let escrows = ids
+                .iter()
+                .map(|id| {
+                    (
+                        id.as_str(),
+                        EscrowPoint {
+                            nonce: 1,
+                            nonces_left: 9,
+                            balance: 5,
+                        },
+                    )
+                })
+                .collect();
+            s.push(t, &[], shown(escrows));
+        }
+        let points = s.points();
+        assert!(points.iter().all(|p| p.escrows.len() == ESCROWS_PER_POINT));
+        assert!(points.iter().all(|p| p.escrows_live == 1_000));
+    }
+
+    #[test]
+    fn a_few_escrows_are_all_shown() {
+        let live = vec![(
+            "42",
+            EscrowPoint {
+                nonce: 3,
+                nonces_left: 7,
+                balance: 9,
+            },
+        )];
+        let p = shown(live);
+        assert_eq!((p.live, p.shown.len()), (1, 1));
+        assert_eq!(p.shown["42"].nonces_left, 7);
     }
 }

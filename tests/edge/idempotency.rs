@@ -114,6 +114,49 @@ async fn a_retry_with_the_same_key_replays_without_a_new_nonce() {
     l.stop().await;
 }
 
+/// A request without an `Idempotency-Key` can never be replayed: the table keeps its record
+/// but not its answer (issue 16: the SSE bytes of 10 000 streams were ≈ 20 MB for nothing).
+#[actix_rt::test]
+async fn only_an_answer_with_a_key_is_kept_for_replay() {
+    let l = start(Profile::Zero).await;
+    let url = l.url().to_string();
+    for body in [WHOLE, STREAM] {
+        let mut resp = client()
+            .post(format!("{url}/v1/chat/completions"))
+            .insert_header(("Content-Type", "application/json"))
+            .send_body(body.to_string())
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let rid = resp
+            .headers()
+            .get("x-request-id")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let answer = resp.body().limit(16 << 20).await.unwrap();
+        assert!(!answer.is_empty());
+        let rec = admin_get(&url, &format!("/v1/requests/{rid}")).await;
+        assert_eq!(rec["outcome"]["state"], "completed", "{rec}");
+        assert!(rec["stored_bytes"].is_null(), "no key, no bytes: {rec}");
+        assert_eq!(rec["replay_truncated"], false, "{rec}");
+
+        let key = format!("kept-{}", body.len());
+        let (status, headers, bytes) = post(&url, body, &key).await;
+        assert_eq!(status, 200);
+        let rid = headers
+            .get("x-request-id")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let rec = admin_get(&url, &format!("/v1/requests/{rid}")).await;
+        assert_eq!(rec["stored_bytes"], bytes.len(), "with a key: {rec}");
+    }
+    l.stop().await;
+}
+
 #[actix_rt::test]
 async fn a_concurrent_duplicate_joins_the_running_request() {
     // Hosts with latency: the duplicate arrives while the first request is still racing.
@@ -215,4 +258,45 @@ async fn oversized_answers_are_409_and_failures_release_the_key() {
         acc.begin(record("f", "k", "g"), late),
         Begin::Fresh
     ));
+}
+
+#[actix_rt::test]
+async fn the_table_keeps_an_answer_only_for_a_keyed_request() {
+    use devshard_gateway::{
+        config::AccountingConfig,
+        state::accounting::{Accounting, Begin, Outcome, Stored},
+    };
+    let acc = Accounting::new(AccountingConfig::default());
+    let stored = || Stored {
+        content_type: "application/json",
+        bytes: bytes::Bytes::from_static(b"{}"),
+    };
+    let mut plain = record("p", "unused", "f");
+    plain.idempotency_key = None;
+    assert!(matches!(acc.begin(plain, 1_000), Begin::Fresh));
+    acc.finish(
+        "p",
+        Outcome::Completed { status: 200 },
+        Some(stored()),
+        2_000,
+    );
+    let p = acc.get("p").unwrap();
+    assert_eq!(p.outcome, Outcome::Completed { status: 200 });
+    assert!(p.stored.is_none() && !p.replay_truncated);
+
+    assert!(matches!(
+        acc.begin(record("k", "key", "f"), 1_000),
+        Begin::Fresh
+    ));
+    acc.finish(
+        "k",
+        Outcome::Completed { status: 200 },
+        Some(stored()),
+        2_000,
+    );
+    assert_eq!(acc.get("k").unwrap().stored.unwrap().bytes.as_ref(), b"{}");
+    let Begin::Join { mut done, .. } = acc.begin(record("k2", "key", "f"), 3_000) else {
+        panic!("a retry with the key joins");
+    };
+    assert!(*done.borrow_and_update(), "the first request already ended");
 }

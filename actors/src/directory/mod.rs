@@ -302,17 +302,8 @@ impl Handler<GetStatus> for Directory {
     type Result = MessageResult<GetStatus>;
 
     fn handle(&mut self, _: GetStatus, _: &mut Self::Context) -> Self::Result {
-        let mut entities = Vec::new();
-        for (id, e) in &self.escrows {
-            entities.push(EntityStatus {
-                kind: ActorKind::Escrow,
-                id: id.clone(),
-                alive: e.slot.addr.as_ref().is_some_and(|a| a.connected()),
-                failed: e.slot.failed,
-                restarts: u32::try_from(e.slot.restarts.len()).unwrap_or(u32::MAX),
-                in_flight: e.in_flight.load(Ordering::Relaxed),
-            });
-        }
+        let mut entities = self.escrow_statuses();
+        entities.reserve_exact(self.participants.len());
         for (addr, p) in &self.participants {
             entities.push(EntityStatus {
                 kind: ActorKind::Participant,
@@ -329,5 +320,29 @@ impl Handler<GetStatus> for Directory {
             .map(|(id, (e, r))| (*id, e.clone(), r.clone()))
             .collect();
         MessageResult(DirectoryStatus { entities, races })
+    }
+}
+
+impl Handler<GetEscrowStatuses> for Directory {
+    type Result = MessageResult<GetEscrowStatuses>;
+
+    fn handle(&mut self, _: GetEscrowStatuses, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.escrow_statuses())
+    }
+}
+
+impl Directory {
+    fn escrow_statuses(&self) -> Vec<EntityStatus> {
+        self.escrows
+            .iter()
+            .map(|(id, e)| EntityStatus {
+                kind: ActorKind::Escrow,
+                id: id.clone(),
+                alive: e.slot.addr.as_ref().is_some_and(|a| a.connected()),
+                failed: e.slot.failed,
+                restarts: u32::try_from(e.slot.restarts.len()).unwrap_or(u32::MAX),
+                in_flight: e.in_flight.load(Ordering::Relaxed),
+            })
+            .collect()
     }
 }

@@ -3,8 +3,8 @@
 //! Transactions come from receipts (`MsgConfirmStart`), hosts' mempools (finishes, validations,
 //! votes) and our own timeout handling. They are ordered by priority — ConfirmStart 0 < Finish 1 <
 //! Validation 2 < ValidationVote 3 < others 4 — with a stable order inside a priority, and each
-//! host-proposed tx is queued at most once (dedup keys `confirm:<id>`, `finish:<id>`,
-//! `validation:<id>:<slot>`, `vote:<id>:<slot>`). Unlike upstream, a key is forgotten again when
+//! host-proposed tx is queued at most once (dedup keys [`TxKey`]: confirm and finish of an
+//! inference, validation and vote of an inference by a slot, a slot's seed reveal). Unlike upstream, a key is forgotten again when
 //! its tx was *skipped* by best-effort apply for a reason that can change (e.g. a finish seen
 //! before its confirm), so it can be re-queued when a host shows it again.
 
@@ -23,17 +23,32 @@ pub fn priority(tx: &DevshardTx) -> u8 {
     }
 }
 
+/// Dedup key of a host-proposed tx: which tx of which inference (and slot). Typed, with no
+/// allocation: an escrow keeps every key it ever queued (two or more per inference for its
+/// whole life), which as strings (`confirm:<id>`, …) cost ≈ 130 B per request (issue 16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TxKey {
+    Confirm(u64),
+    Finish(u64),
+    Validation { inference: u64, slot: u32 },
+    Vote { inference: u64, slot: u32 },
+    RevealSeed(u32),
+}
+
 /// Dedup key of a host-proposed tx; user-proposed txs have none.
-pub fn dedup_key(tx: &DevshardTx) -> Option<String> {
+pub fn dedup_key(tx: &DevshardTx) -> Option<TxKey> {
     match &tx.tx {
-        Some(Tx::ConfirmStart(m)) => Some(format!("confirm:{}", m.inference_id)),
-        Some(Tx::FinishInference(m)) => Some(format!("finish:{}", m.inference_id)),
-        Some(Tx::Validation(m)) => Some(format!(
-            "validation:{}:{}",
-            m.inference_id, m.validator_slot
-        )),
-        Some(Tx::ValidationVote(m)) => Some(format!("vote:{}:{}", m.inference_id, m.voter_slot)),
-        Some(Tx::RevealSeed(m)) => Some(format!("reveal_seed:{}", m.slot_id)),
+        Some(Tx::ConfirmStart(m)) => Some(TxKey::Confirm(m.inference_id)),
+        Some(Tx::FinishInference(m)) => Some(TxKey::Finish(m.inference_id)),
+        Some(Tx::Validation(m)) => Some(TxKey::Validation {
+            inference: m.inference_id,
+            slot: m.validator_slot,
+        }),
+        Some(Tx::ValidationVote(m)) => Some(TxKey::Vote {
+            inference: m.inference_id,
+            slot: m.voter_slot,
+        }),
+        Some(Tx::RevealSeed(m)) => Some(TxKey::RevealSeed(m.slot_id)),
         _ => None,
     }
 }
@@ -42,7 +57,7 @@ pub fn dedup_key(tx: &DevshardTx) -> Option<String> {
 #[derive(Debug, Default, Clone)]
 pub struct PendingTxs {
     queue: VecDeque<DevshardTx>,
-    seen: BTreeSet<String>,
+    seen: BTreeSet<TxKey>,
 }
 
 impl PendingTxs {
@@ -78,8 +93,8 @@ impl PendingTxs {
             .any(|tx| matches!(&tx.tx, Some(Tx::FinishInference(f)) if f.inference_id == id))
     }
 
-    /// Whether a key was ever queued (e.g. `finish:<id>`).
-    pub fn has_seen(&self, key: &str) -> bool {
+    /// Whether a key was ever queued (e.g. `TxKey::Finish(id)`).
+    pub fn has_seen(&self, key: &TxKey) -> bool {
         self.seen.contains(key)
     }
 
@@ -139,5 +154,16 @@ mod tests {
         );
         p.forget(&finish(1));
         assert!(p.push(finish(1)));
+    }
+
+    #[test]
+    fn keys_are_typed_and_held_inline() {
+        let mut p = PendingTxs::default();
+        assert!(p.push(confirm(7)));
+        assert!(p.push(finish(7)));
+        assert!(p.has_seen(&TxKey::Confirm(7)) && p.has_seen(&TxKey::Finish(7)));
+        assert!(!p.has_seen(&TxKey::Finish(8)) && !p.has_seen(&TxKey::Confirm(70)));
+        // A key is a value of 16 bytes: nothing on the heap per key.
+        assert_eq!(std::mem::size_of::<TxKey>(), 16);
     }
 }

@@ -72,7 +72,7 @@ pub struct Session {
     diffs: BTreeMap<u64, Arc<Diff>>,
     diff_window: usize,
     /// Roots of diffs read back from the store (`window.rs`).
-    recalled: RefCell<BTreeMap<u64, Vec<u8>>>,
+    recalled: RefCell<BTreeMap<u64, window::Root>>,
     host_sync: BTreeMap<Address, u64>,
     /// Highest nonce sent to each host in an inference request (optimistic catch-up).
     host_sent: BTreeMap<Address, u64>,

@@ -14,7 +14,8 @@
 //!   answer that arrives late) and those of the diffs last read back from the store for a
 //!   catch-up ([`RECALLED_ROOTS`] at most); a report at a nonce neither holds is refused
 //!   ([`SessionError::BeyondWindow`](crate::protocol::session_error::SessionError)), never
-//!   taken unchecked.
+//!   taken unchecked. A root is kept as its 32 bytes inline ([`Root`]: no allocation each; a
+//!   diff whose root is not 32 bytes long is never composed, and would not be recalled).
 
 use std::sync::Arc;
 
@@ -30,6 +31,14 @@ pub const RECALLED_ROOTS: usize = 16_384;
 /// Roots at or below the lowest sync point kept for answers that arrive late (out of order, or
 /// from a body overtaken on a jittered link): the newest this many.
 pub const LATE_ROOTS: usize = 256;
+
+/// A state root kept apart (SHA-256).
+pub(super) type Root = [u8; 32];
+
+/// `root` as a [`Root`], when it is 32 bytes long.
+fn root(root: &[u8]) -> Option<Root> {
+    root.try_into().ok()
+}
 
 impl Session {
     /// Keeps at most the newest `window` diffs in memory (at least 1).
@@ -83,7 +92,9 @@ impl Session {
         let first_held = self.first_held();
         let mut recalled = self.recalled.borrow_mut();
         for d in diffs.iter().filter(|d| d.nonce < first_held) {
-            recalled.insert(d.nonce, d.post_state_root.clone());
+            if let Some(r) = root(&d.post_state_root) {
+                recalled.insert(d.nonce, r);
+            }
         }
         while recalled.len() > RECALLED_ROOTS {
             recalled.pop_first();
@@ -94,7 +105,7 @@ impl Session {
     pub(super) fn held_root(&self, nonce: u64) -> Option<Vec<u8>> {
         match self.diffs.get(&nonce) {
             Some(d) => Some(d.post_state_root.clone()),
-            None => self.recalled.borrow().get(&nonce).cloned(),
+            None => self.recalled.borrow().get(&nonce).map(|r| r.to_vec()),
         }
     }
 
@@ -137,7 +148,9 @@ impl Session {
                 .is_some_and(|(n, _)| *n < lowest_sync)
         {
             if let Some((nonce, diff)) = self.diffs.pop_first() {
-                recalled.insert(nonce, diff.post_state_root.clone());
+                if let Some(r) = root(&diff.post_state_root) {
+                    recalled.insert(nonce, r);
+                }
             }
         }
         while recalled.len() > RECALLED_ROOTS

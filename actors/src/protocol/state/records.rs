@@ -3,7 +3,10 @@
 //!
 //! `live_hash = sha256(proto(InferencesMapProto{records by id}))`, and that encoding is just the
 //! concatenation of every record's field-1 framing `0x0a ‖ varint(len) ‖ proto(record)`. So:
-//! - each record is stored with its framed encoding ([`Entry`]), encoded once when it is written;
+//! - each record's framing is encoded when it is hashed (`encode.rs`, into one reused buffer),
+//!   not kept beside the record: a write hashes the stream from its chunk on, so the bytes of
+//!   the few entries after it are encoded again (issue 16: a kept copy was ≈ 190 B per live
+//!   record, held by the escrow and the cost ledger's replica alike);
 //! - records live in id order in chunks of up to [`CHUNK`] entries behind `Arc`s: a clone copies
 //!   one pointer per chunk, a write copies one chunk's pointer vector (copy-on-write), so the
 //!   apply-on-a-clone-then-swap commit stays atomic without a deep clone;
@@ -16,13 +19,13 @@
 
 use std::{fmt, sync::Arc};
 
-use prost::Message;
 use sha2::{Digest, Sha256};
 
 use super::record::InferenceRecord;
 
 #[cfg(test)]
 mod checks;
+mod encode;
 
 /// Entries per chunk when packing (appends, rebuilds after removals). Unit tests use tiny chunks
 /// so that random sessions cross many chunk boundaries.
@@ -32,35 +35,15 @@ const MAX_CHUNK: usize = 2 * CHUNK;
 /// Key of `InferencesMapProto.entries` (field 1, length-delimited).
 const ENTRY_KEY: u8 = 0x0a;
 
-/// One record with its committed bytes.
+/// One live record (its committed bytes are encoded on demand, see the module docs).
 #[derive(Clone, Debug)]
 pub(super) struct Entry {
     rec: InferenceRecord,
-    /// `0x0a ‖ varint(len) ‖ proto(InferenceRecordProto)`.
-    framed: Vec<u8>,
-    /// Length of the `0x0a ‖ varint(len)` prefix.
-    header: usize,
 }
 
 impl Entry {
     fn new(rec: InferenceRecord) -> Entry {
-        let mut e = Entry {
-            rec,
-            framed: Vec::new(),
-            header: 0,
-        };
-        e.encode();
-        e
-    }
-
-    fn encode(&mut self) {
-        let body = self.rec.to_proto().encode_to_vec();
-        let mut framed = Vec::with_capacity(body.len() + 11);
-        framed.push(ENTRY_KEY);
-        prost::encoding::encode_varint(body.len() as u64, &mut framed);
-        self.header = framed.len();
-        framed.extend_from_slice(&body);
-        self.framed = framed;
+        Entry { rec }
     }
 
     pub(super) fn record(&self) -> &InferenceRecord {
@@ -68,8 +51,15 @@ impl Entry {
     }
 
     /// The entry bytes `proto(InferenceRecordProto)` (what the sealed accumulator folds).
-    pub(super) fn entry_bytes(&self) -> &[u8] {
-        self.framed.get(self.header..).unwrap_or_default()
+    pub(super) fn entry_bytes(&self) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(192);
+        encode::encode_entry(&self.rec, &mut buf);
+        buf
+    }
+
+    /// Feeds this entry's part of the live hash to `h`.
+    fn hash_into(&self, h: &mut Sha256, scratch: &mut Vec<u8>) {
+        encode::hash_framed(&self.rec, h, scratch);
     }
 
     fn id(&self) -> u64 {
@@ -269,10 +259,11 @@ impl Records {
         if self.clean < self.chunks.len() {
             let mut h = self.resume();
             let mut skip = self.partial;
+            let mut scratch = Vec::with_capacity(192);
             for chunk in &mut self.chunks[self.clean..] {
                 let chunk = Arc::make_mut(chunk);
                 for e in chunk.entries.iter().skip(skip) {
-                    h.update(&e.framed);
+                    e.hash_into(&mut h, &mut scratch);
                 }
                 chunk.mid = h.clone();
                 skip = 0;
@@ -293,9 +284,10 @@ impl Records {
         }
         let mut h = self.resume();
         let mut skip = self.partial;
+        let mut scratch = Vec::with_capacity(192);
         for chunk in &self.chunks[self.clean..] {
             for e in chunk.entries.iter().skip(skip) {
-                h.update(&e.framed);
+                e.hash_into(&mut h, &mut scratch);
             }
             skip = 0;
         }

@@ -151,7 +151,7 @@ impl StateMachine {
         for entry in self.st.records.remove_sorted(ids) {
             let id = entry.record().inference_id;
             self.st.sealed_acc =
-                fold_sealed(&self.st.sealed_acc, seal_nonce, id, entry.entry_bytes());
+                fold_sealed(&self.st.sealed_acc, seal_nonce, id, &entry.entry_bytes());
             self.st.sealed_count = self.st.sealed_count.saturating_add(1);
         }
     }

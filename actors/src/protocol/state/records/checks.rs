@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use super::{Entry, InferenceRecord, Records, MAX_CHUNK};
 
 impl Records {
-    /// A mutable record; its entry is re-encoded when the guard drops.
+    /// A mutable record (its bytes are encoded when next hashed).
     pub(in crate::protocol::state) fn get_mut(&mut self, id: &u64) -> Option<RecordMut<'_>> {
         let (j, e) = self.locate(*id).ok()?;
         self.touch(j, e);
@@ -34,18 +34,16 @@ impl Records {
             assert!(!chunk.entries.is_empty(), "empty chunk {j}");
             assert!(chunk.entries.len() <= MAX_CHUNK, "oversized chunk {j}");
             for (e, entry) in chunk.entries.iter().enumerate() {
-                let fresh = Entry::new(entry.rec.clone());
-                assert_eq!(
-                    entry.framed,
-                    fresh.framed,
-                    "stale encoding of {}",
-                    entry.id()
-                );
-                assert_eq!(entry.entry_bytes(), entry.rec.entry_bytes().as_slice());
+                // From scratch: prost's encoding of the record, framed as field 1.
+                let body = entry.rec.entry_bytes();
+                assert_eq!(entry.entry_bytes(), body, "encoding of {}", entry.id());
                 if j == self.clean && self.partial > 0 && e == self.partial {
                     assert_eq!(fin(&chunk.mid), fin(&h), "partial state of chunk {j}");
                 }
-                h.update(&entry.framed);
+                let mut framed = vec![super::ENTRY_KEY];
+                prost::encoding::encode_varint(body.len() as u64, &mut framed);
+                framed.extend_from_slice(&body);
+                h.update(&framed);
             }
             if j == self.clean && self.partial > 0 {
                 assert!(self.partial <= chunk.entries.len(), "partial out of range");
@@ -64,7 +62,7 @@ fn fin(h: &Sha256) -> [u8; 32] {
     h.clone().finalize().into()
 }
 
-/// A mutable record that re-encodes its entry when dropped (the id must not change).
+/// A mutable record (the id must not change; its chunk was marked stale by `get_mut`).
 pub(in crate::protocol::state) struct RecordMut<'a> {
     entry: &'a mut Entry,
 }
@@ -79,11 +77,5 @@ impl std::ops::Deref for RecordMut<'_> {
 impl std::ops::DerefMut for RecordMut<'_> {
     fn deref_mut(&mut self) -> &mut InferenceRecord {
         &mut self.entry.rec
-    }
-}
-
-impl Drop for RecordMut<'_> {
-    fn drop(&mut self) {
-        self.entry.encode();
     }
 }
