@@ -27,6 +27,8 @@ mod operator;
 mod ops;
 #[path = "edge/overload.rs"]
 mod overload;
+#[path = "edge/overload_links.rs"]
+mod overload_links;
 #[path = "edge/persist.rs"]
 mod persist;
 #[path = "edge/poc.rs"]

@@ -81,6 +81,12 @@ pub struct ActorMetrics {
     pub catch_up_diffs: HistogramVec,
     /// Attempts sent again after the host's nonce gap, by result (`ok`, `failed`).
     pub gap_resends: IntCounterVec,
+    /// How long an inference body waited for its turn on its host's link (`escrow/links.rs`), by
+    /// result (`go`: at once, `paced`: after a wait, `expired`: after `link_max_wait_ms`).
+    pub link_wait_seconds: HistogramVec,
+    /// Nonce gaps that showed a body overtaking one it depended on (each may raise its link's
+    /// reorder horizon).
+    pub link_overtaken: IntCounter,
     /// Timeout votes collecting now (parallel across nonces, bounded by
     /// `timeout_votes_parallel`).
     pub timeout_votes_running: IntGauge,
@@ -264,6 +270,20 @@ impl ActorMetrics {
                 ),
                 &["result"],
             )?,
+            link_wait_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "link_wait_seconds",
+                    "Wait of an inference body for its turn on its host's link, by result",
+                )
+                .buckets(vec![
+                    0.0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,
+                ]),
+                &["result"],
+            )?,
+            link_overtaken: IntCounter::new(
+                "link_overtaken_total",
+                "Nonce gaps that showed a body overtaking one it depended on",
+            )?,
             timeout_votes_running: IntGauge::new(
                 "timeout_votes_running",
                 "Timeout votes collecting now (all verifiers asked in parallel)",
@@ -327,6 +347,8 @@ impl ActorMetrics {
         registry.register(Box::new(m.host_sync_rewinds.clone()))?;
         registry.register(Box::new(m.catch_up_diffs.clone()))?;
         registry.register(Box::new(m.gap_resends.clone()))?;
+        registry.register(Box::new(m.link_wait_seconds.clone()))?;
+        registry.register(Box::new(m.link_overtaken.clone()))?;
         registry.register(Box::new(m.timeout_votes_running.clone()))?;
         registry.register(Box::new(m.timeout_vote_retries.clone()))?;
         Ok(m)

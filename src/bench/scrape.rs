@@ -1,5 +1,6 @@
 //! The gateway's `/metrics` as `bench` reads them: the figures a phase moved (diffs per request
-//! body, gap resends, sheds, attempts and hedges), as the difference of two scrapes.
+//! body, gap resends, bodies paced on their host's link, sheds, attempts and hedges), as the
+//! difference of two scrapes.
 
 use std::time::Duration;
 
@@ -61,6 +62,10 @@ impl Scrape {
                 "devshard_gateway_limit_rejections_total",
                 &[r#"reason="queue_timeout""#],
             ),
+            paced: d("devshard_link_wait_seconds_count", &[r#"result="paced""#]),
+            paced_seconds: d("devshard_link_wait_seconds_sum", &[r#"result="paced""#]),
+            expired: d("devshard_link_wait_seconds_count", &[r#"result="expired""#]),
+            overtaken: d("devshard_link_overtaken_total", &[]),
             attempts: d("devshard_attempts_total", &[]),
             hedges: d("devshard_hedges_total", &[]),
             limit: self.sum("devshard_gateway_concurrency_limit", &[]),
@@ -78,6 +83,12 @@ pub(super) struct Figures {
     pub shed_ceiling: f64,
     pub shed_queue_full: f64,
     pub shed_queue_timeout: f64,
+    /// Bodies that waited for their turn on their host's link, and how long in all (s).
+    pub paced: f64,
+    pub paced_seconds: f64,
+    /// Bodies that left after `link_max_wait_ms`, and gaps that showed overtaking.
+    pub expired: f64,
+    pub overtaken: f64,
     pub attempts: f64,
     pub hedges: f64,
     /// The adaptive limit at the second scrape.
@@ -92,12 +103,16 @@ impl Figures {
 
     pub fn line(&self) -> String {
         format!(
-            "gateway bodies: mean {:.2} diffs per inference request ({:.0} sent to hosts; first sends {:.2}, {:.0} nonce-gap resends of mean {:.1}); sheds: queue_full {:.0}, queue_timeout {:.0}, ceiling {:.0}; adaptive limit now {:.0}",
+            "gateway bodies: mean {:.2} diffs per inference request ({:.0} sent to hosts; first sends {:.2}, {:.0} nonce-gap resends of mean {:.1}); links: {:.0} paced (mean wait {:.1} ms), {:.0} expired, {:.0} overtaken; sheds: queue_full {:.0}, queue_timeout {:.0}, ceiling {:.0}; adaptive limit now {:.0}",
             self.diffs_per_request(),
             self.first_sends,
             self.first_diffs / self.first_sends.max(1.0),
             self.resends,
             self.resent_diffs / self.resends.max(1.0),
+            self.paced,
+            self.paced_seconds * 1e3 / self.paced.max(1.0),
+            self.expired,
+            self.overtaken,
             self.shed_queue_full,
             self.shed_queue_timeout,
             self.shed_ceiling,

@@ -1,5 +1,5 @@
-//! Overload control at the edge: an adaptive limit on the races *starting* (from admission to
-//! their first byte, or their whole answer), with a short bounded queue in front of it.
+//! Overload control at the edge: an adaptive limit on the races *starting* (from admission until
+//! their first attempt is dispatched to a host), with a short bounded queue in front of it.
 //!
 //! - **What it measures is the gateway's own work.** A race is *dispatched* when its first
 //!   attempt goes to a host: the escrow was picked, the nonce granted, the diff composed, signed
@@ -7,20 +7,28 @@
 //!   gateway controls, and what grows when the gateway itself is overloaded (a busy escrow
 //!   mailbox, a slow fsync, no CPU left). The host's own latency (300 ms RTT, a 1 s receipt on a
 //!   remote host) comes after it and is never a sample, so slow hosts do not shrink the limit.
-//!   The slot itself is held until the first byte (or the failure), so the races waiting on
-//!   their hosts still count against the limit: admitting them all at once (2 000 streams on
-//!   remote hosts) overran the escrows' catch-up (nonce-gap resends of ≈ 700 diffs each).
+//!   The slot is freed at dispatch too: a race waiting on its host holds no slot. What bounds
+//!   the bodies in flight to one host is that host's link (`devshard_actors::escrow::links`:
+//!   a body leaves once the bodies it depends on left a reorder horizon ago). Until issue 16's
+//!   third round the slot was held to the first byte, and 2 000 streams on 1.3 s hosts needed
+//!   ≈ 300 slots the limit never reached (it shed ≈ 90 %); releasing it without the links let
+//!   hundreds of bodies per host overtake each other (nonce-gap resends of ≈ 700 diffs each).
 //! - The limit follows that latency ([`gradient::next_limit`], Gradient2-style): every window
 //!   (`window_ms` and at least `window_samples` samples) updates the limit. It stays within
 //!   `[min_limit, max_concurrent_races]`; `max_concurrent_races` stays the hard ceiling on every
 //!   race in flight, streams included (checked before this limiter, as before).
-//! - A request that finds the limit reached waits in a FIFO queue of at most `queue_depth`, for at
+//! - A request that finds the limit reached waits in a FIFO queue (of the depth below), for at
 //!   most `queue_timeout_ms`; past either it is shed ([`Shed`]: 503 + `Retry-After`, the message
 //!   says the gateway is saturated). Queue wait is not part of the latency sample, so queueing
 //!   never feeds back into the limit.
-//! - The sample is taken by the race's hook ([`StartPermit::on_dispatch`]); the slot is freed
-//!   when the permit is dropped (first byte, whole answer or failure) and the next waiter gets it
-//!   at once. A waiter whose client left is removed from the queue.
+//! - The queue's depth is `queue_depth`, or more while the measured pace drains more within
+//!   the deadline ([`effective_depth`]: `limit · queue_timeout / last window's latency`, at most
+//!   [`DEPTH_CAP_FACTOR`] × `queue_depth`): a burst the gateway can admit in time waits rather
+//!   than being shed at once.
+//! - The sample is taken and the slot freed by the race's hook
+//!   ([`StartPermit::into_dispatch_hook`]), or the slot freed when the permit is dropped
+//!   (failure before dispatch); the next waiter gets it at once. A waiter whose client left is
+//!   removed from the queue.
 //!
 //! Visible as `devshard_gateway_concurrency_limit`, `devshard_gateway_starting_races`,
 //! `devshard_gateway_queued_requests`, `devshard_gateway_queue_wait_seconds`,
@@ -32,6 +40,7 @@
 
 pub mod gradient;
 pub mod settings;
+mod shed;
 
 use std::{
     collections::VecDeque,
@@ -40,60 +49,15 @@ use std::{
 };
 
 use devshard_actors::race::DispatchHook;
-use serde::Serialize;
 use slog::Logger;
 use tokio::{sync::oneshot, time::Instant};
 
+pub use self::shed::{effective_depth, LimiterView, Shed, ShedReason, DEPTH_CAP_FACTOR};
 use self::{
     gradient::{GradientParams, GradientState, WindowSample},
     settings::OverloadSettings,
 };
 use crate::metrics::HttpMetrics;
-
-/// Why a request was shed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ShedReason {
-    /// The queue was full.
-    QueueFull,
-    /// It waited `queue_timeout_ms` without a slot.
-    QueueTimeout,
-}
-
-impl ShedReason {
-    /// `reason` label of `devshard_gateway_limit_rejections_total`.
-    pub fn label(self) -> &'static str {
-        match self {
-            ShedReason::QueueFull => "queue_full",
-            ShedReason::QueueTimeout => "queue_timeout",
-        }
-    }
-}
-
-/// A shed request (answered 503 + `Retry-After` at the edge).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shed {
-    pub reason: ShedReason,
-    pub retry_after_s: u64,
-    /// The limit when it was shed.
-    pub limit: usize,
-}
-
-/// What `/v1/debug/actors` shows of the limiter.
-#[derive(Debug, Clone, Serialize)]
-pub struct LimiterView {
-    pub enabled: bool,
-    pub limit: usize,
-    pub ceiling: usize,
-    pub starting: usize,
-    pub queued: usize,
-    pub queue_depth: usize,
-    pub long_rtt_ms: Option<f64>,
-    pub last_window_rtt_ms: Option<f64>,
-    pub admitted: u64,
-    pub shed_queue_full: u64,
-    pub shed_queue_timeout: u64,
-}
 
 /// The open window's samples.
 #[derive(Debug)]
@@ -173,19 +137,18 @@ impl StartPermit {
     /// The race's first attempt went to a host: its time since admission (the gateway's own
     /// share) is a sample, and the slot is free.
     pub fn dispatched(self) {
-        self.on_dispatch()();
+        if let Some(shared) = &self.shared {
+            sample(shared, self.admitted.elapsed());
+        }
     }
 
     /// The race's hook (`RaceSpec::dispatched`): when the first attempt goes to a host, the
-    /// time since admission (the gateway's own share) is a sample. The slot stays held until
-    /// the permit is dropped (the race's first byte, or its failure).
-    pub fn on_dispatch(&self) -> DispatchHook {
-        let (shared, admitted) = (self.shared.clone(), self.admitted);
-        Box::new(move || {
-            if let Some(shared) = shared {
-                sample(&shared, admitted.elapsed());
-            }
-        })
+    /// time since admission (the gateway's own share) is a sample and the slot is free. The
+    /// race waiting on its host holds no slot: each host's link paces its bodies instead
+    /// (`devshard_actors::escrow::links`). Dropped uncalled (no attempt was dispatched), the
+    /// slot is freed all the same.
+    pub fn into_dispatch_hook(self) -> DispatchHook {
+        Box::new(move || self.dispatched())
     }
 }
 
@@ -282,7 +245,7 @@ impl Limiter {
                 admit(shared, &mut st);
                 return Ok(self.permit());
             }
-            if st.queue.len() >= shared.settings.queue_depth {
+            if st.queue.len() >= depth(shared, &st) {
                 return Err(shed(shared, &mut st, ShedReason::QueueFull));
             }
             let (tx, rx) = oneshot::channel();
@@ -332,7 +295,7 @@ impl Limiter {
             ceiling: shared.params.max_limit as usize,
             starting: st.starting,
             queued: st.queue.len(),
-            queue_depth: shared.settings.queue_depth,
+            queue_depth: depth(shared, &st),
             long_rtt_ms: st.gradient.long_rtt_ms,
             last_window_rtt_ms: st.last_window_rtt_ms,
             admitted: st.admitted,
@@ -340,6 +303,16 @@ impl Limiter {
             shed_queue_timeout: st.shed[1],
         }
     }
+}
+
+fn depth(shared: &Shared, st: &State) -> usize {
+    let s = &shared.settings;
+    effective_depth(
+        s.queue_depth,
+        st.limit(),
+        s.queue_timeout_ms,
+        st.last_window_rtt_ms,
+    )
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, State> {

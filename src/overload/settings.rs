@@ -5,9 +5,10 @@
 //! ```toml
 //! [overload]
 //! enabled = true            # false: only max_concurrent_races limits (no queue)
-//! initial_limit = 64        # races starting at once (admission → first byte) at start
+//! initial_limit = 64        # races starting at once (admission → dispatch to a host) at start
 //! min_limit = 16            # the limit never falls below this
-//! queue_depth = 1024        # requests waiting for a slot; beyond it 503 at once
+//! queue_depth = 1024        # requests waiting for a slot (more while limit·timeout/latency
+//!                           # drains them in time, up to 8×); beyond it 503 at once
 //! queue_timeout_ms = 2000   # a request waiting longer gets 503
 //! window_ms = 250           # a window closes after this long …
 //! window_samples = 10       # … and at least this many samples

@@ -192,3 +192,57 @@ async fn disabled_admits_everything() {
     assert!(permits.iter().all(Result::is_ok));
     assert_eq!(l.view().starting, 0);
 }
+
+#[test]
+fn the_queue_depth_follows_what_the_limit_drains_within_the_deadline() {
+    // No latency measured yet: the configured depth.
+    assert_eq!(effective_depth(1_024, 64, 2_000, None), 1_024);
+    // 64 slots, 100 ms each, 2 s deadline: 1 280 can be admitted in time.
+    assert_eq!(effective_depth(1_024, 64, 2_000, Some(100.0)), 1_280);
+    // Slow: never below the configured depth.
+    assert_eq!(effective_depth(1_024, 64, 2_000, Some(1_000.0)), 1_024);
+    // Fast: at most DEPTH_CAP_FACTOR times the configured depth.
+    assert_eq!(
+        effective_depth(1_024, 64, 2_000, Some(0.01)),
+        1_024 * DEPTH_CAP_FACTOR
+    );
+    assert_eq!(effective_depth(1_024, 64, 2_000, Some(0.0)), 1_024);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_the_limit_drains_in_time_waits_instead_of_being_shed() {
+    let settings = OverloadSettings {
+        initial_limit: 2,
+        min_limit: 2,
+        queue_depth: 4,
+        queue_timeout_ms: 200,
+        window_ms: 10,
+        window_samples: 2,
+        ..OverloadSettings::default()
+    };
+    let (l, _) = limiter(settings, 2);
+    // A window of 1 ms dispatches: the pace is known.
+    for _ in 0..4 {
+        let p = l.acquire().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        p.dispatched();
+    }
+    assert_eq!(l.view().queue_depth, 4 * DEPTH_CAP_FACTOR);
+    // 24 at once: 2 start, 22 wait (a depth of 4 would shed 18); each dispatches in 5 ms.
+    let burst: Vec<_> = (0..24)
+        .map(|_| {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let p = l.acquire().await?;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                p.dispatched();
+                Ok::<(), Shed>(())
+            })
+        })
+        .collect();
+    for b in burst {
+        assert!(b.await.unwrap().is_ok(), "{:?}", l.view());
+    }
+    let v = l.view();
+    assert_eq!((v.shed_queue_full, v.shed_queue_timeout), (0, 0));
+}

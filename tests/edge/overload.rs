@@ -18,7 +18,7 @@ use std::{
 
 use actix_web::{http::StatusCode, test};
 use devshard_actors::{
-    clock::TokioClock,
+    clock::{SharedClock, TokioClock},
     directory::{Directory, DirectoryDeps},
     metrics::ActorMetrics,
     protocol::{diff::Diff, warm::WarmBinding},
@@ -115,6 +115,66 @@ impl Store for SlowStore {
     }
 }
 
+/// The in-process gateway over `sim` with `store`, escrow "42" of the simulated model registered.
+pub(crate) async fn gateway_over(
+    sim: &SimNetwork,
+    config: &Config,
+    store: SharedStore,
+    clock: SharedClock,
+) -> AppState {
+    let log = logging::discard();
+    let actors = ActorRegistry::default();
+    // One set of actor metrics: the escrows count into what `state.actor_metrics` reads.
+    let actor_metrics = ActorMetrics::detached().unwrap();
+    let directory = Directory::new(DirectoryDeps {
+        key: config.key.clone(),
+        store: store.clone(),
+        clock: clock.clone(),
+        log: log.clone(),
+        escrow_cfg: config.escrow.clone(),
+        budget: config.budget,
+        fault_injection: false,
+        metrics: actor_metrics.clone(),
+        actors: actors.clone(),
+        warm: devshard_actors::protocol::warm::WarmKeyChecker::rest(
+            &config.chain.rest_url,
+            clock.clone(),
+            devshard_actors::protocol::warm::WarmKeyMetrics::detached().unwrap(),
+            log.clone(),
+        ),
+    });
+    let board = directory.board();
+    let directory = directory.start_tracked();
+    let registry = metrics::new_registry().unwrap();
+    let parts = StateParts {
+        board,
+        directory: directory.clone(),
+        actors,
+        store: store.clone(),
+        metrics: HttpMetrics::register(&registry).unwrap(),
+        actor_metrics,
+        registry,
+        clock: clock.clone(),
+        log: log.clone(),
+    };
+    let state = AppState::new(config, parts);
+    let model = sim.config().model.clone();
+    escrows::register(
+        &state.chain,
+        &directory,
+        &store,
+        &state.signer,
+        &state.polling,
+        "42",
+        Some(&model),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    state
+}
+
 /// Statuses seen, and the limit's range over the phase.
 #[derive(Default, Debug)]
 struct Seen {
@@ -153,56 +213,9 @@ async fn slow_hosts_leave_the_limit_a_slow_gateway_shrinks_it_and_sheds_are_503_
         ..RawConfig::default()
     })
     .unwrap();
-    let log = logging::discard();
     let slow = Arc::new(SlowStore::default());
     let store: SharedStore = slow.clone();
-    let actors = ActorRegistry::default();
-    let directory = Directory::new(DirectoryDeps {
-        key: config.key.clone(),
-        store: store.clone(),
-        clock: clock.clone(),
-        log: log.clone(),
-        escrow_cfg: config.escrow.clone(),
-        budget: config.budget,
-        fault_injection: false,
-        metrics: ActorMetrics::detached().unwrap(),
-        actors: actors.clone(),
-        warm: devshard_actors::protocol::warm::WarmKeyChecker::rest(
-            &config.chain.rest_url,
-            clock.clone(),
-            devshard_actors::protocol::warm::WarmKeyMetrics::detached().unwrap(),
-            log.clone(),
-        ),
-    });
-    let board = directory.board();
-    let directory = directory.start_tracked();
-    let registry = metrics::new_registry().unwrap();
-    let parts = StateParts {
-        board,
-        directory: directory.clone(),
-        actors,
-        store: store.clone(),
-        metrics: HttpMetrics::register(&registry).unwrap(),
-        actor_metrics: ActorMetrics::detached().unwrap(),
-        registry,
-        clock: clock.clone(),
-        log: log.clone(),
-    };
-    let state = AppState::new(&config, parts);
-    let model = sim.config().model.clone();
-    escrows::register(
-        &state.chain,
-        &directory,
-        &store,
-        &state.signer,
-        &state.polling,
-        "42",
-        Some(&model),
-        None,
-        None,
-    )
-    .await
-    .unwrap();
+    let state = gateway_over(&sim, &config, store, clock.clone()).await;
     let app = test::init_service(build_app(state.clone())).await;
     let limiter = state.overload.clone();
 

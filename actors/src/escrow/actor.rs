@@ -36,6 +36,7 @@ use super::{
     durable::{AfterAck, Durable, OnDurable, Pending},
     error::EscrowError,
     guard::FaultGuard,
+    links::Links,
     nonces::NonceEntry,
     picker::{Picker, Step, Waiter},
     routing::Routing,
@@ -134,7 +135,11 @@ impl EscrowActor {
         EscrowActor {
             picker: Picker::new(deps.cfg.max_waiting),
             book: NonceBook::new(deadlines, VoteLimits::of(&deps.cfg), log.clone()),
-            durable: Durable::new(session.nonce(), session.diff_window()),
+            durable: Durable::new(
+                session.nonce(),
+                session.diff_window(),
+                Links::new(deps.cfg.links(), metrics.clone(), log.clone()),
+            ),
             guard: FaultGuard::new(&deps.settings, log.clone(), metrics.clone()),
             routing: Routing::new(hosts, &deps.settings, log, metrics),
             session,

@@ -19,6 +19,18 @@ pub struct EscrowConfig {
     /// Diffs kept in memory (and encoded) per escrow, the newest; a host further behind is
     /// served from the store (`escrow/diff_log.rs`). At least `catch_up_window` is sensible.
     pub diff_window: usize,
+    /// Pace inference bodies per host so they cannot overtake the ones they depend on
+    /// (`escrow/links.rs`); false: every body leaves at once (optimistic catch-up alone).
+    pub link_pacing: bool,
+    /// A link's reorder horizon at start, and its floor (ms; 0: optimistic until a gap shows
+    /// overtaking).
+    pub link_reorder_min_ms: u64,
+    /// The most a link's reorder horizon rises to (ms).
+    pub link_reorder_max_ms: u64,
+    /// A raised horizon halves every this long (ms).
+    pub link_reorder_half_life_ms: u64,
+    /// A body waits for its turn at most this long, then leaves anyway (ms).
+    pub link_max_wait_ms: u64,
     /// Races that may wait for a nonce at once (beyond: 503 + Retry-After).
     pub max_waiting: usize,
     /// Added to protocol deadlines before a timeout vote (`TimeoutBuffer`).
@@ -48,6 +60,11 @@ impl Default for EscrowConfig {
             catch_up_chunk: 200,
             catch_up_window: 64,
             diff_window: crate::escrow::session::DEFAULT_DIFF_WINDOW,
+            link_pacing: true,
+            link_reorder_min_ms: 20,
+            link_reorder_max_ms: 1_000,
+            link_reorder_half_life_ms: 30_000,
+            link_max_wait_ms: 2_000,
             max_waiting: 512,
             timeout_buffer_ms: 5_000,
             finish_poll_initial_ms: 1_000,
@@ -58,6 +75,20 @@ impl Default for EscrowConfig {
             timeout_vote_rounds: 8,
             checkpoint_every: crate::escrow::session::checkpoint::CHECKPOINT_EVERY,
             host_timeouts: HostTimeouts::default(),
+        }
+    }
+}
+
+impl EscrowConfig {
+    /// The link pacing settings (`escrow/links.rs`).
+    pub fn links(&self) -> crate::escrow::links::LinkSettings {
+        use std::time::Duration;
+        crate::escrow::links::LinkSettings {
+            enabled: self.link_pacing,
+            min: Duration::from_millis(self.link_reorder_min_ms),
+            max: Duration::from_millis(self.link_reorder_max_ms),
+            half_life: Duration::from_millis(self.link_reorder_half_life_ms.max(1)),
+            max_wait: Duration::from_millis(self.link_max_wait_ms),
         }
     }
 }

@@ -21,6 +21,7 @@ use super::{
     error::EscrowError,
     hedging,
     info::HostEndpoint,
+    links::{LinkView, Links},
     messages::{AttemptKind, NonceGrant, VerifyContext},
     nonces::{NonceEntry, NonceState},
     picker::Waiter,
@@ -85,6 +86,8 @@ pub(super) struct Durable {
     quiet: (u64, u32),
     /// Nonce of the last state checkpoint written (0: none since the actor started).
     last_checkpoint: u64,
+    /// Each body's turn on its host's link (`links.rs`).
+    links: Links,
 }
 
 /// `sync_persist` ticks (1 s) without a new nonce after which the escrow is idle.
@@ -92,15 +95,21 @@ pub(super) const IDLE_AFTER_TICKS: u32 = 5;
 
 impl Durable {
     /// Starts at the session's nonce (a restored session replayed only durable diffs), keeping
-    /// at most `window` encoded diffs (the session's diff window).
-    pub(super) fn new(durable_nonce: u64, window: usize) -> Durable {
+    /// at most `window` encoded diffs (the session's diff window), with fresh links.
+    pub(super) fn new(durable_nonce: u64, window: usize, links: Links) -> Durable {
         Durable {
             durable_nonce,
             sync_dirty: false,
             wire: WireDiffs::new(window),
             quiet: (durable_nonce, 0),
             last_checkpoint: 0,
+            links,
         }
+    }
+
+    /// The links' state (the escrow's snapshot).
+    pub(super) fn links(&self) -> Vec<LinkView> {
+        self.links.view()
     }
 
     pub(super) fn durable_nonce(&self) -> u64 {
@@ -297,7 +306,8 @@ impl Durable {
     /// Encoded request bodies for one attempt: the newest `catch_up_window` diffs and any no
     /// request carried to the host yet (`session/sync_points.rs`), as catch-up chunks first when
     /// they are more than one chunk, then the inference request ending with this nonce's diff. They are signed
-    /// when each leaves (the grant carries the signer, not signatures).
+    /// when each leaves (the grant carries the signer, not signatures), once the body's turn on
+    /// its host's link came (the grant's ticket, registered here in nonce order: `links.rs`).
     fn build_grant(
         &self,
         session: &Session,
@@ -328,6 +338,7 @@ impl Durable {
         let (prelude, request) = self.bodies(deps, &pending, nonce, payload)?;
         let now_ms = deps.clock.now_ms();
         let catching_up = !prelude.is_empty();
+        let link = self.links.register(&host.address, nonce, after);
         Ok(NonceGrant {
             nonce,
             host: host.address.clone(),
@@ -348,6 +359,7 @@ impl Durable {
                 escrow_id: Arc::from(info.escrow_id.as_str()),
                 start: session.start_of(nonce),
             },
+            link,
         })
     }
 

@@ -101,6 +101,8 @@ pub struct NonceGrant {
     /// What the host's receipt and state signature are checked against, so the attempt can
     /// recover their signers on its own thread (see `race/prewarm.rs`).
     pub verify: VerifyContext,
+    /// The body's turn on its host's link (`escrow/links.rs`); `None` without pacing.
+    pub link: Option<Arc<crate::escrow::links::LinkTicket>>,
 }
 
 /// The escrow facts an attempt needs to pre-recover its host's signatures.
@@ -189,6 +191,8 @@ pub struct EscrowSnapshot {
     pub panic_mode: bool,
     /// Warm key bound to each slot (docs/lifecycle.md §5).
     pub warm_keys: std::collections::BTreeMap<u32, crate::protocol::crypto::Address>,
+    /// Each host link's pacing (`escrow/links.rs`): its reorder horizon, bodies waiting.
+    pub links: Vec<crate::escrow::links::LinkView>,
 }
 
 /// Test and operator hook: make the actor panic (only when fault injection is enabled).

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | nonce picker | `picker.rs` | waiting races, the `picker_hold` timer |
 //! | nonce book | `book.rs`, `vote_queue.rs` | unsettled nonces, `nonce <n>` timers, the timeout-vote queue (parallel, bounded, retried) |
-//! | durability path | `durable.rs`, `ghost.rs` | append → store ack → grant; the durable nonce; encoded bodies (signed as each leaves); ghost inferences; sync-nonce persistence |
+//! | durability path | `durable.rs`, `ghost.rs`, `links.rs` | append → store ack → grant; the durable nonce; encoded bodies (signed as each leaves); each body's turn on its host's link; ghost inferences; sync-nonce persistence |
 //! | fault guard | `guard.rs` | outcome building, held faults, the correlation detector, `fault_release`, last successes |
 //! | host routing | `routing.rs` | health view, withheld hosts, panic mode, hedge budget, repair actors |
 //!
@@ -50,6 +50,7 @@ mod guard;
 mod hedging;
 pub mod info;
 pub mod key;
+pub mod links;
 pub mod messages;
 pub mod nonce_room;
 pub mod nonces;

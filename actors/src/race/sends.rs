@@ -26,14 +26,24 @@ use crate::{
 };
 
 impl AttemptTask {
-    /// The prelude, then the inference POST (within the receipt timeout): its open stream. A
-    /// nonce gap (the host lacks diffs an earlier body carried, or lost its session) sends the
-    /// same nonce once more, from what the host says it holds.
+    /// The body's turn on its host's link (`escrow/links.rs`), then the prelude and the
+    /// inference POST (within the receipt timeout): its open stream. A nonce gap (the host lacks
+    /// diffs an earlier body carried, or lost its session) tells the link by how much the body
+    /// overtook the one it depended on, and sends the same nonce once more, from what the host
+    /// says it holds.
     pub(super) async fn send_request(&self) -> Result<InferenceStream, AttemptEnd> {
+        if let Some(link) = &self.grant.link {
+            link.ready().await;
+        }
         self.send_prelude(&self.grant.prelude).await?;
         match self.open(self.grant.request.clone()).await {
             Err(AttemptEnd::Host(e)) => match e.rejection().and_then(Rejection::host_holds) {
-                Some(holds) => self.resend(holds, e).await,
+                Some(holds) => {
+                    if let Some(link) = &self.grant.link {
+                        link.overtaken(holds);
+                    }
+                    self.resend(holds, e).await
+                }
                 None => Err(AttemptEnd::Host(e)),
             },
             other => other,

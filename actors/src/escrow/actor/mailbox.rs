@@ -277,6 +277,7 @@ impl Handler<GetSnapshot> for EscrowActor {
                 .map(|(a, s)| (a.to_string(), s.nonce))
                 .collect(),
             warm_keys: self.session.warm_keys().clone(),
+            links: self.durable.links(),
         })
     }
 }
