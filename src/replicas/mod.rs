@@ -1,17 +1,20 @@
 //! Several replicas on one PostgreSQL database (README "Any replica serves any request"):
 //! forwarding requests to the replica that owns a suitable escrow ([`route`],
-//! `crate::http::forward`), and sharing host health and settings changes between replicas
-//! ([`events`], [`apply`]). SQLite has none of this ([`Replicas::for_store`] is `None`).
+//! `crate::http::forward`), sharing host health and settings changes between replicas
+//! ([`events`], [`apply`]), and publishing the budgets of this replica's escrows for the
+//! rotation's leader ([`budgets`]). SQLite has none of this ([`Replicas::for_store`] is `None`).
 //!
 //! | metric | type |
 //! |---|---|
 //! | `devshard_requests_forwarded_total{outcome}` | counter: requests forwarded to (or refused for) another replica, by [`ForwardOutcome`] |
 //! | `devshard_shared_events_total{kind,direction}` | counter: shared events by [`events::EventKind`] and [`events::Direction`] |
+//! | `devshard_escrow_budgets_published_total{result}` | counter: budgets of this replica's escrows published for the rotation's leader ([`budgets`]) |
 //!
 //! The lookup of the other replicas' escrows (live lease, live `replicas` row, the escrow's
 //! model) is cached for [`LOOKUP_TTL`]; a failed forward drops the cache.
 
 pub mod apply;
+pub mod budgets;
 pub mod events;
 pub mod route;
 

@@ -4,9 +4,12 @@
 //!   last error) and the last check's view (roles, budgets, decisions) for the debug listing.
 //! - **Survives a restart**: nothing of its own in memory matters. Open creation intents, the
 //!   day's deposits and the creations record are in the store ([`super::creator`],
-//!   [`super::deposits`]); escrow budgets come from the escrow board (live) or the settlement
-//!   tick ([`super::facts`]), roles from the settlement records. The back-off starts again from zero after a restart (bounded: the daily
-//!   cap still holds).
+//!   [`super::deposits`]); escrow budgets come from the escrow board (live), the owners'
+//!   publications on a shared store or the settlement tick ([`super::facts`]), roles from the
+//!   settlement records; retire requests for escrows other replicas run are records too
+//!   (`crate::state::settlements::NS_RETIRE`). The back-off starts again from zero after a
+//!   restart (bounded: the daily cap still holds), and so does the time this replica has led
+//!   (which decides when a stale publication makes a budget unknown: [`super::remote`]).
 //! - **One replica**: a check runs only on the replica that leads the rotation's duty lease
 //!   (`crate::store::duty`, PostgreSQL with several replicas); the others try to take it over
 //!   every 2 s and do nothing else. The creator's writes are fenced by that lease.
@@ -16,7 +19,8 @@
 //!   at once. Each check first reconciles every open intent (also when rotation
 //!   is off: admin creations need it), then, per rotating model, creates a replacement when too
 //!   few escrows are active (before any runs dry: see [`super::plan::role`]) and retires the
-//!   running-low ones once their replacements serve (drain + settle by the settlement actors).
+//!   running-low ones once their replacements serve (drain + settle by the settlement actors:
+//!   here, or by the escrow's owner through a retire request).
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -26,14 +30,19 @@ use serde::Serialize;
 use slog::{info, warn};
 
 use super::{
-    facts,
+    facts::{self, Sources},
     intent::{CreateIntent, Origin},
     plan::{backoff_ms, decide, role, Create, EscrowFacts, Role},
+    remote::{BudgetSource, Freshness},
     settings::{ModelRotation, RotationSettings},
     Rotation,
 };
 use crate::{
-    state::{settlements::Settlements, Deactivated},
+    replicas::Replicas,
+    state::{
+        settlements::{Retired, Settlements},
+        Deactivated,
+    },
     store::duty::Leadership,
 };
 
@@ -47,8 +56,10 @@ pub struct EscrowRole {
     pub role: Role,
     pub nonce: u64,
     pub nonces_left: u64,
-    /// What it can still spend (balance as the settlement tick saw it).
+    /// What it can still spend (balance less reservations).
     pub spendable: u64,
+    /// Where `nonce` and `spendable` came from (live here, published by another replica, …).
+    pub budget: BudgetSource,
 }
 
 /// One model in the view.
@@ -82,6 +93,8 @@ pub struct RotationView {
     pub checks: u64,
     pub models: Vec<ModelView>,
     pub intents: Vec<CreateIntent>,
+    /// Why the last check decided nothing (the shared budgets could not be read).
+    pub facts_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -98,6 +111,10 @@ pub struct RotationActor {
     deactivated: Deactivated,
     max_tokens_cap: u64,
     board: EscrowBoard,
+    /// The other replicas (PostgreSQL): the budgets they publish.
+    replicas: Option<Replicas>,
+    /// Since when this replica leads the rotation (its clock).
+    leading_since_ms: Option<i64>,
     backoff: BTreeMap<String, Backoff>,
     view: RotationView,
     busy: bool,
@@ -122,13 +139,20 @@ struct Checked {
     created: Option<Result<(), String>>,
 }
 
+/// What one check found.
+struct Outcome {
+    settings: RotationSettings,
+    models: Vec<Checked>,
+    facts_error: Option<String>,
+}
+
 impl RotationActor {
     pub fn new(
         rotation: Rotation,
         settlements: Settlements,
         deactivated: Deactivated,
         max_tokens_cap: u64,
-        board: EscrowBoard,
+        (board, replicas): (EscrowBoard, Option<Replicas>),
     ) -> Self {
         RotationActor {
             rotation,
@@ -136,6 +160,8 @@ impl RotationActor {
             deactivated,
             max_tokens_cap,
             board,
+            replicas,
+            leading_since_ms: None,
             backoff: BTreeMap::new(),
             view: RotationView::default(),
             busy: false,
@@ -168,9 +194,13 @@ impl RotationActor {
             Leadership::Leading => {
                 self.view.leading = true;
                 self.view.leader_elsewhere = None;
+                if self.leading_since_ms.is_none() {
+                    self.leading_since_ms = self.started_ms;
+                }
             }
             other => {
                 self.view.leading = false;
+                self.leading_since_ms = None;
                 self.view.leader_elsewhere = match other {
                     Leadership::Elsewhere { owner } => Some(owner),
                     _ => None,
@@ -186,25 +216,64 @@ impl RotationActor {
         let backoff = self.backoff.clone();
         let cap = self.max_tokens_cap;
         let board = self.board.clone();
+        let replicas = self.replicas.clone();
+        let freshness = self.freshness();
         let fut = async move {
             rotation.creator.reconcile_all().await;
-            let mut out = Vec::new();
-            if settings.enabled {
-                let facts = facts::gather(&rotation, &settlements, &deactivated, cap, &board).await;
-                for rule in &settings.models {
-                    let b = backoff.get(&rule.model).cloned().unwrap_or_default();
-                    out.push(check_model(&rotation, &settlements, rule, &facts, &b).await);
-                }
+            let mut out = Outcome {
+                settings,
+                models: Vec::new(),
+                facts_error: None,
+            };
+            if !out.settings.enabled {
+                return out;
             }
-            (settings, out)
+            let sources = Sources {
+                board: &board,
+                shared: replicas.as_ref().and_then(Replicas::pg).zip(freshness),
+            };
+            let facts = match facts::gather(&rotation, &settlements, &deactivated, cap, sources)
+                .await
+            {
+                Ok(facts) => facts,
+                Err(e) => {
+                    warn!(rotation.creator.log, "rotation check skipped: the shared budgets cannot be read";
+                            "stage" => "rotation_facts_unavailable", "error" => %e);
+                    out.facts_error = Some(e.to_string());
+                    return out;
+                }
+            };
+            for rule in &out.settings.models {
+                let b = backoff.get(&rule.model).cloned().unwrap_or_default();
+                out.models
+                    .push(check_model(&rotation, &settlements, rule, &facts, &b).await);
+            }
+            out
         };
-        ctx.spawn(fut.into_actor(self).map(|(settings, out), act, _| {
+        ctx.spawn(fut.into_actor(self).map(|out, act, _| {
             act.busy = false;
-            act.apply(settings, out);
+            act.apply(out);
         }));
     }
 
-    fn apply(&mut self, settings: RotationSettings, out: Vec<Checked>) {
+    /// How old a published budget may be (3 lease TTLs), and how long this replica has led
+    /// (`None` on a store one process owns).
+    fn freshness(&self) -> Option<Freshness> {
+        let ttl = self.rotation.creator.store.replica()?.lease_ttl;
+        let stale_after_ms = i64::try_from(ttl.as_millis().saturating_mul(3)).unwrap_or(i64::MAX);
+        let now = self.rotation.creator.clock.now_ms();
+        Some(Freshness {
+            stale_after_ms,
+            leading_for_ms: self.leading_since_ms.map_or(0, |at| now - at),
+        })
+    }
+
+    fn apply(&mut self, outcome: Outcome) {
+        let Outcome {
+            settings,
+            models: out,
+            facts_error,
+        } = outcome;
         let now = self.rotation.creator.clock.now_ms();
         let log = self.rotation.creator.log.clone();
         let metrics = self.rotation.creator.metrics.clone();
@@ -246,6 +315,15 @@ impl RotationActor {
         }
         let names: Vec<String> = settings.models.iter().map(|m| m.model.clone()).collect();
         self.rotation.creator.deposits.refresh(&names);
+        if let Some(m) = &metrics {
+            if facts_error.is_none() {
+                m.count_sources(models.iter().flat_map(|v| &v.escrows).map(|e| &e.budget));
+            }
+        }
+        if facts_error.is_some() {
+            // Nothing was decided: the previous figures stay on view.
+            models = std::mem::take(&mut self.view.models);
+        }
         self.view = RotationView {
             enabled: settings.active(),
             leading: self.view.leading,
@@ -255,6 +333,7 @@ impl RotationActor {
             checks: self.view.checks + 1,
             models,
             intents: self.rotation.creator.intents(),
+            facts_error,
         };
     }
 }
@@ -307,11 +386,16 @@ async fn check_model(
         });
     }
     for id in &d.retire {
-        info!(log, "running-low escrow retires; its replacement serves";
-            "stage" => "escrow_retiring", "escrow" => id, "model" => &rule.model);
-        if let Err(e) = settlements.start(id, true).await {
-            warn!(log, "retiring escrow not settled"; "stage" => "escrow_retiring",
-                "escrow" => id, "error" => %e);
+        match settlements
+            .retire(id, &rule.model, creator.duty.name())
+            .await
+        {
+            Ok(Retired::AlreadyRequested) => {}
+            Ok(how) => info!(log, "running-low escrow retires; its replacement serves";
+                "stage" => "escrow_retiring", "escrow" => id, "model" => &rule.model,
+                "how" => ?how),
+            Err(e) => warn!(log, "retiring escrow not settled"; "stage" => "escrow_retiring",
+                "escrow" => id, "error" => %e),
         }
     }
     let view = ModelView {
@@ -339,6 +423,7 @@ async fn check_model(
                 nonce: e.nonce,
                 nonces_left: e.serving_limit.saturating_sub(e.nonce),
                 spendable: e.spendable,
+                budget: e.source.clone(),
             })
             .collect(),
     };

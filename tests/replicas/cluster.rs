@@ -222,6 +222,36 @@ impl Cluster {
         }
     }
 
+    /// The replica holding the live lease of a one-replica duty (`__rotation`, `__ledger`).
+    pub async fn duty_owner(&self, duty: &str) -> String {
+        let row = self
+            .client
+            .query_one(
+                "SELECT owner FROM escrow_leases WHERE escrow_id = $1 AND expires_at > now()",
+                &[&duty],
+            )
+            .await
+            .unwrap();
+        row.get(0)
+    }
+
+    /// Replica `i`'s log, one JSON record a line.
+    pub fn log_lines(&self, i: usize) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.replicas[i].log).unwrap_or_default();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    /// Whether replica `i`'s log has a record of `stage` about `escrow`.
+    pub fn logged_for(&self, i: usize, stage: &str, escrow: &str) -> bool {
+        let (stage, escrow) = (
+            format!("\"stage\":\"{stage}\""),
+            format!("\"escrow\":\"{escrow}\""),
+        );
+        self.log_lines(i)
+            .iter()
+            .any(|l| l.contains(&stage) && l.contains(&escrow))
+    }
+
     /// Whether replica `i`'s log has a record with `"stage":"<stage>"`.
     pub fn logged(&self, i: usize, stage: &str) -> bool {
         let text = std::fs::read_to_string(&self.replicas[i].log).unwrap_or_default();
