@@ -61,9 +61,13 @@ pub(super) async fn gather(
         .collect();
     let off = deactivated.lock().map(|d| d.clone()).unwrap_or_default();
     let board = sources.board.load();
+    // The board lists every registered escrow; on a shared store only those whose actor runs
+    // here have a live budget (another replica's keeps the figures of when it last ran here).
+    let shared_store = sources.shared.is_some();
     let live: BTreeMap<&str, (u64, u64)> = board
         .escrows
         .iter()
+        .filter(|e| !shared_store || e.addr.is_some())
         .map(|e| (e.id.as_str(), e.budget.check(|b| (b.nonce, b.spendable()))))
         .collect();
     let remote_ids: Vec<String> = infos
