@@ -6,7 +6,8 @@
 //! - [`deposits`]: today's deposits per model, persisted (the daily cap survives a restart).
 //! - [`settings`]: `[rotation]` / the `rotation` section of the admin settings.
 //! - [`plan`]: pure decisions (roles, create now?, retire which, back-off).
-//! - [`actor`]: [`RotationActor`](actor::RotationActor), the periodic check.
+//! - [`actor`]: [`RotationActor`](actor::RotationActor), the periodic check; `check`: one
+//!   model's check and the view it leaves.
 //! - [`remote`]: the budget of an escrow another replica runs (pure: freshness, estimate).
 //! - [`metrics`]: `escrow_creations_total{result}`, `rotation_deposit_today{model}`,
 //!   `rotations_total{model}`, `rotation_backing_off{model}`, `rotation_budget_sources{source}`.
@@ -15,6 +16,7 @@
 //! actor's address.
 
 pub mod actor;
+mod check;
 pub mod creator;
 pub mod deposits;
 mod facts;
