@@ -84,13 +84,16 @@ pub enum ForwardOutcome {
     OwnerUnreachable,
     /// A forwarded request this replica cannot serve (one hop only).
     SecondHopRefused,
+    /// The owner refused the request (its escrow closed since the lookup): sent to another.
+    Rerouted,
 }
 
 impl ForwardOutcome {
-    pub const ALL: [ForwardOutcome; 3] = [
+    pub const ALL: [ForwardOutcome; 4] = [
         ForwardOutcome::Forwarded,
         ForwardOutcome::OwnerUnreachable,
         ForwardOutcome::SecondHopRefused,
+        ForwardOutcome::Rerouted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -98,6 +101,7 @@ impl ForwardOutcome {
             ForwardOutcome::Forwarded => "forwarded",
             ForwardOutcome::OwnerUnreachable => "owner_unreachable",
             ForwardOutcome::SecondHopRefused => "second_hop_refused",
+            ForwardOutcome::Rerouted => "rerouted",
         }
     }
 }
