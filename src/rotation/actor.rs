@@ -135,6 +135,10 @@ impl RotationActor {
             other => {
                 self.view.leading = false;
                 self.leading_since_ms = None;
+                // The budget sources are the leader's figures.
+                if let Some(m) = &self.rotation.creator.metrics {
+                    m.count_sources(std::iter::empty());
+                }
                 self.view.leader_elsewhere = match other {
                     Leadership::Elsewhere { owner } => Some(owner),
                     _ => None,
