@@ -13,6 +13,8 @@ mod cluster;
 mod failover;
 #[path = "store/pgdb.rs"]
 mod pgdb;
+#[path = "replicas/retire.rs"]
+mod retire;
 #[path = "replicas/rotation.rs"]
 mod rotation;
 #[path = "replicas/split_brain.rs"]

@@ -235,6 +235,31 @@ impl Cluster {
         row.get(0)
     }
 
+    /// Upserts a record of the shared store (as a replica's write would leave it).
+    pub async fn put_record(&self, namespace: &str, key: &str, value: &serde_json::Value) {
+        self.client
+            .execute(
+                "INSERT INTO records (namespace, key, value, updated_ms) VALUES ($1, $2, $3, 0) \
+                 ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value",
+                &[&namespace, &key, &value.to_string()],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Whether the shared store holds the record.
+    pub async fn has_record(&self, namespace: &str, key: &str) -> bool {
+        let rows = self
+            .client
+            .query(
+                "SELECT 1 FROM records WHERE namespace = $1 AND key = $2",
+                &[&namespace, &key],
+            )
+            .await
+            .unwrap();
+        !rows.is_empty()
+    }
+
     /// Replica `i`'s log, one JSON record a line.
     pub fn log_lines(&self, i: usize) -> Vec<String> {
         let text = std::fs::read_to_string(&self.replicas[i].log).unwrap_or_default();
