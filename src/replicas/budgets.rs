@@ -154,13 +154,15 @@ impl BudgetPublisher {
                     info!(self.log, "escrow budgets published again";
                         "stage" => "escrow_budget_publish_recovered");
                 }
+                let sent = due.len();
                 for (id, report, epoch) in due {
                     let first = self.last.get(&id).is_none_or(|s| s.epoch != epoch);
                     if first {
+                        // `landed` < `sent`: a lease was lost meanwhile (fenced in the statement).
                         info!(self.log, "escrow budget published for the rotation's leader";
                             "stage" => "escrow_budget_published", "escrow" => &id,
                             "epoch" => epoch, "nonce" => report.nonce,
-                            "spendable" => report.spendable);
+                            "spendable" => report.spendable, "sent" => sent, "landed" => rows);
                     }
                     self.last.insert(id, Sent { report, epoch, at });
                 }
