@@ -189,7 +189,10 @@ impl Cluster {
         let owners = self.owners().await;
         for escrow in &self.escrows {
             let owner = &self.replicas[self.index(&owners[escrow])];
-            let synced = admin_post(&owner.url, &format!("/v1/admin/escrows/{escrow}/sync")).await;
+            // A lease just claimed (a handoff that `wait_spread` saw land) may precede the
+            // escrow actor's start by a moment: its owner answers 503 until then.
+            let synced =
+                admin_post_when_up(&owner.url, &format!("/v1/admin/escrows/{escrow}/sync")).await;
             let nonce = synced["nonce"].as_u64().unwrap();
             let root = synced["state_root"].as_str().unwrap().to_string();
             let log = self.stored_log(escrow).await;
@@ -333,17 +336,25 @@ where
     }
 }
 
-/// An admin POST returning JSON (asserts success).
-pub async fn admin_post(url: &str, path: &str) -> serde_json::Value {
+/// An admin POST returning JSON (asserts success), tried again while it answers 503 (an escrow
+/// actor starting after its lease was claimed), for at most 10 s.
+pub async fn admin_post_when_up(url: &str, path: &str) -> serde_json::Value {
     let client = awc::Client::builder()
         .timeout(Duration::from_secs(60))
         .finish();
-    let mut resp = client
-        .post(format!("{url}{path}"))
-        .insert_header(("Authorization", format!("Bearer {ADMIN_KEY}")))
-        .send()
-        .await
-        .expect("admin call");
-    assert!(resp.status().is_success(), "POST {path}: {}", resp.status());
-    resp.json().limit(16 << 20).await.expect("admin json")
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut resp = client
+            .post(format!("{url}{path}"))
+            .insert_header(("Authorization", format!("Bearer {ADMIN_KEY}")))
+            .send()
+            .await
+            .expect("admin call");
+        if resp.status().as_u16() == 503 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        assert!(resp.status().is_success(), "POST {path}: {}", resp.status());
+        return resp.json().limit(16 << 20).await.expect("admin json");
+    }
 }
