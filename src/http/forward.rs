@@ -155,30 +155,72 @@ pub async fn chat_elsewhere(
             );
             Ok(Some(res))
         }
+        ChatRoute::Forward(to) => forward_to(replicas, (req, body), rid, &model, &to, log)
+            .await
+            .map(Some),
+    }
+}
+
+/// A chat request no local escrow could take after all (its only escrow closed between the
+/// route and the pick; no race ran): to an owner of an escrow of `model` on another replica,
+/// unless it was forwarded here. `Ok(None)`: nowhere else to go (the local refusal stands).
+pub async fn chat_after_local_refusal(
+    req: &HttpRequest,
+    state: &AppState,
+    model: &str,
+    body: Bytes,
+    rid: &str,
+    log: &Logger,
+) -> Result<Option<HttpResponse>, ApiError> {
+    let Some(replicas) = &state.replicas else {
+        return Ok(None);
+    };
+    if forwarded_by(req).is_some() {
+        return Ok(None);
+    }
+    replicas.forget_lookup();
+    let remote = replicas.remote().await;
+    match route::chat_route(false, false, model, &remote, replicas.next_spread()) {
         ChatRoute::Forward(to) => {
-            let res = send(replicas, req, body.clone(), Some(rid), &to, log).await?;
-            if !res.headers().contains_key(HEADER_FORWARD_REFUSED) {
-                return Ok(Some(res));
-            }
-            // Its escrow closed since the lookup: once more, with a fresh lookup, elsewhere.
-            replicas.forget_lookup();
-            let others: Vec<RemoteEscrow> = (replicas.remote().await.iter())
-                .filter(|r| r.owner != to.owner)
-                .cloned()
-                .collect();
-            match route::chat_route(false, false, &model, &others, replicas.next_spread()) {
-                ChatRoute::Forward(next) => {
-                    replicas.count_forward(ForwardOutcome::Rerouted);
-                    info!(log, "the owner refused the request; forwarded to another one";
-                        "stage" => "request_forwarded", "outcome" => ForwardOutcome::Rerouted.as_str(),
-                        "refused_by" => &to.owner, "owner" => &next.owner);
-                    send(replicas, req, body, Some(rid), &next, log)
-                        .await
-                        .map(Some)
-                }
-                _ => Ok(Some(res)),
-            }
+            info!(log, "no local escrow could take the request after all; forwarding it";
+                "stage" => "request_forwarded", "outcome" => "after_local_refusal",
+                "owner" => &to.owner, "escrow" => &to.escrow_id);
+            forward_to(replicas, (req, body), rid, model, &to, log)
+                .await
+                .map(Some)
         }
+        _ => Ok(None),
+    }
+}
+
+/// Sends a chat request to `to`'s replica; an owner that refuses it (its escrow closed since
+/// the lookup) has the request sent once more to another owner, with a fresh lookup.
+async fn forward_to(
+    replicas: &Replicas,
+    (req, body): (&HttpRequest, Bytes),
+    rid: &str,
+    model: &str,
+    to: &RemoteEscrow,
+    log: &Logger,
+) -> Result<HttpResponse, ApiError> {
+    let res = send(replicas, req, body.clone(), Some(rid), to, log).await?;
+    if !res.headers().contains_key(HEADER_FORWARD_REFUSED) {
+        return Ok(res);
+    }
+    replicas.forget_lookup();
+    let others: Vec<RemoteEscrow> = (replicas.remote().await.iter())
+        .filter(|r| r.owner != to.owner)
+        .cloned()
+        .collect();
+    match route::chat_route(false, false, model, &others, replicas.next_spread()) {
+        ChatRoute::Forward(next) => {
+            replicas.count_forward(ForwardOutcome::Rerouted);
+            info!(log, "the owner refused the request; forwarded to another one";
+                "stage" => "request_forwarded", "outcome" => ForwardOutcome::Rerouted.as_str(),
+                "refused_by" => &to.owner, "owner" => &next.owner);
+            send(replicas, req, body, Some(rid), &next, log).await
+        }
+        _ => Ok(res),
     }
 }
 

@@ -190,7 +190,7 @@ impl Cluster {
         for escrow in &self.escrows {
             let owner = &self.replicas[self.index(&owners[escrow])];
             // A lease just claimed (a handoff that `wait_spread` saw land) may precede the
-            // escrow actor's start by a moment: its owner answers 503 until then.
+            // escrow actor's start by a moment: its owner answers 404 or 503 until then.
             let synced =
                 admin_post_when_up(&owner.url, &format!("/v1/admin/escrows/{escrow}/sync")).await;
             let nonce = synced["nonce"].as_u64().unwrap();
@@ -336,8 +336,8 @@ where
     }
 }
 
-/// An admin POST returning JSON (asserts success), tried again while it answers 503 (an escrow
-/// actor starting after its lease was claimed), for at most 10 s.
+/// An admin POST returning JSON (asserts success), tried again while it answers 404 or 503 (an
+/// escrow actor starting after its lease was claimed), for at most 10 s.
 pub async fn admin_post_when_up(url: &str, path: &str) -> serde_json::Value {
     let client = awc::Client::builder()
         .timeout(Duration::from_secs(60))
@@ -350,7 +350,8 @@ pub async fn admin_post_when_up(url: &str, path: &str) -> serde_json::Value {
             .send()
             .await
             .expect("admin call");
-        if resp.status().as_u16() == 503 && Instant::now() < deadline {
+        // 404: not on the owner's board yet; 503: its actor still starting.
+        if matches!(resp.status().as_u16(), 404 | 503) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         }
