@@ -11,6 +11,8 @@
     clippy::print_stdout
 )]
 
+#[path = "store/budgets.rs"]
+mod budgets;
 #[path = "store/crash.rs"]
 mod crash;
 #[path = "store/db.rs"]
@@ -83,6 +85,11 @@ mod ledger_rows_settle_once_and_any_instance_reads_them {
         super::ledger::rows_settle_once_and_any_instance_reads_them(super::Db::postgres("ledger"))
             .await;
     }
+}
+
+#[tokio::test]
+async fn postgres_escrow_budgets_are_fenced_by_the_lease() {
+    budgets::budgets_are_published_under_the_lease_and_read_with_age_and_durable_nonce().await;
 }
 
 #[tokio::test]

@@ -287,6 +287,12 @@ pub async fn start_with(
             store: shared.clone(),
         };
         crate::replicas::start_sharing(replicas, directory.clone(), reloads, &log);
+        crate::replicas::budgets::BudgetPublisher::start(
+            replicas.clone(),
+            state.board.clone(),
+            &state.registry,
+            log.clone(),
+        );
     }
     escrows::register_configured(
         &state.chain,
@@ -304,7 +310,7 @@ pub async fn start_with(
         state.settlements.clone(),
         state.deactivated.clone(),
         config.max_tokens_cap,
-        state.board.clone(),
+        (state.board.clone(), state.replicas.clone()),
     );
     // The directory publishes its escrow board from `started()`: one round trip before the
     // listener opens, so the first request already picks among the stored escrows.

@@ -12,7 +12,10 @@
 //! `Content-Type`, `Idempotency-Key` and request id, and carries
 //! `X-Devshard-Forwarded-By: <this replica>`, so the owner never forwards it again. An owner
 //! that cannot be reached → 503 + `Retry-After` (`owner_unreachable`) and the lookup cache is
-//! dropped. Log stage `request_forwarded`; metric `devshard_requests_forwarded_total{outcome}`.
+//! dropped. An owner that refuses the request because it cannot serve the model any more (its
+//! escrow closed after the lookup: 503 `forward_hop_limit`, marked with
+//! `X-Devshard-Forward-Refused`) has the lookup dropped, and the request goes once more to
+//! another owner, if any (outcome `rerouted`; still one hop each). Log stage `request_forwarded`; metric `devshard_requests_forwarded_total{outcome}`.
 
 use std::{cell::RefCell, time::Duration};
 
@@ -51,8 +54,10 @@ const REQUEST_HEADERS: [HeaderName; 4] = [
     header::ACCEPT,
     HeaderName::from_static(super::openai::HEADER_IDEMPOTENCY_KEY),
 ];
+/// Marks an owner's refusal of a forwarded request it cannot serve (one hop only).
+pub const HEADER_FORWARD_REFUSED: &str = "x-devshard-forward-refused";
 /// Response headers passed back to the client.
-const RESPONSE_HEADERS: [HeaderName; 7] = [
+const RESPONSE_HEADERS: [HeaderName; 8] = [
     header::CONTENT_TYPE,
     header::RETRY_AFTER,
     header::CACHE_CONTROL,
@@ -60,6 +65,7 @@ const RESPONSE_HEADERS: [HeaderName; 7] = [
     HeaderName::from_static(HEADER_ESCROW),
     HeaderName::from_static(HEADER_DEVSHARD_ID),
     HeaderName::from_static(HEADER_REPLICA),
+    HeaderName::from_static(HEADER_FORWARD_REFUSED),
 ];
 
 thread_local! {
@@ -137,16 +143,84 @@ pub async fn chat_elsewhere(
             warn!(log, "a forwarded request cannot be served here; not forwarded again";
                 "stage" => "request_forwarded", "outcome" => ForwardOutcome::SecondHopRefused.as_str(),
                 "model" => &model);
-            Err(ForwardError::SecondHop {
+            let refused = ApiError::from(ForwardError::SecondHop {
                 from: from.unwrap_or_default().to_string(),
                 here: replicas.id().to_string(),
                 model,
-            }
-            .into())
+            });
+            let mut res = refused.error_response();
+            res.headers_mut().insert(
+                HeaderName::from_static(HEADER_FORWARD_REFUSED),
+                header::HeaderValue::from_static("1"),
+            );
+            Ok(Some(res))
         }
-        ChatRoute::Forward(to) => send(replicas, req, body, Some(rid), &to, log)
+        ChatRoute::Forward(to) => forward_to(replicas, (req, body), rid, &model, &to, log)
             .await
             .map(Some),
+    }
+}
+
+/// A chat request no local escrow could take after all (its only escrow closed between the
+/// route and the pick; no race ran): to an owner of an escrow of `model` on another replica,
+/// unless it was forwarded here. `Ok(None)`: nowhere else to go (the local refusal stands).
+pub async fn chat_after_local_refusal(
+    req: &HttpRequest,
+    state: &AppState,
+    model: &str,
+    body: Bytes,
+    rid: &str,
+    log: &Logger,
+) -> Result<Option<HttpResponse>, ApiError> {
+    let Some(replicas) = &state.replicas else {
+        return Ok(None);
+    };
+    if forwarded_by(req).is_some() {
+        return Ok(None);
+    }
+    replicas.forget_lookup();
+    let remote = replicas.remote().await;
+    match route::chat_route(false, false, model, &remote, replicas.next_spread()) {
+        ChatRoute::Forward(to) => {
+            info!(log, "no local escrow could take the request after all; forwarding it";
+                "stage" => "request_forwarded", "outcome" => "after_local_refusal",
+                "owner" => &to.owner, "escrow" => &to.escrow_id);
+            forward_to(replicas, (req, body), rid, model, &to, log)
+                .await
+                .map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Sends a chat request to `to`'s replica; an owner that refuses it (its escrow closed since
+/// the lookup) has the request sent once more to another owner, with a fresh lookup.
+async fn forward_to(
+    replicas: &Replicas,
+    (req, body): (&HttpRequest, Bytes),
+    rid: &str,
+    model: &str,
+    to: &RemoteEscrow,
+    log: &Logger,
+) -> Result<HttpResponse, ApiError> {
+    let res = send(replicas, req, body.clone(), Some(rid), to, log).await?;
+    if !res.headers().contains_key(HEADER_FORWARD_REFUSED) {
+        return Ok(res);
+    }
+    replicas.forget_lookup();
+    let others: Vec<RemoteEscrow> = (replicas.remote().await.iter())
+        .filter(|r| r.owner != to.owner)
+        .cloned()
+        .collect();
+    match route::chat_route(false, false, model, &others, replicas.next_spread()) {
+        ChatRoute::Forward(next) => {
+            replicas.count_forward(ForwardOutcome::Rerouted);
+            info!(log, "the owner refused the request; forwarded to another one";
+                "stage" => "request_forwarded", "outcome" => ForwardOutcome::Rerouted.as_str(),
+                "refused_by" => &to.owner, "owner" => &next.owner);
+            send(replicas, req, body, Some(rid), &next, log).await
+        }
+        _ => Ok(res),
     }
 }
 

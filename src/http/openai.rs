@@ -230,9 +230,20 @@ async fn chat_inner(
         only_hosts: relaxed.as_ref().map(|r| r.only.clone()),
     };
     let dispatched = starting.into_dispatch_hook();
-    let started = placement::place(state, Arc::new(params), escrow, Some(dispatched), log)
-        .await
-        .map_err(|e| gate::during_poc(relaxed.as_ref(), e, log))?;
+    let model = params.model.clone();
+    let placed = placement::place(state, Arc::new(params), escrow, Some(dispatched), log).await;
+    // PostgreSQL replicas: the only escrow here closed between the route and the pick (no race
+    // ran) → an owner elsewhere serves it, and records it.
+    if let (Err(ApiError::NoEscrow { .. }), None) = (&placed, &escrow) {
+        if let Some(res) =
+            forward::chat_after_local_refusal(req, state, &model, raw, rid, log).await?
+        {
+            state.accounting.abandon(rid);
+            *tracked = false;
+            return Ok(res);
+        }
+    }
+    let started = placed.map_err(|e| gate::during_poc(relaxed.as_ref(), e, log))?;
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
     Ok(match started {
         RaceStart::Stream(rx) => {

@@ -1,17 +1,20 @@
 //! Several replicas on one PostgreSQL database (README "Any replica serves any request"):
 //! forwarding requests to the replica that owns a suitable escrow ([`route`],
-//! `crate::http::forward`), and sharing host health and settings changes between replicas
-//! ([`events`], [`apply`]). SQLite has none of this ([`Replicas::for_store`] is `None`).
+//! `crate::http::forward`), sharing host health and settings changes between replicas
+//! ([`events`], [`apply`]), and publishing the budgets of this replica's escrows for the
+//! rotation's leader ([`budgets`]). SQLite has none of this ([`Replicas::for_store`] is `None`).
 //!
 //! | metric | type |
 //! |---|---|
 //! | `devshard_requests_forwarded_total{outcome}` | counter: requests forwarded to (or refused for) another replica, by [`ForwardOutcome`] |
 //! | `devshard_shared_events_total{kind,direction}` | counter: shared events by [`events::EventKind`] and [`events::Direction`] |
+//! | `devshard_escrow_budgets_published_total{result}` | counter: budgets of this replica's escrows published for the rotation's leader ([`budgets`]) |
 //!
 //! The lookup of the other replicas' escrows (live lease, live `replicas` row, the escrow's
 //! model) is cached for [`LOOKUP_TTL`]; a failed forward drops the cache.
 
 pub mod apply;
+pub mod budgets;
 pub mod events;
 pub mod route;
 
@@ -81,13 +84,16 @@ pub enum ForwardOutcome {
     OwnerUnreachable,
     /// A forwarded request this replica cannot serve (one hop only).
     SecondHopRefused,
+    /// The owner refused the request (its escrow closed since the lookup): sent to another.
+    Rerouted,
 }
 
 impl ForwardOutcome {
-    pub const ALL: [ForwardOutcome; 3] = [
+    pub const ALL: [ForwardOutcome; 4] = [
         ForwardOutcome::Forwarded,
         ForwardOutcome::OwnerUnreachable,
         ForwardOutcome::SecondHopRefused,
+        ForwardOutcome::Rerouted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -95,6 +101,7 @@ impl ForwardOutcome {
             ForwardOutcome::Forwarded => "forwarded",
             ForwardOutcome::OwnerUnreachable => "owner_unreachable",
             ForwardOutcome::SecondHopRefused => "second_hop_refused",
+            ForwardOutcome::Rerouted => "rerouted",
         }
     }
 }

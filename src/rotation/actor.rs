@@ -4,9 +4,12 @@
 //!   last error) and the last check's view (roles, budgets, decisions) for the debug listing.
 //! - **Survives a restart**: nothing of its own in memory matters. Open creation intents, the
 //!   day's deposits and the creations record are in the store ([`super::creator`],
-//!   [`super::deposits`]); escrow budgets come from the escrow board (live) or the settlement
-//!   tick ([`super::facts`]), roles from the settlement records. The back-off starts again from zero after a restart (bounded: the daily
-//!   cap still holds).
+//!   [`super::deposits`]); escrow budgets come from the escrow board (live), the owners'
+//!   publications on a shared store or the settlement tick ([`super::facts`]), roles from the
+//!   settlement records; retire requests for escrows other replicas run are records too
+//!   (`crate::state::settlements::NS_RETIRE`). The back-off starts again from zero after a
+//!   restart (bounded: the daily cap still holds), and so does the time this replica has led
+//!   (which decides when a stale publication makes a budget unknown: [`super::remote`]).
 //! - **One replica**: a check runs only on the replica that leads the rotation's duty lease
 //!   (`crate::store::duty`, PostgreSQL with several replicas); the others try to take it over
 //!   every 2 s and do nothing else. The creator's writes are fenced by that lease.
@@ -16,23 +19,26 @@
 //!   at once. Each check first reconciles every open intent (also when rotation
 //!   is off: admin creations need it), then, per rotating model, creates a replacement when too
 //!   few escrows are active (before any runs dry: see [`super::plan::role`]) and retires the
-//!   running-low ones once their replacements serve (drain + settle by the settlement actors).
+//!   running-low ones once their replacements serve (drain + settle by the settlement actors:
+//!   here, or by the escrow's owner through a retire request).
 
 use std::{collections::BTreeMap, time::Duration};
 
 use actix::prelude::*;
 use devshard_actors::{directory::EscrowBoard, settlement::machine::CONFIRM_POLL_MS};
-use serde::Serialize;
-use slog::{info, warn};
+use slog::warn;
 
+pub use super::check::{EscrowRole, ModelView, RotationView};
 use super::{
-    facts,
-    intent::{CreateIntent, Origin},
-    plan::{backoff_ms, decide, role, Create, EscrowFacts, Role},
-    settings::{ModelRotation, RotationSettings},
+    check::{check_model, Backoff, Checked},
+    facts::{self, Sources},
+    plan::backoff_ms,
+    remote::Freshness,
+    settings::RotationSettings,
     Rotation,
 };
 use crate::{
+    replicas::Replicas,
     state::{settlements::Settlements, Deactivated},
     store::duty::Leadership,
 };
@@ -40,64 +46,16 @@ use crate::{
 /// How often the actor looks whether a check is due (the smallest `check_interval_ms`).
 const TICK: Duration = Duration::from_millis(100);
 
-/// One escrow in the view.
-#[derive(Debug, Clone, Serialize)]
-pub struct EscrowRole {
-    pub escrow_id: String,
-    pub role: Role,
-    pub nonce: u64,
-    pub nonces_left: u64,
-    /// What it can still spend (balance as the settlement tick saw it).
-    pub spendable: u64,
-}
-
-/// One model in the view.
-#[derive(Debug, Clone, Serialize)]
-pub struct ModelView {
-    pub model: String,
-    pub target_count: u32,
-    pub amount: u64,
-    pub max_deposit_per_day: u64,
-    pub deposited_today: u64,
-    pub pending_creations: u32,
-    pub decision: Option<Create>,
-    pub failures: u32,
-    pub backoff_until_ms: i64,
-    pub last_error: Option<String>,
-    pub rotations: u64,
-    pub escrows: Vec<EscrowRole>,
-}
-
-/// What `GET /v1/admin/rotation` and the debug listing show.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RotationView {
-    pub enabled: bool,
-    /// This replica runs the rotation (always on SQLite; on PostgreSQL the replica holding the
-    /// `__rotation` duty lease).
-    pub leading: bool,
-    /// The replica that runs it when it is another one.
-    pub leader_elsewhere: Option<String>,
-    pub check_interval_ms: u64,
-    pub last_check_ms: Option<i64>,
-    pub checks: u64,
-    pub models: Vec<ModelView>,
-    pub intents: Vec<CreateIntent>,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Backoff {
-    failures: u32,
-    until_ms: i64,
-    last_error: Option<String>,
-    rotations: u64,
-}
-
 pub struct RotationActor {
     rotation: Rotation,
     settlements: Settlements,
     deactivated: Deactivated,
     max_tokens_cap: u64,
     board: EscrowBoard,
+    /// The other replicas (PostgreSQL): the budgets they publish.
+    replicas: Option<Replicas>,
+    /// Since when this replica leads the rotation (its clock).
+    leading_since_ms: Option<i64>,
     backoff: BTreeMap<String, Backoff>,
     view: RotationView,
     busy: bool,
@@ -115,11 +73,11 @@ pub struct GetRotation;
 #[rtype(result = "()")]
 pub struct Kick;
 
-/// What one check did for one model.
-struct Checked {
-    view: ModelView,
-    /// `Some(Ok)`: a creation was broadcast; `Some(Err)`: it failed.
-    created: Option<Result<(), String>>,
+/// What one check found.
+struct Outcome {
+    settings: RotationSettings,
+    models: Vec<Checked>,
+    facts_error: Option<String>,
 }
 
 impl RotationActor {
@@ -128,7 +86,7 @@ impl RotationActor {
         settlements: Settlements,
         deactivated: Deactivated,
         max_tokens_cap: u64,
-        board: EscrowBoard,
+        (board, replicas): (EscrowBoard, Option<Replicas>),
     ) -> Self {
         RotationActor {
             rotation,
@@ -136,6 +94,8 @@ impl RotationActor {
             deactivated,
             max_tokens_cap,
             board,
+            replicas,
+            leading_since_ms: None,
             backoff: BTreeMap::new(),
             view: RotationView::default(),
             busy: false,
@@ -168,9 +128,17 @@ impl RotationActor {
             Leadership::Leading => {
                 self.view.leading = true;
                 self.view.leader_elsewhere = None;
+                if self.leading_since_ms.is_none() {
+                    self.leading_since_ms = self.started_ms;
+                }
             }
             other => {
                 self.view.leading = false;
+                self.leading_since_ms = None;
+                // The budget sources are the leader's figures.
+                if let Some(m) = &self.rotation.creator.metrics {
+                    m.count_sources(std::iter::empty());
+                }
                 self.view.leader_elsewhere = match other {
                     Leadership::Elsewhere { owner } => Some(owner),
                     _ => None,
@@ -186,25 +154,62 @@ impl RotationActor {
         let backoff = self.backoff.clone();
         let cap = self.max_tokens_cap;
         let board = self.board.clone();
+        let replicas = self.replicas.clone();
+        let freshness = self.freshness();
         let fut = async move {
             rotation.creator.reconcile_all().await;
-            let mut out = Vec::new();
-            if settings.enabled {
-                let facts = facts::gather(&settlements, &deactivated, cap, &board).await;
-                for rule in &settings.models {
-                    let b = backoff.get(&rule.model).cloned().unwrap_or_default();
-                    out.push(check_model(&rotation, &settlements, rule, &facts, &b).await);
-                }
+            let mut out = Outcome {
+                settings,
+                models: Vec::new(),
+                facts_error: None,
+            };
+            if !out.settings.enabled {
+                return out;
             }
-            (settings, out)
+            let sources = Sources {
+                board: &board,
+                shared: replicas.as_ref().and_then(Replicas::pg).zip(freshness),
+            };
+            let facts = match facts::gather(&settlements, &deactivated, cap, sources).await {
+                Ok(facts) => facts,
+                Err(e) => {
+                    warn!(rotation.creator.log, "rotation check skipped: the shared budgets cannot be read";
+                            "stage" => "rotation_facts_unavailable", "error" => %e);
+                    out.facts_error = Some(e.to_string());
+                    return out;
+                }
+            };
+            for rule in &out.settings.models {
+                let b = backoff.get(&rule.model).cloned().unwrap_or_default();
+                out.models
+                    .push(check_model(&rotation, &settlements, rule, &facts, &b).await);
+            }
+            out
         };
-        ctx.spawn(fut.into_actor(self).map(|(settings, out), act, _| {
+        ctx.spawn(fut.into_actor(self).map(|out, act, _| {
             act.busy = false;
-            act.apply(settings, out);
+            act.apply(out);
         }));
     }
 
-    fn apply(&mut self, settings: RotationSettings, out: Vec<Checked>) {
+    /// How old a published budget may be (3 lease TTLs), and how long this replica has led
+    /// (`None` on a store one process owns).
+    fn freshness(&self) -> Option<Freshness> {
+        let ttl = self.rotation.creator.store.replica()?.lease_ttl;
+        let stale_after_ms = i64::try_from(ttl.as_millis().saturating_mul(3)).unwrap_or(i64::MAX);
+        let now = self.rotation.creator.clock.now_ms();
+        Some(Freshness {
+            stale_after_ms,
+            leading_for_ms: self.leading_since_ms.map_or(0, |at| now - at),
+        })
+    }
+
+    fn apply(&mut self, outcome: Outcome) {
+        let Outcome {
+            settings,
+            models: out,
+            facts_error,
+        } = outcome;
         let now = self.rotation.creator.clock.now_ms();
         let log = self.rotation.creator.log.clone();
         let metrics = self.rotation.creator.metrics.clone();
@@ -246,6 +251,15 @@ impl RotationActor {
         }
         let names: Vec<String> = settings.models.iter().map(|m| m.model.clone()).collect();
         self.rotation.creator.deposits.refresh(&names);
+        if let Some(m) = &metrics {
+            if facts_error.is_none() {
+                m.count_sources(models.iter().flat_map(|v| &v.escrows).map(|e| &e.budget));
+            }
+        }
+        if facts_error.is_some() {
+            // Nothing was decided: the previous figures stay on view.
+            models = std::mem::take(&mut self.view.models);
+        }
         self.view = RotationView {
             enabled: settings.active(),
             leading: self.view.leading,
@@ -255,94 +269,9 @@ impl RotationActor {
             checks: self.view.checks + 1,
             models,
             intents: self.rotation.creator.intents(),
+            facts_error,
         };
     }
-}
-
-/// One model's check: decide, then create and retire as decided.
-async fn check_model(
-    rotation: &Rotation,
-    settlements: &Settlements,
-    rule: &ModelRotation,
-    facts: &BTreeMap<String, Vec<EscrowFacts>>,
-    b: &Backoff,
-) -> Checked {
-    let creator = &rotation.creator;
-    let now = creator.clock.now_ms();
-    let escrows = facts.get(&rule.model).cloned().unwrap_or_default();
-    let roles: Vec<(String, Role)> = escrows
-        .iter()
-        .map(|e| (e.escrow_id.clone(), role(e, rule)))
-        .collect();
-    let pending = creator
-        .intents()
-        .iter()
-        .filter(|i| i.model == rule.model)
-        .count() as u32;
-    let deposited = creator.deposits.today(&rule.model);
-    let d = decide(rule, &roles, pending, deposited, now, b.until_ms);
-    let log = &creator.log;
-    let mut created = None;
-    if d.create == Create::Now {
-        let low: Vec<&str> = roles
-            .iter()
-            .filter(|(_, r)| *r == Role::Low)
-            .map(|(id, _)| id.as_str())
-            .collect();
-        info!(log, "replacement escrow being created"; "stage" => "escrow_rotation_started",
-            "model" => &rule.model, "amount" => rule.amount, "running_low" => low.join(","),
-            "deposited_today" => deposited, "cap" => rule.max_deposit_per_day);
-        let r = creator
-            .create(&rule.model, rule.amount, Origin::Rotation)
-            .await;
-        created = Some(match r {
-            Ok(intent) => {
-                if let Some(m) = &creator.metrics {
-                    m.rotations.with_label_values(&[&rule.model]).inc();
-                }
-                creator.reconcile(&intent.tx_hash).await;
-                Ok(())
-            }
-            Err(e) => Err(e.to_string()),
-        });
-    }
-    for id in &d.retire {
-        info!(log, "running-low escrow retires; its replacement serves";
-            "stage" => "escrow_retiring", "escrow" => id, "model" => &rule.model);
-        if let Err(e) = settlements.start(id, true).await {
-            warn!(log, "retiring escrow not settled"; "stage" => "escrow_retiring",
-                "escrow" => id, "error" => %e);
-        }
-    }
-    let view = ModelView {
-        model: rule.model.clone(),
-        target_count: rule.target_count,
-        amount: rule.amount,
-        max_deposit_per_day: rule.max_deposit_per_day,
-        deposited_today: creator.deposits.today(&rule.model),
-        pending_creations: pending,
-        decision: Some(d.create),
-        failures: 0,
-        backoff_until_ms: 0,
-        last_error: None,
-        rotations: 0,
-        escrows: escrows
-            .iter()
-            .zip(&roles)
-            .map(|(e, (_, r))| EscrowRole {
-                escrow_id: e.escrow_id.clone(),
-                role: if d.retire.contains(&e.escrow_id) {
-                    Role::Retiring
-                } else {
-                    *r
-                },
-                nonce: e.nonce,
-                nonces_left: e.serving_limit.saturating_sub(e.nonce),
-                spendable: e.spendable,
-            })
-            .collect(),
-    };
-    Checked { view, created }
 }
 
 impl Actor for RotationActor {

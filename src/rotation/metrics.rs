@@ -3,6 +3,8 @@
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 
+use super::remote::BudgetSource;
+
 /// Handles (cheap to clone).
 #[derive(Debug, Clone)]
 pub struct RotationMetrics {
@@ -15,6 +17,9 @@ pub struct RotationMetrics {
     pub rotations: IntCounterVec,
     /// 1 while a model's creations back off after failures.
     pub backing_off: IntGaugeVec,
+    /// Escrows of the last check by where their budget came from (`source`: the labels of
+    /// [`BudgetSource`]).
+    pub budget_sources: IntGaugeVec,
 }
 
 impl RotationMetrics {
@@ -46,11 +51,35 @@ impl RotationMetrics {
                 ),
                 &["model"],
             )?,
+            budget_sources: IntGaugeVec::new(
+                Opts::new(
+                    "rotation_budget_sources",
+                    "Escrows of the last rotation check by where their budget came from",
+                ),
+                &["source"],
+            )?,
         };
         registry.register(Box::new(m.creations.clone()))?;
         registry.register(Box::new(m.deposit_today.clone()))?;
         registry.register(Box::new(m.rotations.clone()))?;
         registry.register(Box::new(m.backing_off.clone()))?;
+        registry.register(Box::new(m.budget_sources.clone()))?;
+        for l in BudgetSource::LABELS {
+            m.budget_sources.with_label_values(&[l]).set(0);
+        }
         Ok(m)
+    }
+
+    /// Sets the sources gauge to the count of each source in `sources`.
+    pub fn count_sources<'a>(&self, sources: impl Iterator<Item = &'a BudgetSource>) {
+        let mut counts = [0i64; BudgetSource::LABELS.len()];
+        for s in sources {
+            if let Some(i) = BudgetSource::LABELS.iter().position(|l| *l == s.label()) {
+                counts[i] += 1;
+            }
+        }
+        for (l, n) in BudgetSource::LABELS.iter().zip(counts) {
+            self.budget_sources.with_label_values(&[l]).set(n);
+        }
     }
 }

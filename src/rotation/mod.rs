@@ -6,20 +6,24 @@
 //! - [`deposits`]: today's deposits per model, persisted (the daily cap survives a restart).
 //! - [`settings`]: `[rotation]` / the `rotation` section of the admin settings.
 //! - [`plan`]: pure decisions (roles, create now?, retire which, back-off).
-//! - [`actor`]: [`RotationActor`](actor::RotationActor), the periodic check.
+//! - [`actor`]: [`RotationActor`](actor::RotationActor), the periodic check; `check`: one
+//!   model's check and the view it leaves.
+//! - [`remote`]: the budget of an escrow another replica runs (pure: freshness, estimate).
 //! - [`metrics`]: `escrow_creations_total{result}`, `rotation_deposit_today{model}`,
-//!   `rotations_total{model}`, `rotation_backing_off{model}`.
+//!   `rotations_total{model}`, `rotation_backing_off{model}`, `rotation_budget_sources{source}`.
 //!
 //! [`Rotation`] is the handle the HTTP layer holds: the creator, the settings in force and the
 //! actor's address.
 
 pub mod actor;
+mod check;
 pub mod creator;
 pub mod deposits;
 mod facts;
 pub mod intent;
 pub mod metrics;
 pub mod plan;
+pub mod remote;
 pub mod settings;
 
 use std::sync::{Arc, OnceLock, RwLock};
@@ -131,20 +135,21 @@ impl Rotation {
     }
 
     /// Starts the actor on the current arbiter (its first check reconciles open intents); it
-    /// reads the escrows' live budgets from `board`.
+    /// reads the escrows' live budgets from `board`, and those other replicas run from what
+    /// they publish (`replicas`, PostgreSQL).
     pub fn start(
         &self,
         settlements: Settlements,
         deactivated: Deactivated,
         max_tokens_cap: u64,
-        board: EscrowBoard,
+        (board, replicas): (EscrowBoard, Option<crate::replicas::Replicas>),
     ) {
         let actor = RotationActor::new(
             self.clone(),
             settlements,
             deactivated,
             max_tokens_cap,
-            board,
+            (board, replicas),
         );
         let _ = self.addr.set(actor.start());
     }

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::settings::ModelRotation;
+use super::{remote::BudgetSource, settings::ModelRotation};
 
 /// What the rotation knows of one registered escrow of a model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -22,6 +22,11 @@ pub struct EscrowFacts {
     pub settled: bool,
     /// Deactivated by an admin.
     pub deactivated: bool,
+    /// `false`: the budget is not known (another replica runs the escrow and has not published
+    /// it for too long; `super::remote`).
+    pub budget_known: bool,
+    /// Where the budget came from.
+    pub source: BudgetSource,
 }
 
 /// An escrow's role in the rotation.
@@ -37,6 +42,9 @@ pub enum Role {
     Settled,
     /// Deactivated by an admin (not counted, not retired).
     Inactive,
+    /// Its budget is not known (its owner stopped publishing it): not counted as active, not
+    /// retired.
+    Unknown,
 }
 
 impl Role {
@@ -47,6 +55,7 @@ impl Role {
             Role::Retiring => "retiring",
             Role::Settled => "settled",
             Role::Inactive => "inactive",
+            Role::Unknown => "unknown",
         }
     }
 }
@@ -61,6 +70,9 @@ pub fn role(e: &EscrowFacts, rule: &ModelRotation) -> Role {
     }
     if e.deactivated {
         return Role::Inactive;
+    }
+    if !e.budget_known {
+        return Role::Unknown;
     }
     let nonces_left = e.serving_limit.saturating_sub(e.nonce);
     let reserve = e.worst_cost.saturating_mul(rule.reserve_requests);
@@ -173,6 +185,8 @@ mod tests {
             closed: false,
             settled: false,
             deactivated: false,
+            budget_known: true,
+            source: BudgetSource::Live,
         }
     }
 
@@ -186,6 +200,11 @@ mod tests {
             ..facts(1, 1_000)
         };
         assert_eq!(role(&closed, &rule()), Role::Retiring);
+        let unknown = EscrowFacts {
+            budget_known: false,
+            ..facts(95, 1)
+        };
+        assert_eq!(role(&unknown, &rule()), Role::Unknown);
     }
 
     #[test]
@@ -200,6 +219,10 @@ mod tests {
         let d = decide(&rule(), &both, 0, 100, 0, 0);
         assert_eq!(d.create, Create::NotNeeded);
         assert_eq!(d.retire, ["1"]);
+        // An escrow whose budget is unknown neither covers the target nor retires.
+        let unknown = vec![("1".to_owned(), Role::Unknown)];
+        let d = decide(&rule(), &unknown, 0, 0, 0, 0);
+        assert_eq!((d.create, d.retire.len()), (Create::Now, 0));
     }
 
     #[test]

@@ -272,6 +272,24 @@ impl Accounting {
         }
     }
 
+    /// Forgets `request_id`, begun here but served by another replica after all (no escrow
+    /// could take it here and no race ran: the owner records it). Its idempotency key is
+    /// released; a retry joined to it finds no record.
+    pub fn abandon(&self, request_id: &str) {
+        let mut t = self.lock();
+        let Some((r, tx)) = t.by_id.remove(request_id) else {
+            return;
+        };
+        if let Some(tx) = tx {
+            tx.send_replace(true);
+        }
+        if let Some(k) = r.idempotency_key.clone() {
+            if t.by_key.get(&k).is_some_and(|id| id == request_id) {
+                t.by_key.remove(&k);
+            }
+        }
+    }
+
     /// A copy of the record of `request_id` (stored bytes included).
     pub fn get(&self, request_id: &str) -> Option<Record> {
         self.lock()

@@ -3,11 +3,13 @@
 //! settled yet, so each resumes where its record says. They run on the system arbiter, next to
 //! the directory and the escrows.
 
+mod retire;
+
 use std::{
     collections::BTreeMap,
     rc::Rc,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use actix::prelude::*;
@@ -28,6 +30,7 @@ use devshard_actors::{
 };
 use slog::{info, Logger};
 
+pub use self::retire::{RetireError, RetireRequest, Retired, NS_RETIRE};
 use crate::config::Config;
 
 /// Why a settlement could not be started.
@@ -69,6 +72,10 @@ pub struct Settlements {
     worst_case_tokens: u64,
     /// Each escrow's nonce and balance budget as the last auto-settle tick saw it.
     budgets: Arc<Mutex<BTreeMap<String, Budget>>>,
+    /// `devshard_escrow_retirements_total{step}` (`retire.rs`).
+    retirements: Option<prometheus::IntCounterVec>,
+    /// When each settlement that changed owner was last resumed here (`retire.rs`).
+    resumed: Arc<Mutex<BTreeMap<String, Instant>>>,
 }
 
 /// An escrow's nonce and balance budget (what `/v1/debug/actors` and the debug UI show).
@@ -140,6 +147,8 @@ impl Settlements {
             auto_settle: config.settlement.auto_settle,
             worst_case_tokens: WORST_CASE_INPUT_BYTES + config.max_tokens_cap,
             budgets: Arc::default(),
+            retirements: retire::register(registry).ok(),
+            resumed: Arc::default(),
         }
     }
 
@@ -156,6 +165,8 @@ impl Settlements {
     }
 
     async fn tick(&self) {
+        self.pick_up_retirements().await;
+        let shared = self.deps.store.replica().is_some();
         let board = self.board.load();
         for e in &board.escrows {
             let (id, info) = (e.id.as_str(), &e.info);
@@ -189,7 +200,14 @@ impl Settlements {
                     .with_label_values(&[id])
                     .set(i64::try_from(left).unwrap_or(i64::MAX));
             }
-            if !self.auto_settle || load_record(&self.deps.store, id).is_some() {
+            if !self.auto_settle && !shared {
+                continue;
+            }
+            if let Some(record) = load_record(&self.deps.store, id) {
+                self.take_over(id, &record);
+                continue;
+            }
+            if !self.auto_settle {
                 continue;
             }
             let worst = self

@@ -186,8 +186,13 @@ impl Cluster {
     /// lost), every host is at the owner's nonce and root, and every host's diff chain is the
     /// stored one, root for root (a single chain: no nonce reused).
     pub async fn check_lockstep(&self, sim: &SimNetwork) {
+        let owners = self.owners().await;
         for escrow in &self.escrows {
-            let synced = self.sync_on_owner(escrow).await;
+            let owner = &self.replicas[self.index(&owners[escrow])];
+            // A lease just claimed (a handoff that `wait_spread` saw land) may precede the
+            // escrow actor's start by a moment: its owner answers 404 or 503 until then.
+            let synced =
+                admin_post_when_up(&owner.url, &format!("/v1/admin/escrows/{escrow}/sync")).await;
             let nonce = synced["nonce"].as_u64().unwrap();
             let root = synced["state_root"].as_str().unwrap().to_string();
             let log = self.stored_log(escrow).await;
@@ -220,25 +225,59 @@ impl Cluster {
         }
     }
 
-    /// `POST …/sync` on the escrow's owner. An escrow can be handed over between two replicas at
-    /// any moment (a thawed or restarted replica takes its share back): a 503 from the owner read
-    /// a moment ago is asked again of the owner the leases name then (bounded).
-    async fn sync_on_owner(&self, escrow: &str) -> serde_json::Value {
-        let path = format!("/v1/admin/escrows/{escrow}/sync");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let owners = self.owners().await;
-            if let Some(owner) = owners.get(escrow) {
-                let url = &self.replicas[self.index(owner)].url;
-                match admin_try_post(url, &path).await {
-                    (200, body) => return body,
-                    (503, _) => {}
-                    (status, body) => panic!("POST {path}: {status} {body}"),
-                }
-            }
-            assert!(Instant::now() < deadline, "escrow {escrow}: no owner synced it in 30 s");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+    /// The replica holding the live lease of a one-replica duty (`__rotation`, `__ledger`).
+    pub async fn duty_owner(&self, duty: &str) -> String {
+        let row = self
+            .client
+            .query_one(
+                "SELECT owner FROM escrow_leases WHERE escrow_id = $1 AND expires_at > now()",
+                &[&duty],
+            )
+            .await
+            .unwrap();
+        row.get(0)
+    }
+
+    /// Upserts a record of the shared store (as a replica's write would leave it).
+    pub async fn put_record(&self, namespace: &str, key: &str, value: &serde_json::Value) {
+        self.client
+            .execute(
+                "INSERT INTO records (namespace, key, value, updated_ms) VALUES ($1, $2, $3, 0) \
+                 ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value",
+                &[&namespace, &key, &value.to_string()],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Whether the shared store holds the record.
+    pub async fn has_record(&self, namespace: &str, key: &str) -> bool {
+        let rows = self
+            .client
+            .query(
+                "SELECT 1 FROM records WHERE namespace = $1 AND key = $2",
+                &[&namespace, &key],
+            )
+            .await
+            .unwrap();
+        !rows.is_empty()
+    }
+
+    /// Replica `i`'s log, one JSON record a line.
+    pub fn log_lines(&self, i: usize) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.replicas[i].log).unwrap_or_default();
+        text.lines().map(str::to_owned).collect()
+    }
+
+    /// Whether replica `i`'s log has a record of `stage` about `escrow`.
+    pub fn logged_for(&self, i: usize, stage: &str, escrow: &str) -> bool {
+        let (stage, escrow) = (
+            format!("\"stage\":\"{stage}\""),
+            format!("\"escrow\":\"{escrow}\""),
+        );
+        self.log_lines(i)
+            .iter()
+            .any(|l| l.contains(&stage) && l.contains(&escrow))
     }
 
     /// Whether replica `i`'s log has a record with `"stage":"<stage>"`.
@@ -297,18 +336,26 @@ where
     }
 }
 
-/// An admin POST: its status and JSON body.
-pub async fn admin_try_post(url: &str, path: &str) -> (u16, serde_json::Value) {
+/// An admin POST returning JSON (asserts success), tried again while it answers 404 or 503 (an
+/// escrow actor starting after its lease was claimed), for at most 10 s.
+pub async fn admin_post_when_up(url: &str, path: &str) -> serde_json::Value {
     let client = awc::Client::builder()
         .timeout(Duration::from_secs(60))
         .finish();
-    let mut resp = client
-        .post(format!("{url}{path}"))
-        .insert_header(("Authorization", format!("Bearer {ADMIN_KEY}")))
-        .send()
-        .await
-        .expect("admin call");
-    let status = resp.status().as_u16();
-    (status, resp.json().limit(16 << 20).await.unwrap_or_default())
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut resp = client
+            .post(format!("{url}{path}"))
+            .insert_header(("Authorization", format!("Bearer {ADMIN_KEY}")))
+            .send()
+            .await
+            .expect("admin call");
+        // 404: not on the owner's board yet; 503: its actor still starting.
+        if matches!(resp.status().as_u16(), 404 | 503) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        assert!(resp.status().is_success(), "POST {path}: {}", resp.status());
+        return resp.json().limit(16 << 20).await.expect("admin json");
+    }
 }
-

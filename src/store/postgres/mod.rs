@@ -30,6 +30,7 @@
 //! deletes the heartbeat row. Which escrows to claim or release is the directory's ownership
 //! loop (`devshard_actors::directory::ownership`), planned from [`Store::replica_view`].
 
+pub mod budgets;
 mod group;
 pub mod lease;
 pub(crate) mod ledger;

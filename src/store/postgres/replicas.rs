@@ -97,7 +97,9 @@ pub(super) async fn view(client: &Client, me: &str) -> Result<ReplicaView, Store
 
 impl PgStore {
     /// Every escrow whose live lease is held by another live replica with an address, with its
-    /// model (from its registration record). Awaited on the caller's runtime.
+    /// model (from its registration record), that has no settlement record (draining, settling
+    /// or settled escrows take no new request: forwarding to one of them, when its owner has no
+    /// other escrow of the model, answered `forward_hop_limit`). Awaited on the caller's runtime.
     pub async fn remote_escrows(&self) -> Result<Vec<RemoteEscrow>, StoreError> {
         let rows = self
             .reader
@@ -109,8 +111,14 @@ impl PgStore {
                  JOIN records rec ON rec.namespace = $1 AND rec.key = l.escrow_id \
                  WHERE l.expires_at > now() AND r.expires_at > now() AND r.address <> '' \
                    AND l.owner <> $2 \
+                   AND NOT EXISTS (SELECT 1 FROM records s \
+                       WHERE s.namespace = $3 AND s.key = l.escrow_id) \
                  ORDER BY l.escrow_id",
-                &[&ns::ESCROWS, &self.replica.id.as_str()],
+                &[
+                    &ns::ESCROWS,
+                    &self.replica.id.as_str(),
+                    &devshard_actors::settlement::NS_SETTLEMENT,
+                ],
             )
             .await
             .map_err(pg_err)?;

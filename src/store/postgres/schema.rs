@@ -86,6 +86,16 @@ const MIGRATIONS: &[&str] = &[
          started_at TIMESTAMPTZ NOT NULL,
          expires_at TIMESTAMPTZ NOT NULL
      );",
+    // 2 -> 3: each escrow's live budget as its lease owner published it (`budgets.rs`), read
+    // by the rotation's leader for the escrows it does not run.
+    "CREATE TABLE escrow_budgets (
+         escrow_id    TEXT        NOT NULL PRIMARY KEY,
+         owner        TEXT        NOT NULL,
+         epoch        BIGINT      NOT NULL,
+         nonce        BIGINT      NOT NULL,
+         spendable    BIGINT      NOT NULL,
+         published_at TIMESTAMPTZ NOT NULL
+     );",
 ];
 
 /// Why a schema cannot be used.

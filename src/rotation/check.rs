@@ -1,0 +1,173 @@
+//! One rotation check of one model (docs/lifecycle.md §4): decide from the facts, create a
+//! replacement and retire the running-low escrows as decided (here, or by a retire request to
+//! the escrow's owner: `crate::state::settlements::Settlements::retire`), and the view it
+//! leaves for `GET /v1/admin/rotation` and the debug listing.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use slog::{info, warn};
+
+use super::{
+    intent::{CreateIntent, Origin},
+    plan::{decide, role, Create, EscrowFacts, Role},
+    remote::BudgetSource,
+    settings::ModelRotation,
+    Rotation,
+};
+use crate::state::settlements::{Retired, Settlements};
+
+/// One escrow in the view.
+#[derive(Debug, Clone, Serialize)]
+pub struct EscrowRole {
+    pub escrow_id: String,
+    pub role: Role,
+    pub nonce: u64,
+    pub nonces_left: u64,
+    /// What it can still spend (balance less reservations).
+    pub spendable: u64,
+    /// Where `nonce` and `spendable` came from (live here, published by another replica, …).
+    pub budget: BudgetSource,
+}
+
+/// One model in the view.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelView {
+    pub model: String,
+    pub target_count: u32,
+    pub amount: u64,
+    pub max_deposit_per_day: u64,
+    pub deposited_today: u64,
+    pub pending_creations: u32,
+    pub decision: Option<Create>,
+    pub failures: u32,
+    pub backoff_until_ms: i64,
+    pub last_error: Option<String>,
+    pub rotations: u64,
+    pub escrows: Vec<EscrowRole>,
+}
+
+/// What `GET /v1/admin/rotation` and the debug listing show.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RotationView {
+    pub enabled: bool,
+    /// This replica runs the rotation (always on SQLite; on PostgreSQL the replica holding the
+    /// `__rotation` duty lease).
+    pub leading: bool,
+    /// The replica that runs it when it is another one.
+    pub leader_elsewhere: Option<String>,
+    pub check_interval_ms: u64,
+    pub last_check_ms: Option<i64>,
+    pub checks: u64,
+    pub models: Vec<ModelView>,
+    pub intents: Vec<CreateIntent>,
+    /// Why the last check decided nothing (the shared budgets could not be read).
+    pub facts_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(super) struct Backoff {
+    pub failures: u32,
+    pub until_ms: i64,
+    pub last_error: Option<String>,
+    pub rotations: u64,
+}
+
+/// What one check did for one model.
+pub(super) struct Checked {
+    pub view: ModelView,
+    /// `Some(Ok)`: a creation was broadcast; `Some(Err)`: it failed.
+    pub created: Option<Result<(), String>>,
+}
+
+/// One model's check: decide, then create and retire as decided.
+pub(super) async fn check_model(
+    rotation: &Rotation,
+    settlements: &Settlements,
+    rule: &ModelRotation,
+    facts: &BTreeMap<String, Vec<EscrowFacts>>,
+    b: &Backoff,
+) -> Checked {
+    let creator = &rotation.creator;
+    let now = creator.clock.now_ms();
+    let escrows = facts.get(&rule.model).cloned().unwrap_or_default();
+    let roles: Vec<(String, Role)> = escrows
+        .iter()
+        .map(|e| (e.escrow_id.clone(), role(e, rule)))
+        .collect();
+    let pending = creator
+        .intents()
+        .iter()
+        .filter(|i| i.model == rule.model)
+        .count() as u32;
+    let deposited = creator.deposits.today(&rule.model);
+    let d = decide(rule, &roles, pending, deposited, now, b.until_ms);
+    let log = &creator.log;
+    let mut created = None;
+    if d.create == Create::Now {
+        let low: Vec<&str> = roles
+            .iter()
+            .filter(|(_, r)| *r == Role::Low)
+            .map(|(id, _)| id.as_str())
+            .collect();
+        info!(log, "replacement escrow being created"; "stage" => "escrow_rotation_started",
+            "model" => &rule.model, "amount" => rule.amount, "running_low" => low.join(","),
+            "deposited_today" => deposited, "cap" => rule.max_deposit_per_day);
+        let r = creator
+            .create(&rule.model, rule.amount, Origin::Rotation)
+            .await;
+        created = Some(match r {
+            Ok(intent) => {
+                if let Some(m) = &creator.metrics {
+                    m.rotations.with_label_values(&[&rule.model]).inc();
+                }
+                creator.reconcile(&intent.tx_hash).await;
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        });
+    }
+    for id in &d.retire {
+        match settlements
+            .retire(id, &rule.model, creator.duty.name())
+            .await
+        {
+            Ok(Retired::AlreadyRequested) => {}
+            Ok(how) => info!(log, "running-low escrow retires; its replacement serves";
+                "stage" => "escrow_retiring", "escrow" => id, "model" => &rule.model,
+                "how" => ?how),
+            Err(e) => warn!(log, "retiring escrow not settled"; "stage" => "escrow_retiring",
+                "escrow" => id, "error" => %e),
+        }
+    }
+    let view = ModelView {
+        model: rule.model.clone(),
+        target_count: rule.target_count,
+        amount: rule.amount,
+        max_deposit_per_day: rule.max_deposit_per_day,
+        deposited_today: creator.deposits.today(&rule.model),
+        pending_creations: pending,
+        decision: Some(d.create),
+        failures: 0,
+        backoff_until_ms: 0,
+        last_error: None,
+        rotations: 0,
+        escrows: escrows
+            .iter()
+            .zip(&roles)
+            .map(|(e, (_, r))| EscrowRole {
+                escrow_id: e.escrow_id.clone(),
+                role: if d.retire.contains(&e.escrow_id) {
+                    Role::Retiring
+                } else {
+                    *r
+                },
+                nonce: e.nonce,
+                nonces_left: e.serving_limit.saturating_sub(e.nonce),
+                spendable: e.spendable,
+                budget: e.source.clone(),
+            })
+            .collect(),
+    };
+    Checked { view, created }
+}
