@@ -182,8 +182,10 @@ pub async fn chat_after_local_refusal(
     let remote = replicas.remote().await;
     match route::chat_route(false, false, model, &remote, replicas.next_spread()) {
         ChatRoute::Forward(to) => {
+            replicas.count_forward(ForwardOutcome::AfterLocalRefusal);
             info!(log, "no local escrow could take the request after all; forwarding it";
-                "stage" => "request_forwarded", "outcome" => "after_local_refusal",
+                "stage" => "request_forwarded",
+                "outcome" => ForwardOutcome::AfterLocalRefusal.as_str(),
                 "owner" => &to.owner, "escrow" => &to.escrow_id);
             forward_to(replicas, (req, body), rid, model, &to, log)
                 .await

@@ -86,14 +86,17 @@ pub enum ForwardOutcome {
     SecondHopRefused,
     /// The owner refused the request (its escrow closed since the lookup): sent to another.
     Rerouted,
+    /// No local escrow could take a request routed here after all: sent to an owner elsewhere.
+    AfterLocalRefusal,
 }
 
 impl ForwardOutcome {
-    pub const ALL: [ForwardOutcome; 4] = [
+    pub const ALL: [ForwardOutcome; 5] = [
         ForwardOutcome::Forwarded,
         ForwardOutcome::OwnerUnreachable,
         ForwardOutcome::SecondHopRefused,
         ForwardOutcome::Rerouted,
+        ForwardOutcome::AfterLocalRefusal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -102,6 +105,7 @@ impl ForwardOutcome {
             ForwardOutcome::OwnerUnreachable => "owner_unreachable",
             ForwardOutcome::SecondHopRefused => "second_hop_refused",
             ForwardOutcome::Rerouted => "rerouted",
+            ForwardOutcome::AfterLocalRefusal => "after_local_refusal",
         }
     }
 }

@@ -300,3 +300,24 @@ async fn the_table_keeps_an_answer_only_for_a_keyed_request() {
     };
     assert!(*done.borrow_and_update(), "the first request already ended");
 }
+
+#[actix_rt::test]
+async fn a_request_served_by_another_replica_after_all_is_forgotten_here() {
+    use devshard_gateway::{
+        config::AccountingConfig,
+        state::accounting::{Accounting, Begin},
+    };
+    let acc = Accounting::new(AccountingConfig::default());
+    assert!(matches!(
+        acc.begin(record("a", "k", "f"), 1_000),
+        Begin::Fresh
+    ));
+    acc.abandon("a");
+    assert!(acc.get("a").is_none(), "no record: the owner records it");
+    assert!(
+        matches!(acc.begin(record("b", "k", "f"), 2_000), Begin::Fresh),
+        "its key is free again"
+    );
+    acc.abandon("unknown");
+    assert_eq!(acc.len(), 1);
+}
