@@ -300,7 +300,8 @@ impl Drop for Cluster {
     }
 }
 
-/// One streaming chat request; `Err` with the status and body unless it answered 200.
+/// One streaming chat request; `Err` with the status and body unless it answered 200 and
+/// ended with `[DONE]`.
 pub async fn chat_detail(url: &str, text: &str) -> Result<(), String> {
     let client = awc::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -317,9 +318,10 @@ pub async fn chat_detail(url: &str, text: &str) -> Result<(), String> {
         .limit(16 << 20)
         .await
         .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&bytes);
     match resp.status().as_u16() {
-        200 => Ok(()),
-        status => Err(format!("{status}: {}", String::from_utf8_lossy(&bytes))),
+        200 if text.contains("[DONE]") => Ok(()),
+        status => Err(format!("{status}: {text}")),
     }
 }
 

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::{
     child::ADMIN_KEY,
-    cluster::{poll, Cluster},
+    cluster::{chat_detail, poll, Cluster},
 };
 
 const TTL: Duration = Duration::from_millis(2000);
@@ -55,30 +55,6 @@ fn rotation(model: &str) -> RotationSettings {
             nonce_margin: 45,
             reserve_requests: 8,
         }],
-    }
-}
-
-/// One streaming chat request: `Err` unless it answered 200 and ended with `[DONE]`.
-async fn chat(url: &str, text: &str) -> Result<(), String> {
-    let client = awc::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .finish();
-    let body = serde_json::json!({"messages": [{"role": "user", "content": text}],
-        "stream": true, "max_tokens": 16});
-    let mut resp = client
-        .post(format!("{url}/v1/chat/completions"))
-        .send_json(&body)
-        .await
-        .map_err(|e| format!("no answer: {e}"))?;
-    let bytes = resp
-        .body()
-        .limit(16 << 20)
-        .await
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&bytes);
-    match resp.status().as_u16() {
-        200 if text.contains("[DONE]") => Ok(()),
-        status => Err(format!("{status}: {text}")),
     }
 }
 
@@ -157,7 +133,7 @@ async fn escrows_other_replicas_run_are_replaced_in_time_and_retired_by_their_ow
             while !done.get() {
                 let n = sent.get();
                 sent.set(n + 1);
-                if let Err(e) = chat(&url, &format!("rotate {i} {n}")).await {
+                if let Err(e) = chat_detail(&url, &format!("rotate {i} {n}")).await {
                     eprintln!("failed on {url}: {e}");
                     failures.borrow_mut().push(e);
                 }
