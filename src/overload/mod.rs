@@ -7,12 +7,12 @@
 //!   gateway controls, and what grows when the gateway itself is overloaded (a busy escrow
 //!   mailbox, a slow fsync, no CPU left). The host's own latency (300 ms RTT, a 1 s receipt on a
 //!   remote host) comes after it and is never a sample, so slow hosts do not shrink the limit.
-//!   The slot is freed at dispatch too: a race waiting on its host holds no slot. What bounds
-//!   the bodies in flight to one host is that host's link (`devshard_actors::escrow::links`:
-//!   a body leaves once the bodies it depends on left a reorder horizon ago). Until issue 16's
-//!   third round the slot was held to the first byte, and 2 000 streams on 1.3 s hosts needed
-//!   ≈ 300 slots the limit never reached (it shed ≈ 90 %); releasing it without the links let
-//!   hundreds of bodies per host overtake each other (nonce-gap resends of ≈ 700 diffs each).
+//!   The slot is held until the first byte (or the failure) by default. With
+//!   `release_at_dispatch` (opt-in, with `[escrow] link_pacing`) it is freed at dispatch, and
+//!   what bounds the bodies in flight to one host is that host's link
+//!   (`devshard_actors::escrow::links`). That serves 2 000 streams on 1.3 s hosts in paused
+//!   time, but on a saturated machine overtaking outgrew the links' horizon (README, "Overload,
+//!   bounded bodies and stragglers"), so it is not the default.
 //! - The limit follows that latency ([`gradient::next_limit`], Gradient2-style): every window
 //!   (`window_ms` and at least `window_samples` samples) updates the limit. It stays within
 //!   `[min_limit, max_concurrent_races]`; `max_concurrent_races` stays the hard ceiling on every
@@ -150,6 +150,18 @@ impl StartPermit {
     pub fn into_dispatch_hook(self) -> DispatchHook {
         Box::new(move || self.dispatched())
     }
+
+    /// The race's hook when the slot is held to the first byte (`release_at_dispatch = false`,
+    /// the default): at dispatch the time since admission is a sample; the slot is freed when
+    /// the permit is dropped (first byte, whole answer or failure).
+    pub fn on_dispatch(&self) -> DispatchHook {
+        let (shared, admitted) = (self.shared.clone(), self.admitted);
+        Box::new(move || {
+            if let Some(shared) = shared {
+                sample(&shared, admitted.elapsed());
+            }
+        })
+    }
 }
 
 impl Drop for StartPermit {
@@ -283,6 +295,12 @@ impl Limiter {
             shared: Some(Arc::clone(&self.shared)),
             admitted: Instant::now(),
         }
+    }
+
+    /// Whether a race's slot is freed at dispatch (`release_at_dispatch`) rather than at its
+    /// first byte.
+    pub fn releases_at_dispatch(&self) -> bool {
+        self.shared.settings.release_at_dispatch
     }
 
     /// The limiter's state (`/v1/debug/actors`, the UI).
