@@ -1,5 +1,6 @@
-//! Overload control at the edge: an adaptive limit on the races *starting* (from admission until
-//! their first attempt is dispatched to a host), with a short bounded queue in front of it.
+//! Overload control at the edge: an adaptive limit on the races *starting* (from admission to
+//! their first byte, or to their dispatch with `release_at_dispatch`), with a short bounded queue
+//! in front of it.
 //!
 //! - **What it measures is the gateway's own work.** A race is *dispatched* when its first
 //!   attempt goes to a host: the escrow was picked, the nonce granted, the diff composed, signed
@@ -21,14 +22,12 @@
 //!   most `queue_timeout_ms`; past either it is shed ([`Shed`]: 503 + `Retry-After`, the message
 //!   says the gateway is saturated). Queue wait is not part of the latency sample, so queueing
 //!   never feeds back into the limit.
-//! - The queue's depth is `queue_depth`, or more while the measured pace drains more within
-//!   the deadline ([`effective_depth`]: `limit · queue_timeout / last window's latency`, at most
-//!   [`DEPTH_CAP_FACTOR`] × `queue_depth`): a burst the gateway can admit in time waits rather
-//!   than being shed at once.
-//! - The sample is taken and the slot freed by the race's hook
-//!   ([`StartPermit::into_dispatch_hook`]), or the slot freed when the permit is dropped
-//!   (failure before dispatch); the next waiter gets it at once. A waiter whose client left is
-//!   removed from the queue.
+//! - The queue's depth is `queue_depth`; with `release_at_dispatch`, more while the measured
+//!   pace drains more within the deadline ([`effective_depth`]).
+//! - The sample is taken by the race's hook ([`StartPermit::on_dispatch`]); the slot is freed
+//!   when the permit is dropped (first byte, whole answer or failure), or at dispatch with
+//!   `release_at_dispatch` ([`StartPermit::into_dispatch_hook`]); the next waiter gets it at
+//!   once. A waiter whose client left is removed from the queue.
 //!
 //! Visible as `devshard_gateway_concurrency_limit`, `devshard_gateway_starting_races`,
 //! `devshard_gateway_queued_requests`, `devshard_gateway_queue_wait_seconds`,
@@ -323,8 +322,13 @@ impl Limiter {
     }
 }
 
+/// The queue's depth now: [`effective_depth`] when slots are freed at dispatch (the latency
+/// sample is then a slot's whole hold); `queue_depth` when they are held to the first byte.
 fn depth(shared: &Shared, st: &State) -> usize {
     let s = &shared.settings;
+    if !s.release_at_dispatch {
+        return s.queue_depth;
+    }
     effective_depth(
         s.queue_depth,
         st.limit(),

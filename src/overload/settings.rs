@@ -8,7 +8,7 @@
 //! initial_limit = 64        # races starting at once (admission → dispatch to a host) at start
 //! min_limit = 16            # the limit never falls below this
 //! queue_depth = 1024        # requests waiting for a slot (more while limit·timeout/latency
-//!                           # drains them in time, up to 8×); beyond it 503 at once
+//!                           # drains them in time, up to 8×, with release_at_dispatch)
 //! queue_timeout_ms = 2000   # a request waiting longer gets 503
 //! window_ms = 250           # a window closes after this long …
 //! window_samples = 10       # … and at least this many samples
