@@ -7,7 +7,8 @@
 //! `Idempotency-Key` (a retry joins or replays its first request, 422 on key reuse;
 //! `crate::state::accounting`) → phase gating (503 + `Retry-After` during PoC, [`gate::admit`]) →
 //! the hard ceiling on races in flight (503) → the adaptive limit on races starting (its latency
-//! sample and its slot: admission until the first attempt goes to a host), which may
+//! sample: admission until the first attempt goes to a host; its slot: until the first byte, or
+//! until dispatch with `release_at_dispatch`), which may
 //! queue the request (503 + `Retry-After` when shed; `crate::overload`) → escrow choice ([`operator::pick_escrow`]: the directory's published board, no message;
 //! skipping deactivated escrows, admission by state, nonces, hosts and balance) → the race
 //! ([`placement::place`], which also moves a request whose escrow closed for settlement before it
@@ -229,7 +230,12 @@ async fn chat_inner(
         stream,
         only_hosts: relaxed.as_ref().map(|r| r.only.clone()),
     };
-    let dispatched = starting.into_dispatch_hook();
+    // The slot is freed at dispatch (opt-in) or held to the first byte (the default).
+    let (dispatched, held) = if state.overload.releases_at_dispatch() {
+        (starting.into_dispatch_hook(), None)
+    } else {
+        (starting.on_dispatch(), Some(starting))
+    };
     let model = params.model.clone();
     let placed = placement::place(state, Arc::new(params), escrow, Some(dispatched), log).await;
     // PostgreSQL replicas: the only escrow here closed between the route and the pick (no race
@@ -244,6 +250,7 @@ async fn chat_inner(
         }
     }
     let started = placed.map_err(|e| gate::during_poc(relaxed.as_ref(), e, log))?;
+    drop(held);
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
     Ok(match started {
         RaceStart::Stream(rx) => {

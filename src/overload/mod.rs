@@ -1,5 +1,6 @@
-//! Overload control at the edge: an adaptive limit on the races *starting* (from admission until
-//! their first attempt is dispatched to a host), with a short bounded queue in front of it.
+//! Overload control at the edge: an adaptive limit on the races *starting* (from admission to
+//! their first byte, or to their dispatch with `release_at_dispatch`), with a short bounded queue
+//! in front of it.
 //!
 //! - **What it measures is the gateway's own work.** A race is *dispatched* when its first
 //!   attempt goes to a host: the escrow was picked, the nonce granted, the diff composed, signed
@@ -7,12 +8,12 @@
 //!   gateway controls, and what grows when the gateway itself is overloaded (a busy escrow
 //!   mailbox, a slow fsync, no CPU left). The host's own latency (300 ms RTT, a 1 s receipt on a
 //!   remote host) comes after it and is never a sample, so slow hosts do not shrink the limit.
-//!   The slot is freed at dispatch too: a race waiting on its host holds no slot. What bounds
-//!   the bodies in flight to one host is that host's link (`devshard_actors::escrow::links`:
-//!   a body leaves once the bodies it depends on left a reorder horizon ago). Until issue 16's
-//!   third round the slot was held to the first byte, and 2 000 streams on 1.3 s hosts needed
-//!   ≈ 300 slots the limit never reached (it shed ≈ 90 %); releasing it without the links let
-//!   hundreds of bodies per host overtake each other (nonce-gap resends of ≈ 700 diffs each).
+//!   The slot is held until the first byte (or the failure) by default. With
+//!   `release_at_dispatch` (opt-in, with `[escrow] link_pacing`) it is freed at dispatch, and
+//!   what bounds the bodies in flight to one host is that host's link
+//!   (`devshard_actors::escrow::links`). That serves 2 000 streams on 1.3 s hosts in paused
+//!   time, but on a saturated machine overtaking outgrew the links' horizon (README, "Overload,
+//!   bounded bodies and stragglers"), so it is not the default.
 //! - The limit follows that latency ([`gradient::next_limit`], Gradient2-style): every window
 //!   (`window_ms` and at least `window_samples` samples) updates the limit. It stays within
 //!   `[min_limit, max_concurrent_races]`; `max_concurrent_races` stays the hard ceiling on every
@@ -21,14 +22,12 @@
 //!   most `queue_timeout_ms`; past either it is shed ([`Shed`]: 503 + `Retry-After`, the message
 //!   says the gateway is saturated). Queue wait is not part of the latency sample, so queueing
 //!   never feeds back into the limit.
-//! - The queue's depth is `queue_depth`, or more while the measured pace drains more within
-//!   the deadline ([`effective_depth`]: `limit · queue_timeout / last window's latency`, at most
-//!   [`DEPTH_CAP_FACTOR`] × `queue_depth`): a burst the gateway can admit in time waits rather
-//!   than being shed at once.
-//! - The sample is taken and the slot freed by the race's hook
-//!   ([`StartPermit::into_dispatch_hook`]), or the slot freed when the permit is dropped
-//!   (failure before dispatch); the next waiter gets it at once. A waiter whose client left is
-//!   removed from the queue.
+//! - The queue's depth is `queue_depth`; with `release_at_dispatch`, more while the measured
+//!   pace drains more within the deadline ([`effective_depth`]).
+//! - The sample is taken by the race's hook ([`StartPermit::on_dispatch`]); the slot is freed
+//!   when the permit is dropped (first byte, whole answer or failure), or at dispatch with
+//!   `release_at_dispatch` ([`StartPermit::into_dispatch_hook`]); the next waiter gets it at
+//!   once. A waiter whose client left is removed from the queue.
 //!
 //! Visible as `devshard_gateway_concurrency_limit`, `devshard_gateway_starting_races`,
 //! `devshard_gateway_queued_requests`, `devshard_gateway_queue_wait_seconds`,
@@ -149,6 +148,18 @@ impl StartPermit {
     /// slot is freed all the same.
     pub fn into_dispatch_hook(self) -> DispatchHook {
         Box::new(move || self.dispatched())
+    }
+
+    /// The race's hook when the slot is held to the first byte (`release_at_dispatch = false`,
+    /// the default): at dispatch the time since admission is a sample; the slot is freed when
+    /// the permit is dropped (first byte, whole answer or failure).
+    pub fn on_dispatch(&self) -> DispatchHook {
+        let (shared, admitted) = (self.shared.clone(), self.admitted);
+        Box::new(move || {
+            if let Some(shared) = shared {
+                sample(&shared, admitted.elapsed());
+            }
+        })
     }
 }
 
@@ -285,6 +296,12 @@ impl Limiter {
         }
     }
 
+    /// Whether a race's slot is freed at dispatch (`release_at_dispatch`) rather than at its
+    /// first byte.
+    pub fn releases_at_dispatch(&self) -> bool {
+        self.shared.settings.release_at_dispatch
+    }
+
     /// The limiter's state (`/v1/debug/actors`, the UI).
     pub fn view(&self) -> LimiterView {
         let shared = &self.shared;
@@ -305,8 +322,13 @@ impl Limiter {
     }
 }
 
+/// The queue's depth now: [`effective_depth`] when slots are freed at dispatch (the latency
+/// sample is then a slot's whole hold); `queue_depth` when they are held to the first byte.
 fn depth(shared: &Shared, st: &State) -> usize {
     let s = &shared.settings;
+    if !s.release_at_dispatch {
+        return s.queue_depth;
+    }
     effective_depth(
         s.queue_depth,
         st.limit(),

@@ -8,7 +8,7 @@
 //! initial_limit = 64        # races starting at once (admission → dispatch to a host) at start
 //! min_limit = 16            # the limit never falls below this
 //! queue_depth = 1024        # requests waiting for a slot (more while limit·timeout/latency
-//!                           # drains them in time, up to 8×); beyond it 503 at once
+//!                           # drains them in time, up to 8×, with release_at_dispatch)
 //! queue_timeout_ms = 2000   # a request waiting longer gets 503
 //! window_ms = 250           # a window closes after this long …
 //! window_samples = 10       # … and at least this many samples
@@ -16,6 +16,8 @@
 //! smoothing = 0.2           # how far the limit moves toward its target per window
 //! long_window = 100         # windows the long-term latency averages over
 //! retry_after_s = 1         # Retry-After of a shed request
+//! release_at_dispatch = false # free the slot at dispatch, not at the first byte (with
+//!                           # `[escrow] link_pacing`; issue 16, opt-in: see the README)
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -37,6 +39,9 @@ pub struct OverloadSettings {
     pub smoothing: f64,
     pub long_window: u32,
     pub retry_after_s: u64,
+    /// Free a race's starting slot when its first attempt is dispatched, instead of at its
+    /// first byte (opt-in; pair it with `[escrow] link_pacing`).
+    pub release_at_dispatch: bool,
 }
 
 impl Default for OverloadSettings {
@@ -53,6 +58,7 @@ impl Default for OverloadSettings {
             smoothing: 0.2,
             long_window: 100,
             retry_after_s: 1,
+            release_at_dispatch: false,
         }
     }
 }

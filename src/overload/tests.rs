@@ -218,9 +218,10 @@ async fn a_burst_the_limit_drains_in_time_waits_instead_of_being_shed() {
         queue_timeout_ms: 200,
         window_ms: 10,
         window_samples: 2,
+        release_at_dispatch: true,
         ..OverloadSettings::default()
     };
-    let (l, _) = limiter(settings, 2);
+    let (l, _) = limiter(settings.clone(), 2);
     // A window of 1 ms dispatches: the pace is known.
     for _ in 0..4 {
         let p = l.acquire().await.unwrap();
@@ -245,4 +246,16 @@ async fn a_burst_the_limit_drains_in_time_waits_instead_of_being_shed() {
     }
     let v = l.view();
     assert_eq!((v.shed_queue_full, v.shed_queue_timeout), (0, 0));
+    // Slots held to the first byte: the dispatch latency says nothing of the drain.
+    let held = OverloadSettings {
+        release_at_dispatch: false,
+        ..settings
+    };
+    let (l, _) = limiter(held, 2);
+    for _ in 0..4 {
+        let p = l.acquire().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        p.dispatched();
+    }
+    assert_eq!(l.view().queue_depth, 4);
 }

@@ -1,8 +1,8 @@
 //! Remote hosts and many streams at once (issue 16), on the paused clock: the in-process app in
 //! front of the simulator's `mixed` profile (2 local hosts, 3 remote at 310–370 ms RTT and
 //! 0.7–1.4 s to a receipt, every delay jittered ±15 %) over real loopback HTTP, and `CLIENTS`
-//! closed-loop clients that all start at once, with the default `[overload]` and `[escrow]`
-//! settings. A race frees its adaptive-limit slot when its first attempt is dispatched, and each
+//! closed-loop clients that all start at once, with `release_at_dispatch` and `link_pacing` on
+//! (both opt-in) and every other setting at its default. A race frees its adaptive-limit slot when its first attempt is dispatched, and each
 //! host's link paces the bodies so they cannot overtake the ones they depend on
 //! (`devshard_actors::escrow::links`): nearly nothing is shed, bodies stay within the catch-up
 //! window, and nonce-gap resends stay rare. Measured (12 virtual seconds): 3 515 served, 0 shed,
@@ -17,6 +17,7 @@ use devshard_actors::{clock::TokioClock, escrow::EscrowConfig, store::MemoryStor
 use devshard_gateway::{
     app::build_app,
     config::{Config, RawConfig, Secret},
+    overload::settings::OverloadSettings,
     sim::{Profile, SimConfig, SimNetwork},
 };
 use futures::future::join_all;
@@ -59,6 +60,14 @@ async fn remote_hosts_and_many_streams_are_served_with_bounded_bodies_and_rare_r
         admin_api_key: Some(Secret::new(ADMIN)),
         chain_rest_url: sim.chain_url().to_string(),
         max_concurrent_races: 4_096,
+        overload: OverloadSettings {
+            release_at_dispatch: true,
+            ..OverloadSettings::default()
+        },
+        escrow: EscrowConfig {
+            link_pacing: true,
+            ..EscrowConfig::default()
+        },
         ..RawConfig::default()
     })
     .unwrap();

@@ -20,7 +20,8 @@ pub struct EscrowConfig {
     /// served from the store (`escrow/diff_log.rs`). At least `catch_up_window` is sensible.
     pub diff_window: usize,
     /// Pace inference bodies per host so they cannot overtake the ones they depend on
-    /// (`escrow/links.rs`); false: every body leaves at once (optimistic catch-up alone).
+    /// (`escrow/links.rs`); false (the default): every body leaves at once (optimistic catch-up
+    /// alone). Opt-in, with `[overload] release_at_dispatch`.
     pub link_pacing: bool,
     /// A link's reorder horizon at start, and its floor (ms; 0: optimistic until a gap shows
     /// overtaking).
@@ -60,7 +61,7 @@ impl Default for EscrowConfig {
             catch_up_chunk: 200,
             catch_up_window: 64,
             diff_window: crate::escrow::session::DEFAULT_DIFF_WINDOW,
-            link_pacing: true,
+            link_pacing: false,
             link_reorder_min_ms: 20,
             link_reorder_max_ms: 1_000,
             link_reorder_half_life_ms: 30_000,
