@@ -112,8 +112,10 @@ impl BudgetPublisher {
             .iter()
             .filter_map(|e| {
                 let epoch = *held.get(&e.id)?;
+                // Unsettled inferences may each still take a nonce (`nonce_room`): published
+                // as used, as the leader counts its own escrows' (`rotation/facts.rs`).
                 let report = e.budget.check(|b| BudgetReport {
-                    nonce: b.nonce,
+                    nonce: b.nonce.saturating_add(b.settling),
                     spendable: b.spendable(),
                 });
                 publish_due(self.last.get(&e.id), report, epoch, now, self.refresh)
