@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use super::{
     http::Http,
-    lockstep::{excused, judge_host, went_back, GatewayAt, HostAt},
+    lockstep::{excused, judge_host, went_back, withheld, GatewayAt, HostAt},
     report::Report,
 };
 
@@ -207,6 +207,7 @@ impl Checker {
             }
             self.max_nonce = self.max_nonce.max(before);
             let mut excluded = excused(snap);
+            let mut lagging = withheld(snap);
             let Some(synced) = self
                 .admin("POST", &format!("{escrow_path}/sync"), report, secrets)
                 .await
@@ -235,6 +236,7 @@ impl Checker {
                 return 0;
             };
             excluded.extend(excused(&after["snapshot"]));
+            lagging.extend(withheld(&after["snapshot"]));
             let Some(latest) = GatewayAt::of(&after["snapshot"]) else {
                 if unavailable(report, "after the hosts", deadline).await {
                     return 0;
@@ -249,7 +251,7 @@ impl Checker {
                 if s.forked || excluded.contains(&address) {
                     continue;
                 }
-                let lagging_ok = !quiet || ejected.contains(&address);
+                let lagging_ok = !quiet || ejected.contains(&address) || lagging.contains(&address);
                 let view = HostAt {
                     index: s.index,
                     nonce: s.nonce,

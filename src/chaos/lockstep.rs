@@ -52,6 +52,18 @@ pub fn excused(snap: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// The participants the escrow withholds (`withheld` in its snapshot): it neither sends them
+/// inference nor catches them up, so they may lag (e.g. ejected, then on probation before its
+/// first paired attempt), but must not diverge.
+pub fn withheld(snap: &Value) -> BTreeSet<String> {
+    snap["withheld"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect()
+}
+
 /// Invariant 1 for one host read between two reads of the gateway: `before` (its nonce before
 /// the sync; the sync catches every routable host up to at least it), `synced` (the sync's
 /// answer) and `latest` (read after the host). The gateway's nonce only grows, so a host beyond
@@ -160,5 +172,22 @@ mod tests {
         assert!(other_root.is_some_and(|p| p.contains("has root forked")));
         let other_root = judge_host(&host(3, 354, "forked"), 352, &synced, &latest, true);
         assert!(other_root.is_some_and(|p| p.contains("≠ the gateway's r354")));
+    }
+
+    /// Seed `9e4a6cb226b5a38c2de19d5b67c7ac5484211a9e`, invariant 1 "host 3 at nonce 0 behind
+    /// the gateway's 3788 after a sync": every host restarted empty; host 3 was ejected, then on
+    /// probation, and the escrow still withheld it, so no sync caught it up — lagging, not
+    /// diverged. The escrow's `withheld` list now makes such a host one that may lag (its root is
+    /// still judged), like an ejected one.
+    #[test]
+    fn seed_9e4a6cb_a_host_the_escrow_withholds_may_lag_after_a_sync() {
+        let snap = serde_json::json!({"withheld": ["gonka1a", "gonka1b"], "repairs": []});
+        let w = withheld(&snap);
+        assert!(w.contains("gonka1a") && w.contains("gonka1b") && w.len() == 2);
+        assert!(withheld(&serde_json::json!({})).is_empty());
+        let synced = at(3788, "r3788");
+        let behind = host(3, 0, "");
+        assert!(judge_host(&behind, 3788, &synced, &synced, false).is_some());
+        assert!(judge_host(&behind, 3788, &synced, &synced, true).is_none());
     }
 }

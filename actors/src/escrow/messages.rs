@@ -189,6 +189,9 @@ pub struct EscrowSnapshot {
     pub repairs: Vec<String>,
     pub repairs_given_up: Vec<String>,
     pub panic_mode: bool,
+    /// Participants this escrow sends no inference and no catch-up to now (ejected outside panic
+    /// mode, under repair, repair given up): they may lag until they are routable again.
+    pub withheld: Vec<String>,
     /// Warm key bound to each slot (docs/lifecycle.md §5).
     pub warm_keys: std::collections::BTreeMap<u32, crate::protocol::crypto::Address>,
     /// Each host link's pacing (`escrow/links.rs`): its reorder horizon, bodies waiting.

@@ -289,12 +289,13 @@ impl Routing {
         }
     }
 
-    /// Debug view: participants under repair, given up, panic mode.
-    pub(super) fn snapshot(&self) -> (Vec<String>, Vec<String>, bool) {
+    /// Debug view: participants under repair, given up, panic mode, withheld.
+    pub(super) fn snapshot(&self) -> (Vec<String>, Vec<String>, bool, Vec<String>) {
         (
             self.repairs.keys().map(ToString::to_string).collect(),
             self.gave_up.iter().map(ToString::to_string).collect(),
             self.panic_mode,
+            self.withheld.iter().map(ToString::to_string).collect(),
         )
     }
 }

@@ -38,8 +38,9 @@ use crate::{
 pub(super) enum PendingDiffError {
     /// The diff's write failed: it must never be sent, and the escrow stops.
     NotDurable(StoreError),
-    /// The diff is durable, but the host did not take it (catch-up carries it later).
-    NotDelivered(String),
+    /// The diff is durable, but the host did not take it (catch-up carries it later). `holds`:
+    /// what the host says it holds when it refused the diff for a nonce gap or a lost session.
+    NotDelivered { error: String, holds: Option<u64> },
 }
 
 /// The answers of one vote round.
@@ -202,7 +203,10 @@ pub(super) fn send_pending_diff(
     let timeout = deps.cfg.host_timeouts.query;
     Box::pin(async move {
         ack.await.map_err(PendingDiffError::NotDurable)?;
-        let diffs = diffs.map_err(|e| PendingDiffError::NotDelivered(e.to_string()))?;
+        let diffs = diffs.map_err(|e| PendingDiffError::NotDelivered {
+            error: e.to_string(),
+            holds: None,
+        })?;
         let request = InferenceRequest {
             diffs: diffs.iter().map(|d| DiffJson::from_diff(d)).collect(),
             nonce,
@@ -211,6 +215,9 @@ pub(super) fn send_pending_diff(
         };
         client::send_diffs(&url, &request, &signer, timeout)
             .await
-            .map_err(|e| PendingDiffError::NotDelivered(e.to_string()))
+            .map_err(|e| PendingDiffError::NotDelivered {
+                holds: e.rejection().and_then(|r| r.host_holds()),
+                error: e.to_string(),
+            })
     })
 }

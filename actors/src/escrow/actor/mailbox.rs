@@ -252,7 +252,7 @@ impl Handler<GetSnapshot> for EscrowActor {
     fn handle(&mut self, _: GetSnapshot, _: &mut Self::Context) -> Self::Result {
         let sm = self.session.state();
         let (attempts_in_flight, pending_finishes, pending_timeouts) = self.book.snapshot();
-        let (repairs, repairs_given_up, panic_mode) = self.routing.snapshot();
+        let (repairs, repairs_given_up, panic_mode, withheld) = self.routing.snapshot();
         MessageResult(EscrowSnapshot {
             escrow_id: self.escrow_id().to_string(),
             model: self.session.info().model.clone(),
@@ -272,6 +272,7 @@ impl Handler<GetSnapshot> for EscrowActor {
             pending_timeouts,
             repairs,
             repairs_given_up,
+            withheld,
             panic_mode,
             signatures: (self.session.signatures().iter())
                 .map(|(a, s)| (a.to_string(), s.nonce))

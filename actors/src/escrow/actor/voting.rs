@@ -13,6 +13,7 @@ use slog::{info, warn};
 use super::super::{
     book::NextTimeout,
     durable::{OnDurable, Pending},
+    sync,
     timeouts::{self, PendingDiffError},
 };
 use super::EscrowActor;
@@ -182,10 +183,18 @@ impl EscrowActor {
                 }
                 act.absorb_mempool(&addr, sent.mempool, ctx);
             }
-            Err(PendingDiffError::NotDelivered(e)) => {
+            Err(PendingDiffError::NotDelivered { error, holds }) => {
                 act.after_ack(nonce, Ok(()), ctx);
                 warn!(act.deps.log, "pending diff not delivered"; "stage" => "pending_diff_failed",
-                    "host" => addr.short(), "error" => e);
+                    "host" => addr.short(), "error" => error);
+                // A host that restarted empty (or missed diffs) says what it holds: its sync
+                // point moves back, so the next send replays from there (as after a sync or an
+                // attempt). Found by a chaos run: a host restarted empty kept answering
+                // "expected 1, got 79" to every pending diff and stayed at nonce 0 after syncs.
+                if let Some(holds) = holds {
+                    sync::rewind(&mut act.session, &act.deps, &addr, holds);
+                    act.durable.syncs_changed();
+                }
             }
         }));
     }
