@@ -94,7 +94,8 @@ impl Directory {
         // The restored state is what the pick sees until the actor publishes.
         let st = session.state();
         let active = st.phase() == crate::protocol::state::Phase::Active;
-        budget.publish(st.balance(), session.nonce(), active, true, None);
+        let settling = u64::try_from(orphans.len()).unwrap_or(u64::MAX);
+        budget.publish(st.balance(), session.nonce(), settling, active, true, None);
         let deps = EscrowDeps {
             key: signing,
             store: self.deps.store.clone(),

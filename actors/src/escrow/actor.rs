@@ -182,7 +182,7 @@ impl EscrowActor {
     fn publish_budget(&self, started: Option<&str>) {
         let st = self.session.state();
         let active = !self.closing && st.phase() == crate::protocol::state::Phase::Active;
-        self.deps.budget.publish_settling(
+        self.deps.budget.publish(
             st.balance().saturating_add(self.session.pending_refunds()),
             self.session.nonce(),
             u64::try_from(self.book.len()).unwrap_or(u64::MAX),

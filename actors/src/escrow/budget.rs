@@ -74,21 +74,10 @@ impl BudgetCell {
         self.lock().clone()
     }
 
-    /// The escrow actor's state: balance, nonce, whether it serves; `started` is the request
-    /// whose `MsgStartInference` this state already carries (its reservation ends).
+    /// The escrow actor's state: balance, nonce, inferences not settled yet, whether it serves;
+    /// `started` is the request whose `MsgStartInference` this state already carries (its
+    /// reservation ends).
     pub fn publish(
-        &self,
-        balance: u64,
-        nonce: u64,
-        active: bool,
-        routable: bool,
-        started: Option<&str>,
-    ) {
-        self.publish_settling(balance, nonce, 0, active, routable, started);
-    }
-
-    /// [`BudgetCell::publish`] with the count of inferences not settled yet.
-    pub fn publish_settling(
         &self,
         balance: u64,
         nonce: u64,
@@ -160,7 +149,7 @@ mod tests {
             settling: 0,
             reservations: BTreeMap::new(),
         })));
-        c.publish(balance, 0, true, true, None);
+        c.publish(balance, 0, 0, true, true, None);
         c
     }
 
@@ -172,7 +161,7 @@ mod tests {
         let b = c.try_reserve("b", 30, always).unwrap();
         assert_eq!(c.view().spendable(), 40);
         // "a" starts: its reserve moves from the reservation into the balance.
-        c.publish(70, 1, true, true, Some("a"));
+        c.publish(70, 1, 0, true, true, Some("a"));
         assert_eq!(c.view().spendable(), 40);
         drop(a);
         assert_eq!(
