@@ -49,6 +49,8 @@ mod nonce_limit;
 mod optimistic;
 #[path = "store/pgdb.rs"]
 mod pgdb;
+#[path = "gateway/reach.rs"]
+mod reach;
 #[path = "gateway/repair.rs"]
 mod repair;
 #[path = "gateway/replicas.rs"]

@@ -92,6 +92,9 @@ pub struct ActorMetrics {
     pub timeout_votes_running: IntGauge,
     /// Timeout votes short of quorum asked again after a back-off, by reason.
     pub timeout_vote_retries: IntCounterVec,
+    /// The reachability gate (`escrow/reach.rs`), by event (`closed`, `opened`, `probe`,
+    /// `refused`: a request answered without a nonce).
+    pub reach_gate: IntCounterVec,
     /// Escrows this replica owns (a running actor, not being handed over; shared stores).
     pub escrows_owned: IntGauge,
     /// Escrows that changed hands on this replica, by reason (`claimed_free`, `taken_over`,
@@ -295,6 +298,13 @@ impl ActorMetrics {
                 ),
                 &["reason"],
             )?,
+            reach_gate: IntCounterVec::new(
+                Opts::new(
+                    "reach_gate_total",
+                    "Reachability gate events: closed, opened, probe, refused (no nonce)",
+                ),
+                &["event"],
+            )?,
             escrows_owned: IntGauge::new(
                 "escrows_owned",
                 "Escrows this replica owns (lease held, actor running) when replicas share a store",
@@ -310,6 +320,10 @@ impl ActorMetrics {
         for reason in HANDOFF_REASONS {
             m.escrow_handoffs.with_label_values(&[reason]);
         }
+        for event in crate::escrow::reach::EVENTS {
+            m.reach_gate.with_label_values(&[event]);
+        }
+        registry.register(Box::new(m.reach_gate.clone()))?;
         registry.register(Box::new(m.escrows_owned.clone()))?;
         registry.register(Box::new(m.escrow_handoffs.clone()))?;
         registry.register(Box::new(m.attempts.clone()))?;

@@ -117,6 +117,16 @@ fn every_race_error_kind_has_its_row() {
             "{kind:?}"
         );
     }
+    let unreachable = race(K::HostsUnreachable, Some(2));
+    assert_eq!(
+        (
+            unreachable.status,
+            unreachable.kind.as_str(),
+            unreachable.code.as_str(),
+            unreachable.retry_after_s
+        ),
+        (503, UNAVAILABLE, "hosts_unreachable", Some(2))
+    );
     assert_eq!(ApiError::RaceLost.parts().status, 502);
     let none = ApiError::NoActiveEscrow("m".into()).parts();
     assert_eq!((none.status, none.retry_after_s), (503, Some(30)));

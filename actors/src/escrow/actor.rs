@@ -1,8 +1,9 @@
-//! `EscrowActor`: one per escrow. Owns the protocol session and five parts, each with private
+//! `EscrowActor`: one per escrow. Owns the protocol session and six parts, each with private
 //! state in its own file (see the table in `escrow/mod.rs`): the nonce picker, the nonce book,
-//! the durability path, the fault guard and host routing. This file keeps only the actor itself:
-//! its construction and life cycle, the timers, and the execution of what the parts decide
-//! (futures to spawn, timers to arm, outcomes to send). The handlers are in `mailbox.rs`.
+//! the durability path, the fault guard, host routing and the reachability gate. This file
+//! keeps only the actor itself: its construction and life cycle, the timers, and the execution
+//! of what the parts decide (futures to spawn, timers to arm, outcomes to send). The handlers
+//! are in `mailbox.rs`.
 //!
 //! - **Who holds its `Addr`**: the `Directory` (and races, for the duration of one request).
 //! - **Survives a restart**: nothing in memory is trusted after the actor stopped (a recoverable
@@ -39,6 +40,7 @@ use super::{
     links::Links,
     nonces::NonceEntry,
     picker::{Picker, Step, Waiter},
+    reach::ReachGate,
     routing::Routing,
     session::Session,
     vote_queue::VoteLimits,
@@ -63,6 +65,7 @@ use crate::{
 mod finalize;
 mod mailbox;
 pub(crate) mod payloads;
+mod reaching;
 mod repairs;
 mod settling;
 mod syncing;
@@ -104,6 +107,8 @@ pub struct EscrowActor {
     durable: Durable,
     guard: FaultGuard,
     routing: Routing,
+    /// Hosts refusing connections: new requests wait for a probe (`escrow/reach.rs`).
+    reach: ReachGate,
     /// Told when this actor stops, so the directory can respawn it.
     on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
@@ -142,6 +147,7 @@ impl EscrowActor {
             ),
             guard: FaultGuard::new(&deps.settings, log.clone(), metrics.clone()),
             routing: Routing::new(hosts, &deps.settings, log, metrics),
+            reach: ReachGate::new(deps.cfg.reach()),
             session,
             deps,
             on_stop: None,

@@ -50,6 +50,15 @@ pub struct EscrowConfig {
     /// Nonces between two state checkpoints; a restart replays only the diffs after the newest
     /// (`session/checkpoint.rs`). At least 1.
     pub checkpoint_every: u64,
+    /// The reachability gate (`escrow/reach.rs`): while a majority of the hosts refuse
+    /// connections and none answered since, new requests get 503 + `Retry-After` instead of a
+    /// nonce, but for one probe per `reach_probe_interval_ms`. `false`: every request gets a
+    /// nonce.
+    pub reach_gate: bool,
+    /// Refused connections of distinct hosts count together within this window (ms).
+    pub reach_window_ms: u64,
+    /// While the gate is closed, one request per this interval is let through to probe (ms).
+    pub reach_probe_interval_ms: u64,
     #[serde(skip)]
     pub host_timeouts: HostTimeouts,
 }
@@ -75,12 +84,25 @@ impl Default for EscrowConfig {
             timeout_vote_retry_max_ms: 300_000,
             timeout_vote_rounds: 8,
             checkpoint_every: crate::escrow::session::checkpoint::CHECKPOINT_EVERY,
+            reach_gate: true,
+            reach_window_ms: 1_000,
+            reach_probe_interval_ms: 250,
             host_timeouts: HostTimeouts::default(),
         }
     }
 }
 
 impl EscrowConfig {
+    /// The reachability gate's settings (`escrow/reach.rs`).
+    pub fn reach(&self) -> crate::escrow::reach::ReachSettings {
+        let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        crate::escrow::reach::ReachSettings {
+            enabled: self.reach_gate,
+            window_ms: ms(self.reach_window_ms),
+            probe_interval_ms: ms(self.reach_probe_interval_ms),
+        }
+    }
+
     /// The link pacing settings (`escrow/links.rs`).
     pub fn links(&self) -> crate::escrow::links::LinkSettings {
         use std::time::Duration;

@@ -196,6 +196,8 @@ pub struct EscrowSnapshot {
     pub warm_keys: std::collections::BTreeMap<u32, crate::protocol::crypto::Address>,
     /// Each host link's pacing (`escrow/links.rs`): its reorder horizon, bodies waiting.
     pub links: Vec<crate::escrow::links::LinkView>,
+    /// The reachability gate (`escrow/reach.rs`): closed while hosts refuse connections.
+    pub reach: crate::escrow::reach::ReachView,
 }
 
 /// Test and operator hook: make the actor panic (only when fault injection is enabled).

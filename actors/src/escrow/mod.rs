@@ -1,7 +1,7 @@
 //! The escrow: its protocol session (plain data) and the actor that drives it.
 //!
 //! The actor (`actor.rs`, with its mailbox in `actor/mailbox.rs` and its settling effects in
-//! `actor/settling.rs`) owns the session and five parts. Each part keeps its state private in
+//! `actor/settling.rs`) owns the session and six parts. Each part keeps its state private in
 //! its own file and is changed only through its methods:
 //!
 //! | part | file | owns |
@@ -11,6 +11,7 @@
 //! | durability path | `durable.rs`, `ghost.rs`, `links.rs` | append → store ack → grant; the durable nonce; encoded bodies (signed as each leaves); each body's turn on its host's link; ghost inferences; sync-nonce persistence |
 //! | fault guard | `guard.rs` | outcome building, held faults, the correlation detector, `fault_release`, last successes |
 //! | host routing | `routing.rs` | health view, withheld hosts, panic mode, hedge budget, repair actors |
+//! | reachability gate | `reach.rs` | hosts refusing connections since the last answer, the probe interval |
 //!
 //! Decisions over several parts, without state of their own: `hedging.rs` (hedge and pair),
 //! `settle.rs` (what an attempt's end means), `timeouts.rs` (timeout votes), `sync.rs`
@@ -19,12 +20,12 @@
 //!
 //! | message | handled by |
 //! |---|---|
-//! | `RequestNonce` | picker (`Primary`, `Retry`); `hedging.rs` over routing (`Hedge`, `Pair`); grant in `durable.rs` |
+//! | `RequestNonce` | reachability gate (`Primary`); picker (`Primary`, `Retry`); `hedging.rs` over routing (`Hedge`, `Pair`); grant in `durable.rs` |
 //! | `ResendGrant` | book (the nonce's payload), durable (bodies from what the host holds) |
 //! | `RaceGone` | picker |
 //! | `GrantUnused` | book (settled by a timeout vote) |
-//! | `AttemptReceipt` | session; book (receipt time); durable (sync nonces dirty) |
-//! | `AttemptEnded` | `settle.rs` judges; book, guard (outcome), routing (repair of a diverged host) |
+//! | `AttemptReceipt` | session; book (receipt time); durable (sync nonces dirty); reachability gate (an answer) |
+//! | `AttemptEnded` | `settle.rs` judges; book, guard (outcome), routing (repair of a diverged host), reachability gate |
 //! | `HealthChanged` | routing, then the picker runs |
 //! | `ApplyHealthSettings` | guard (correlation window), live settings |
 //! | `SyncHosts` | durable (pending txs made durable), `sync.rs` |
@@ -56,6 +57,7 @@ pub mod nonce_room;
 pub mod nonces;
 pub mod pending;
 mod picker;
+pub mod reach;
 mod repair;
 mod routing;
 pub mod session;

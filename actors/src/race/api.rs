@@ -143,6 +143,9 @@ pub enum RaceErrorKind {
     Saturated,
     /// The escrow takes no request now (shutting down, restarting).
     EscrowUnavailable,
+    /// The escrow's hosts refuse connections; the request took no nonce (the reachability
+    /// gate, `escrow/reach.rs`).
+    HostsUnreachable,
     /// The escrow closed while the request was placed on it (draining for settlement or later,
     /// or at its serving nonce limit): the edge places the request on another escrow of the
     /// model, or answers 503 with `Retry-After` when there is none.

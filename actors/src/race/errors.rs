@@ -16,6 +16,9 @@ const OVERLOADED_RETRY_S: u64 = 5;
 pub(super) fn escrow_error(e: &EscrowError) -> RaceError {
     let (kind, retry) = match e {
         EscrowError::Saturated(_) => (RaceErrorKind::Saturated, Some(1)),
+        EscrowError::HostsUnreachable { retry_after_s, .. } => {
+            (RaceErrorKind::HostsUnreachable, Some(*retry_after_s))
+        }
         EscrowError::AllHostsTried(_)
         | EscrowError::NoRoutableHost(_)
         | EscrowError::HedgeSkipped(_)

@@ -45,7 +45,9 @@ pub(super) fn parts(status: u16, kind: &str, code: &str) -> ErrorParts {
 pub(super) fn race_status(kind: RaceErrorKind) -> (u16, &'static str) {
     match kind {
         RaceErrorKind::Saturated => (429, "rate_limit_exceeded"),
-        RaceErrorKind::EscrowUnavailable | RaceErrorKind::EscrowClosed => (503, UNAVAILABLE),
+        RaceErrorKind::EscrowUnavailable
+        | RaceErrorKind::EscrowClosed
+        | RaceErrorKind::HostsUnreachable => (503, UNAVAILABLE),
         RaceErrorKind::Internal => (500, "internal_error"),
         RaceErrorKind::HostsFailed => (502, UPSTREAM),
         RaceErrorKind::HostBusy => (503, UPSTREAM),
@@ -67,7 +69,11 @@ pub(super) fn race_status(kind: RaceErrorKind) -> (u16, &'static str) {
 
 pub(super) fn race_parts(e: &RaceError) -> ErrorParts {
     let (status, kind) = race_status(e.kind);
-    let mut p = parts(status, kind, kind);
+    let code = match e.kind {
+        RaceErrorKind::HostsUnreachable => "hosts_unreachable",
+        _ => kind,
+    };
+    let mut p = parts(status, kind, code);
     if e.retry_after_s.is_some() {
         p.retry_after_s = e.retry_after_s;
     }

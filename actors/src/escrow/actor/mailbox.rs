@@ -69,6 +69,9 @@ impl Handler<RequestNonce> for EscrowActor {
             }
             kind => {
                 if kind == AttemptKind::Primary {
+                    if let Err(e) = self.reach_admit(waiter.race_id) {
+                        return Box::pin(async move { Err(e) });
+                    }
                     self.routing.on_primary(&self.deps.settings);
                 }
                 self.picker.push(waiter);
@@ -150,6 +153,7 @@ impl EscrowActor {
                 "detail" => %reason);
         }
         processed?;
+        self.reach_answered();
         self.durable.syncs_changed();
         if let (Some(nonce), Some(_)) = (inference, &msg.receipt.receipt) {
             self.book.confirm(nonce, msg.receipt.confirmed_at);
@@ -173,6 +177,7 @@ impl Handler<AttemptEnded> for EscrowActor {
             self.durable.syncs_changed();
         }
         let (class, reason) = (judged.class, judged.reason);
+        self.reach_attempt_ended(&msg.host, &msg.report.end, class, reason);
         if !self
             .book
             .ended(nonce, msg.report.timings, msg.report.crowned)
@@ -279,6 +284,7 @@ impl Handler<GetSnapshot> for EscrowActor {
                 .collect(),
             warm_keys: self.session.warm_keys().clone(),
             links: self.durable.links(),
+            reach: self.reach.view(),
         })
     }
 }
