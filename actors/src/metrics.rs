@@ -92,9 +92,10 @@ pub struct ActorMetrics {
     pub timeout_votes_running: IntGauge,
     /// Timeout votes short of quorum asked again after a back-off, by reason.
     pub timeout_vote_retries: IntCounterVec,
-    /// The reachability gate (`escrow/reach.rs`), by event (`closed`, `opened`, `probe`,
-    /// `refused`: a request answered without a nonce).
-    pub reach_gate: IntCounterVec,
+    /// Host reachability (`escrow/reach.rs`), by event (`host_unreachable`, `host_reachable`,
+    /// `gate_closed`, `gate_opened`, `probe`, `withheld`: a nonce passed over, `refused`: a
+    /// request answered without a nonce).
+    pub reach: IntCounterVec,
     /// Escrows this replica owns (a running actor, not being handed over; shared stores).
     pub escrows_owned: IntGauge,
     /// Escrows that changed hands on this replica, by reason (`claimed_free`, `taken_over`,
@@ -298,10 +299,10 @@ impl ActorMetrics {
                 ),
                 &["reason"],
             )?,
-            reach_gate: IntCounterVec::new(
+            reach: IntCounterVec::new(
                 Opts::new(
-                    "reach_gate_total",
-                    "Reachability gate events: closed, opened, probe, refused (no nonce)",
+                    "reach_total",
+                    "Host reachability events: hosts unreachable and back, the gate, probes, nonces withheld, requests refused",
                 ),
                 &["event"],
             )?,
@@ -321,9 +322,9 @@ impl ActorMetrics {
             m.escrow_handoffs.with_label_values(&[reason]);
         }
         for event in crate::escrow::reach::EVENTS {
-            m.reach_gate.with_label_values(&[event]);
+            m.reach.with_label_values(&[event]);
         }
-        registry.register(Box::new(m.reach_gate.clone()))?;
+        registry.register(Box::new(m.reach.clone()))?;
         registry.register(Box::new(m.escrows_owned.clone()))?;
         registry.register(Box::new(m.escrow_handoffs.clone()))?;
         registry.register(Box::new(m.attempts.clone()))?;

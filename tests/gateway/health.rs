@@ -203,9 +203,13 @@ async fn two_bad_hosts(faults: Faults, label: &str) {
     warm_up(&h, 3).await;
     h.sim.set_faults(2, faults.clone()).unwrap();
     h.sim.set_faults(5, faults).unwrap();
+    // Spread over 3 s of virtual time: a host that refuses connections gets nonces only as
+    // probes, one per `reach_probe_interval_ms` (`escrow/reach.rs`), so its strikes come at
+    // that pace.
     for i in 0..30 {
         let a = h.chat(Harness::body(&format!("{label} {i}"), true)).await;
         assert!(a.is_success(), "{label}: requests still succeed: {a:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for i in 0..7 {
         let (state, health) = health_of(&h, i).await;

@@ -40,7 +40,7 @@ use super::{
     links::Links,
     nonces::NonceEntry,
     picker::{Picker, Step, Waiter},
-    reach::ReachGate,
+    reach::Reachability,
     routing::Routing,
     session::Session,
     vote_queue::VoteLimits,
@@ -107,8 +107,8 @@ pub struct EscrowActor {
     durable: Durable,
     guard: FaultGuard,
     routing: Routing,
-    /// Hosts refusing connections: new requests wait for a probe (`escrow/reach.rs`).
-    reach: ReachGate,
+    /// Hosts refusing connections get no nonces but for probes (`escrow/reach.rs`).
+    reach: Reachability,
     /// Told when this actor stops, so the directory can respawn it.
     on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
@@ -147,7 +147,7 @@ impl EscrowActor {
             ),
             guard: FaultGuard::new(&deps.settings, log.clone(), metrics.clone()),
             routing: Routing::new(hosts, &deps.settings, log, metrics),
-            reach: ReachGate::new(deps.cfg.reach()),
+            reach: Reachability::new(deps.cfg.reach()),
             session,
             deps,
             on_stop: None,
@@ -285,9 +285,11 @@ impl EscrowActor {
             self.routing.kick_repairs(now);
         }
         loop {
+            let now = self.now_ms();
+            let reach = (&mut self.reach, now);
             match self
                 .picker
-                .next_step(&self.session, &self.routing, self.book.len())
+                .next_step(&self.session, &self.routing, reach, self.book.len())
             {
                 Step::Grant(w) => {
                     self.cancel_hold(ctx);
@@ -300,6 +302,12 @@ impl EscrowActor {
                 }
                 Step::Withhold => {
                     if !self.withhold(EmptyDiffReason::HostWithheld, ctx) {
+                        return;
+                    }
+                }
+                Step::Unreachable => {
+                    self.count_reach("withheld");
+                    if !self.withhold(EmptyDiffReason::HostUnreachable, ctx) {
                         return;
                     }
                 }

@@ -50,14 +50,13 @@ pub struct EscrowConfig {
     /// Nonces between two state checkpoints; a restart replays only the diffs after the newest
     /// (`session/checkpoint.rs`). At least 1.
     pub checkpoint_every: u64,
-    /// The reachability gate (`escrow/reach.rs`): while a majority of the hosts refuse
-    /// connections and none answered since, new requests get 503 + `Retry-After` instead of a
-    /// nonce, but for one probe per `reach_probe_interval_ms`. `false`: every request gets a
-    /// nonce.
-    pub reach_gate: bool,
-    /// Refused connections of distinct hosts count together within this window (ms).
-    pub reach_window_ms: u64,
-    /// While the gate is closed, one request per this interval is let through to probe (ms).
+    /// Host reachability (`escrow/reach.rs`): a host that refused a connection gets no nonce
+    /// until it answers, but for one probe per `reach_probe_interval_ms`, and while every host
+    /// refuses, new requests get 503 + `Retry-After` without a nonce. `false`: every nonce is
+    /// granted as if every host were reachable.
+    pub reach_tracking: bool,
+    /// One probe per unreachable host (and one for the escrow while every host is) per this
+    /// interval (ms).
     pub reach_probe_interval_ms: u64,
     #[serde(skip)]
     pub host_timeouts: HostTimeouts,
@@ -84,8 +83,7 @@ impl Default for EscrowConfig {
             timeout_vote_retry_max_ms: 300_000,
             timeout_vote_rounds: 8,
             checkpoint_every: crate::escrow::session::checkpoint::CHECKPOINT_EVERY,
-            reach_gate: true,
-            reach_window_ms: 1_000,
+            reach_tracking: true,
             reach_probe_interval_ms: 250,
             host_timeouts: HostTimeouts::default(),
         }
@@ -93,13 +91,11 @@ impl Default for EscrowConfig {
 }
 
 impl EscrowConfig {
-    /// The reachability gate's settings (`escrow/reach.rs`).
+    /// The reachability settings (`escrow/reach.rs`).
     pub fn reach(&self) -> crate::escrow::reach::ReachSettings {
-        let ms = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         crate::escrow::reach::ReachSettings {
-            enabled: self.reach_gate,
-            window_ms: ms(self.reach_window_ms),
-            probe_interval_ms: ms(self.reach_probe_interval_ms),
+            enabled: self.reach_tracking,
+            probe_interval_ms: i64::try_from(self.reach_probe_interval_ms).unwrap_or(i64::MAX),
         }
     }
 

@@ -10,8 +10,8 @@
 use slog::info;
 
 use super::{
-    error::EscrowError, messages::HedgeRequest, picker::Waiter, routing::Routing, session::Session,
-    EscrowDeps,
+    error::EscrowError, messages::HedgeRequest, picker::Waiter, reach::Reachability,
+    routing::Routing, session::Session, EscrowDeps,
 };
 use crate::{
     policy::{
@@ -56,9 +56,10 @@ pub(super) fn hedge_due(
     hedge::hedge_trigger(&primary, &progress, settings).map(|(due, _)| due)
 }
 
-/// Upcoming nonces' hosts as hedge candidates (`skip_nonces` = position).
+/// Upcoming nonces' hosts as hedge candidates (`skip_nonces` = position); a host that refuses
+/// connections is none (`reach.rs`).
 fn upcoming(
-    routing: &Routing,
+    (routing, reach): (&Routing, &Reachability),
     session: &Session,
     settings: &HealthSettings,
     w: &Waiter,
@@ -75,7 +76,10 @@ fn upcoming(
             c.skip_nonces = u32::try_from(k).unwrap_or(u32::MAX);
             c.in_race = w.exclude.contains(&host);
             // Relaxed PoC: a host the request may not use is no candidate.
-            c.routable = c.routable && !routing.is_withheld(&host) && w.params.allows(&host);
+            c.routable = c.routable
+                && !routing.is_withheld(&host)
+                && !reach.is_unreachable(&host)
+                && w.params.allows(&host);
             Some((nonce, c))
         })
         .collect()
@@ -84,7 +88,7 @@ fn upcoming(
 /// Decides a hedge: the waiter to grant (after skipping nonces), or `None` when the race was
 /// answered (skipped, wait, not needed).
 pub(super) fn hedge(
-    routing: &mut Routing,
+    (routing, reach): (&mut Routing, &Reachability),
     session: &Session,
     deps: &EscrowDeps,
     now: i64,
@@ -101,7 +105,7 @@ pub(super) fn hedge(
         attempts: req.attempts,
         catching_up: req.catching_up,
     };
-    let upcoming = upcoming(routing, session, settings, &w, input, now);
+    let upcoming = upcoming((routing, reach), session, settings, &w, input, now);
     let views: Vec<CandidateView> = upcoming.iter().map(|(_, c)| *c).collect();
     let decision = hedge::hedge_decision(
         &primary,
@@ -164,7 +168,7 @@ fn skip_hedge(deps: &EscrowDeps, w: Waiter, reason: &str) {
 
 /// A probation pair: the next Healthy host not yet in the race, within the skip bound.
 pub(super) fn pair(
-    routing: &Routing,
+    routing: (&Routing, &Reachability),
     session: &Session,
     deps: &EscrowDeps,
     now: i64,

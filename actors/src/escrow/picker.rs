@@ -8,7 +8,9 @@
 //! During PoC in relaxed mode a request may go only to the preserved participants' hosts
 //! ([`InferenceParams::allows`]): a nonce whose host no waiting race may use is passed over at
 //! once (a diff without inference), and a race none of whose hosts is routable is answered
-//! `NoPreservedHost`.
+//! `NoPreservedHost`. A nonce whose host refuses connections is passed over too, but for its
+//! probe, and while every host refuses the waiters are answered `HostsUnreachable`
+//! (`reach.rs`).
 //! [`Picker::next_step`] says what to do with the next nonce; the actor carries it out.
 
 use std::{collections::VecDeque, sync::Arc};
@@ -19,6 +21,7 @@ use super::{
     error::EscrowError,
     messages::{AttemptKind, InferenceParams, NonceGrant},
     nonce_room,
+    reach::{NonceReach, Reachability},
     routing::Routing,
     session::Session,
 };
@@ -41,6 +44,8 @@ pub(super) enum Step {
     Ghost(Address),
     /// Its host is withheld: sequence a diff without inference.
     Withhold,
+    /// Its host refuses connections and its probe is not due: a diff without inference.
+    Unreachable,
     /// Every waiter tried its host: arm the hold and stop.
     Hold,
     /// No waiter may use its host (relaxed PoC): sequence a diff without inference at once.
@@ -117,7 +122,13 @@ impl Picker {
     }
 
     /// What to do with the next nonce (see [`Step`]).
-    pub(super) fn next_step(&mut self, session: &Session, routing: &Routing, open: usize) -> Step {
+    pub(super) fn next_step(
+        &mut self,
+        session: &Session,
+        routing: &Routing,
+        (reach, now): (&mut Reachability, i64),
+        open: usize,
+    ) -> Step {
         if self.waiting.is_empty() {
             return Step::Idle;
         }
@@ -142,10 +153,30 @@ impl Picker {
         self.fail_exhausted(session, routing);
         let takes = |w: &Waiter| !w.exclude.contains(&host) && w.params.allows(&host);
         match self.waiting.iter().position(takes) {
-            Some(i) => match self.waiting.remove(i) {
-                Some(w) => Step::Grant(w),
-                None => Step::Stop,
-            },
+            Some(i) => {
+                let verdict = if reach.is_unreachable(&host) {
+                    reach.nonce(&host, &routing.routable_hosts(), now)
+                } else {
+                    NonceReach::Grant
+                };
+                match verdict {
+                    NonceReach::Grant | NonceReach::Probe => match self.waiting.remove(i) {
+                        Some(w) => Step::Grant(w),
+                        None => Step::Stop,
+                    },
+                    NonceReach::Withhold => Step::Unreachable,
+                    NonceReach::Refuse => {
+                        let err = EscrowError::HostsUnreachable {
+                            escrow: session.info().escrow_id.clone(),
+                            refusing: reach.unreachable_count(),
+                            retry_after_s: reach.retry_after_s(now),
+                        };
+                        reach.refused_waiters(self.waiting.len());
+                        self.fail_all(&err);
+                        Step::Stop
+                    }
+                }
+            }
             None if self.waiting.iter().all(|w| !w.params.allows(&host)) => Step::Pass,
             None => Step::Hold,
         }

@@ -122,6 +122,8 @@ reasons! {
     EmptyDiffReason {
         /// The nonce's host is withheld (ejected or diverged): it gets no work.
         HostWithheld => "host_withheld",
+        /// The nonce's host refused a connection and has not answered since (`escrow/reach.rs`).
+        HostUnreachable => "host_unreachable",
         /// Every waiting request excludes the nonce's host.
         NoTaker => "no_taker",
         /// A skipped hedge's nonce.
@@ -247,7 +249,9 @@ impl EmptyDiffReason {
     /// The `nonces_total` label: `withheld` (a host got no work) or `control`.
     pub fn nonce_kind(self) -> &'static str {
         match self {
-            EmptyDiffReason::HostWithheld | EmptyDiffReason::NoTaker => "withheld",
+            EmptyDiffReason::HostWithheld
+            | EmptyDiffReason::HostUnreachable
+            | EmptyDiffReason::NoTaker => "withheld",
             _ => "control",
         }
     }

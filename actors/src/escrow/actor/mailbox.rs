@@ -54,16 +54,25 @@ impl Handler<RequestNonce> for EscrowActor {
         match msg.kind {
             AttemptKind::Hedge(req) if !refused => {
                 let (session, deps) = (&self.session, &self.deps);
-                if let Some(plan) =
-                    hedging::hedge(&mut self.routing, session, deps, now, waiter, req)
-                {
+                if let Some(plan) = hedging::hedge(
+                    (&mut self.routing, &self.reach),
+                    session,
+                    deps,
+                    now,
+                    waiter,
+                    req,
+                ) {
                     self.skip_then_grant(plan, ctx);
                 }
             }
             AttemptKind::Pair if !refused => {
-                if let Some(plan) =
-                    hedging::pair(&self.routing, &self.session, &self.deps, now, waiter)
-                {
+                if let Some(plan) = hedging::pair(
+                    (&self.routing, &self.reach),
+                    &self.session,
+                    &self.deps,
+                    now,
+                    waiter,
+                ) {
                     self.skip_then_grant(plan, ctx);
                 }
             }
@@ -153,7 +162,7 @@ impl EscrowActor {
                 "detail" => %reason);
         }
         processed?;
-        self.reach_answered();
+        self.reach_answered(&msg.host);
         self.durable.syncs_changed();
         if let (Some(nonce), Some(_)) = (inference, &msg.receipt.receipt) {
             self.book.confirm(nonce, msg.receipt.confirmed_at);
@@ -228,6 +237,8 @@ impl Handler<HealthChanged> for EscrowActor {
             routable: msg.routable,
         };
         if self.routing.set_health(msg.address, health) {
+            let now = self.now_ms();
+            self.reach_gate(now);
             self.pump(ctx);
         }
     }

@@ -1,59 +1,51 @@
-//! The escrow actor's side of the reachability gate (`escrow/reach.rs`): asking it about a new
+//! The escrow actor's side of host reachability (`escrow/reach.rs`): asking it about a new
 //! primary request, and telling it what each attempt showed (a refused connection, or an answer
-//! of some host). Logs the gate's changes and counts every event.
+//! of its host). Logs every change and counts every event (`devshard_reach_total{event}`).
 
-use slog::{debug, info, warn};
+use slog::{info, warn};
 
 use super::EscrowActor;
 use crate::{
-    escrow::{
-        error::EscrowError,
-        reach::{self, Admission, Change},
-    },
+    escrow::{error::EscrowError, reach::GateChange},
     outcome::{AttemptEnd, OutcomeClass},
     policy::reason::OutcomeReason,
     protocol::crypto::Address,
 };
 
 impl EscrowActor {
-    /// The gate's word on a new primary request: `Err` when it is refused without a nonce.
+    /// A new primary request: `Err` (no nonce taken) while every host refuses connections and
+    /// the gate's probe is not due.
     pub(super) fn reach_admit(&mut self, race_id: u64) -> Result<(), EscrowError> {
+        if self.reach.unreachable_count() == 0 {
+            return Ok(());
+        }
         let now = self.now_ms();
-        let admission = self.reach.admit(now);
-        match admission {
-            Admission::Admit => return Ok(()),
-            Admission::Probe => {
-                info!(self.deps.log, "hosts refuse connections: this request probes them";
-                    "stage" => "reach_probe", "race" => race_id);
-                self.count_reach("probe");
-                return Ok(());
-            }
-            Admission::Refuse => {}
+        if self.reach.admit(&self.routing.routable_hosts(), now) {
+            return Ok(());
         }
         self.count_reach("refused");
-        let view = self.reach.view();
-        let retry_after_s =
-            u64::try_from(self.reach.retry_after_ms(now).saturating_add(999) / 1_000)
-                .unwrap_or(1)
-                .max(1);
-        debug!(self.deps.log, "request refused without a nonce: hosts refuse connections";
-            "stage" => "reach_refused", "race" => race_id, "refusing" => view.refusing);
+        slog::debug!(self.deps.log, "request refused without a nonce: every host refuses connections";
+            "stage" => "reach_refused", "race" => race_id);
         Err(EscrowError::HostsUnreachable {
             escrow: self.escrow_id().to_string(),
-            refusing: view.refusing,
-            retry_after_s,
+            refusing: self.reach.unreachable_count(),
+            retry_after_s: self.reach.retry_after_s(now),
         })
     }
 
-    /// A receipt came back: some host answered.
-    pub(super) fn reach_answered(&mut self) {
+    /// `host` answered (a receipt, or an attempt that ended in something it said).
+    pub(super) fn reach_answered(&mut self, host: &Address) {
         let now = self.now_ms();
-        let change = self.reach.answered(now);
-        self.reach_changed(change);
+        if let Some(ms) = self.reach.answered(host, now) {
+            info!(self.deps.log, "a host that refused connections answered: it takes nonces again";
+                "stage" => "host_reachable", "host" => host.short(), "unreachable_ms" => ms);
+            self.count_reach("host_reachable");
+            self.reach_gate(now);
+        }
     }
 
-    /// What an ended attempt shows about reachability: its connection was refused, or its host
-    /// answered (an attempt cancelled or abandoned before it heard anything shows neither).
+    /// What an ended attempt shows about its host's reachability (an attempt cancelled or
+    /// abandoned before it heard anything shows nothing).
     pub(super) fn reach_attempt_ended(
         &mut self,
         host: &Address,
@@ -61,42 +53,44 @@ impl EscrowActor {
         class: OutcomeClass,
         reason: OutcomeReason,
     ) {
-        let now = self.now_ms();
-        let change = if reason == OutcomeReason::ConnectFailed {
-            let (distinct, routable) = self.routing.counts();
-            let usize_of = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
-            let threshold = reach::threshold(usize_of(distinct), usize_of(routable));
-            self.reach.connect_refused(host, threshold, now)
+        if reason == OutcomeReason::ConnectFailed {
+            let now = self.now_ms();
+            if self.reach.connect_refused(host, now) {
+                warn!(self.deps.log, "a host refused a connection: no nonces for it but probes until it answers";
+                    "stage" => "host_unreachable", "host" => host.short(),
+                    "unreachable" => self.reach.unreachable_count());
+                self.count_reach("host_unreachable");
+                self.reach_gate(now);
+            }
         } else if host_answered(end, class, reason) {
-            self.reach.answered(now)
-        } else {
-            None
-        };
-        self.reach_changed(change);
+            self.reach_answered(host);
+        }
     }
 
-    fn reach_changed(&mut self, change: Option<Change>) {
+    /// Follows the gate after a change of reachability or of the routable hosts.
+    pub(super) fn reach_gate(&mut self, now: i64) {
+        let change = if self.reach.unreachable_count() == 0 {
+            self.reach.gate(&[], now)
+        } else {
+            self.reach.gate(&self.routing.routable_hosts(), now)
+        };
         match change {
-            Some(Change::Closed { hosts }) => {
-                warn!(self.deps.log, "hosts refuse connections and none answered since: new requests wait for a probe";
-                    "stage" => "reach_gate_closed", "hosts" => hosts);
-                self.count_reach("closed");
+            Some(GateChange::Closed) => {
+                warn!(self.deps.log, "every host refuses connections: new requests are answered 503 but for one probe per interval";
+                    "stage" => "reach_gate_closed", "hosts" => self.reach.unreachable_count());
+                self.count_reach("gate_closed");
             }
-            Some(Change::Opened { closed_ms }) => {
-                info!(self.deps.log, "a host answered: requests get nonces again";
+            Some(GateChange::Opened { closed_ms }) => {
+                info!(self.deps.log, "a host is reachable again: requests get nonces";
                     "stage" => "reach_gate_opened", "closed_ms" => closed_ms);
-                self.count_reach("opened");
+                self.count_reach("gate_opened");
             }
             None => {}
         }
     }
 
-    fn count_reach(&self, event: &str) {
-        self.deps
-            .metrics
-            .reach_gate
-            .with_label_values(&[event])
-            .inc();
+    pub(super) fn count_reach(&self, event: &str) {
+        self.deps.metrics.reach.with_label_values(&[event]).inc();
     }
 }
 

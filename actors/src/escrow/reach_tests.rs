@@ -1,0 +1,105 @@
+use super::*;
+
+fn host(i: u8) -> Address {
+    Address::unchecked(format!("gonka1host{i}"))
+}
+
+fn hosts(n: u8) -> Vec<Address> {
+    (0..n).map(host).collect()
+}
+
+fn reach() -> Reachability {
+    Reachability::new(ReachSettings {
+        enabled: true,
+        probe_interval_ms: 250,
+    })
+}
+
+#[test]
+fn a_refusing_host_is_unreachable_until_it_answers() {
+    let mut r = reach();
+    assert!(r.connect_refused(&host(1), 0));
+    assert!(!r.connect_refused(&host(1), 10), "already unreachable");
+    assert!(r.is_unreachable(&host(1)));
+    assert_eq!(r.answered(&host(2), 20), None, "host 2 was reachable");
+    assert_eq!(r.answered(&host(1), 300), Some(300));
+    assert!(!r.is_unreachable(&host(1)));
+}
+
+#[test]
+fn an_unreachable_hosts_nonces_are_passed_over_but_for_one_probe_per_interval() {
+    let mut r = reach();
+    let all = hosts(5);
+    r.connect_refused(&host(1), 0);
+    assert_eq!(r.nonce(&host(0), &all, 10), NonceReach::Grant);
+    assert_eq!(r.nonce(&host(1), &all, 10), NonceReach::Withhold);
+    assert_eq!(r.nonce(&host(1), &all, 249), NonceReach::Withhold);
+    assert_eq!(r.nonce(&host(1), &all, 250), NonceReach::Probe);
+    assert_eq!(r.nonce(&host(1), &all, 251), NonceReach::Withhold);
+    assert_eq!(r.nonce(&host(1), &all, 500), NonceReach::Probe);
+    assert!(
+        r.admit(&all, 501),
+        "the others are reachable: the gate is open"
+    );
+    let v = r.view();
+    assert_eq!((v.withheld, v.probes, v.refused), (3, 2, 0));
+    assert_eq!(v.unreachable, vec![host(1).short().to_owned()]);
+}
+
+#[test]
+fn the_gate_closes_when_every_candidate_refuses_and_probes_once_per_interval() {
+    let mut r = reach();
+    let all = hosts(3);
+    for h in &all {
+        r.connect_refused(h, 0);
+        assert_eq!(
+            r.gate(&all, 0),
+            (h == &host(2)).then_some(GateChange::Closed)
+        );
+    }
+    assert!(!r.admit(&all, 1), "refused at once");
+    assert_eq!(r.retry_after_s(1), 1);
+    assert_eq!(r.nonce(&host(0), &all, 1), NonceReach::Refuse);
+    assert!(r.admit(&all, 250), "the probe is due: admitted");
+    assert_eq!(r.nonce(&host(0), &all, 250), NonceReach::Probe);
+    assert_eq!(r.nonce(&host(1), &all, 251), NonceReach::Refuse);
+    assert!(!r.admit(&all, 300));
+    r.refused_waiters(1);
+    assert_eq!(r.view().refused, 3);
+    // One host answers: the gate opens and that host takes nonces again.
+    r.answered(&host(1), 400);
+    assert_eq!(
+        r.gate(&all, 400),
+        Some(GateChange::Opened { closed_ms: 400 })
+    );
+    assert!(r.admit(&all, 401));
+    assert_eq!(r.nonce(&host(1), &all, 401), NonceReach::Grant);
+    // Host 2 still refuses: its own probe is due (none since it refused), then it is passed over.
+    assert_eq!(r.nonce(&host(2), &all, 402), NonceReach::Probe);
+    assert_eq!(r.nonce(&host(2), &all, 403), NonceReach::Withhold);
+}
+
+#[test]
+fn the_gate_follows_the_candidates_not_the_escrows_hosts() {
+    let mut r = reach();
+    r.connect_refused(&host(0), 0);
+    r.connect_refused(&host(1), 0);
+    // Host 2 is withheld for another reason (ejected): 0 and 1 are all the escrow can use.
+    let candidates = hosts(2);
+    assert_eq!(r.gate(&candidates, 0), Some(GateChange::Closed));
+    assert!(!r.all_unreachable(&[]), "no candidate is no closed gate");
+}
+
+#[test]
+fn a_disabled_tracker_takes_every_host_as_reachable() {
+    let mut r = Reachability::new(ReachSettings {
+        enabled: false,
+        probe_interval_ms: 250,
+    });
+    let all = hosts(2);
+    for h in &all {
+        assert!(!r.connect_refused(h, 0));
+    }
+    assert!(r.admit(&all, 1));
+    assert_eq!(r.nonce(&host(0), &all, 1), NonceReach::Grant);
+}
