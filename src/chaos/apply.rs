@@ -27,6 +27,8 @@ pub struct Applier {
     baseline: Option<Health>,
     shared: BTreeSet<String>,
     excluded: BTreeSet<String>,
+    /// A shared knob of the round can carry a strike (`spared.rs`).
+    shared_strikes: bool,
 }
 
 impl Applier {
@@ -49,6 +51,7 @@ impl Applier {
             baseline: None,
             shared: BTreeSet::new(),
             excluded: BTreeSet::new(),
+            shared_strikes: false,
         }
     }
 
@@ -88,6 +91,9 @@ impl Applier {
                 faults,
                 shared,
             } => {
+                if *shared {
+                    self.shared_strikes |= super::spared::knob_can_strike(faults);
+                }
                 for h in hosts {
                     errors += &self.put(&format!("/sim/hosts/{h}/faults"), faults).await;
                     let address = self.address(*h);
@@ -182,12 +188,21 @@ impl Applier {
             .await;
     }
 
-    /// The round's baseline and the hosts that only suffered shared faults in it; resets both.
+    /// The round's baseline and the hosts its shared-fault check judges (`spared.rs`); resets
+    /// the round.
     pub fn take_shared_round(&mut self) -> (Health, Vec<String>) {
-        let hosts = self.shared.difference(&self.excluded).cloned().collect();
+        let baseline = self.baseline.take().unwrap_or_default();
+        let hosts = super::spared::judged_after_shared(
+            &self.shared,
+            &self.excluded,
+            &self.addresses,
+            &baseline,
+            self.shared_strikes,
+        );
         self.shared.clear();
         self.excluded.clear();
-        (self.baseline.take().unwrap_or_default(), hosts)
+        self.shared_strikes = false;
+        (baseline, hosts)
     }
 
     /// Waits (bounded) until every simulated host listens again (`down_for_ms` ended).

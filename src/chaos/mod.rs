@@ -10,6 +10,7 @@
 //! - `apply.rs` — applying a step through the control API.
 //! - `load.rs` — the client loops and their per-request verdicts (invariant 2).
 //! - `checks.rs` — invariants 1, 3, 4; `lockstep.rs` — invariant 1's judgement of one host.
+//! - `spared.rs` — which hosts invariant 3's shared-fault half judges after a round;
 //! - `secrets.rs` — invariant 5's scan; `payouts.rs` — invariants 6 and 7 (settle, then chain payouts
 //!   = the final state's host costs).
 //! - `process.rs` — the gateway child; `http.rs` — the HTTP client; `report.rs` — the output.
@@ -24,6 +25,7 @@ mod process;
 mod report;
 pub mod schedule;
 mod secrets;
+mod spared;
 
 use std::{cell::RefCell, process::ExitCode, rc::Rc, time::Duration};
 
