@@ -136,7 +136,7 @@ pub fn start_sharing(
     });
     let sink = apply::start(replicas.clone(), directory, reloads, log.clone());
     let wiring = events::ListenerWiring {
-        config: pg.connect_config().clone(),
+        target: pg.connect_target().clone(),
         channel: replicas.channel().to_string(),
         me: replicas.id().to_string(),
         sink,
