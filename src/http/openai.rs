@@ -34,8 +34,14 @@ use devshard_actors::{escrow::messages::InferenceParams, race::RaceStart};
 use slog::{info, o, warn, Logger};
 
 use super::{
-    access, accounting, error::ApiError, forward, gate, normalize, placement, read_body,
-    request_id, sse::InFlight, HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
+    access, accounting,
+    error::ApiError,
+    forward::{self, AfterRefusal},
+    gate, normalize,
+    placement::{self, Unplaced},
+    read_body, request_id,
+    sse::InFlight,
+    HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
 use crate::{
     metrics::REJECT_MAX_CONCURRENT,
@@ -237,18 +243,38 @@ async fn chat_inner(
         (starting.on_dispatch(), Some(starting))
     };
     let model = params.model.clone();
-    let placed = placement::place(state, Arc::new(params), escrow, Some(dispatched), log).await;
-    // PostgreSQL replicas: the only escrow here closed between the route and the pick (no race
-    // ran) → an owner elsewhere serves it, and records it.
-    if let (Err(ApiError::NoEscrow { .. }), None) = (&placed, &escrow) {
-        if let Some(res) =
-            forward::chat_after_local_refusal(req, state, &model, raw, rid, log).await?
-        {
-            state.accounting.abandon(rid);
-            *tracked = false;
-            return Ok(res);
-        }
-    }
+    let placed =
+        match placement::place(state, Arc::new(params), escrow, Some(dispatched), log).await {
+            Ok(started) => Ok(started),
+            Err(Unplaced::Failed(e)) => Err(e),
+            // PostgreSQL replicas: no escrow here could take it after all (the only one closed
+            // between the route and the pick, or under its race) and no nonce was granted to it
+            // here → an owner elsewhere serves it and records it; this replica forgets it.
+            Err(Unplaced::Elsewhere(why)) => {
+                let here = escrow.take();
+                let after = (model.as_str(), &why);
+                match forward::chat_after_local_refusal(req, state, after, raw, rid, log).await? {
+                    AfterRefusal::Served(res) => {
+                        placement::sent_elsewhere(state, &why, "forwarded", log);
+                        state.accounting.abandon(rid);
+                        *tracked = false;
+                        return Ok(res);
+                    }
+                    AfterRefusal::HandBack => {
+                        placement::sent_elsewhere(state, &why, "returned", log);
+                        *escrow = here;
+                        let refusal = why.into_refusal();
+                        state.accounting.abandon(rid);
+                        *tracked = false;
+                        return Ok(forward::handed_back(state, &refusal, log));
+                    }
+                    AfterRefusal::Stays => {
+                        *escrow = here;
+                        Err(placement::refused_here(state, rid, why, log))
+                    }
+                }
+            }
+        };
     let started = placed.map_err(|e| gate::during_poc(relaxed.as_ref(), e, log))?;
     drop(held);
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);
