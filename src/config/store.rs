@@ -109,7 +109,7 @@ pub fn store_target(raw: &RawStore, sqlite_path: &Path) -> Result<StoreTarget, C
         sslrootcert: &raw.sslrootcert,
     };
     let target = PgTarget::parse(url, keys).map_err(|e| ConfigError::Invalid {
-        key: "store.url",
+        key: e.key(),
         message: e.to_string(),
     })?;
     let id = match raw.replica_id.trim() {
@@ -130,6 +130,7 @@ pub fn store_target(raw: &RawStore, sqlite_path: &Path) -> Result<StoreTarget, C
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::postgres::SslMode;
 
     #[test]
     fn sqlite_by_default_postgres_by_url() {
@@ -168,8 +169,41 @@ mod tests {
         assert!(store_target(&bad, path).is_err());
         let short = RawStore {
             lease_ttl_ms: 10,
-            ..pg
+            ..pg.clone()
         };
         assert!(store_target(&short, path).is_err());
+    }
+
+    #[test]
+    fn tls_settings_come_from_the_url_or_the_keys_never_both_differently() {
+        let path = Path::new("data/gateway.db");
+        let target = |raw: &RawStore| match store_target(raw, path) {
+            Ok(StoreTarget::Postgres { target, .. }) => Ok(target.mode()),
+            Ok(StoreTarget::Sqlite(_)) => panic!("postgres"),
+            Err(ConfigError::Invalid { key, .. }) => Err(key),
+            Err(e) => panic!("{e}"),
+        };
+        let pg = RawStore {
+            url: "postgres://gw@db/gw?sslmode=require".into(),
+            ..RawStore::default()
+        };
+        assert_eq!(target(&pg), Ok(SslMode::Require));
+        let keyed = RawStore {
+            url: "postgres://gw@db/gw".into(),
+            sslmode: "verify-full".into(),
+            sslrootcert: "system".into(),
+            ..RawStore::default()
+        };
+        assert_eq!(target(&keyed), Ok(SslMode::VerifyFull));
+        let both = RawStore {
+            sslmode: "disable".into(),
+            ..pg.clone()
+        };
+        assert_eq!(target(&both), Err("store.sslmode"));
+        let missing = RawStore {
+            sslrootcert: "/nonexistent/ca.crt".into(),
+            ..pg
+        };
+        assert_eq!(target(&missing), Err("store.sslrootcert"));
     }
 }

@@ -43,6 +43,7 @@ pub(crate) mod schema;
 mod store_trait;
 pub mod target;
 pub mod tls;
+mod verify;
 mod writer;
 
 use std::{

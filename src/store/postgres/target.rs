@@ -69,6 +69,20 @@ pub enum TargetError {
     RootCert { path: String, reason: String },
 }
 
+impl TargetError {
+    /// The configuration key the error is about.
+    pub fn key(&self) -> &'static str {
+        match self {
+            TargetError::Url(_) => "store.url",
+            TargetError::Mode(_)
+            | TargetError::Conflict {
+                name: "sslmode", ..
+            } => "store.sslmode",
+            _ => "store.sslrootcert",
+        }
+    }
+}
+
 impl PgTarget {
     /// `url` with the TLS settings of its query and of `keys` (see the module docs).
     pub fn parse(url: &str, keys: TlsKeys<'_>) -> Result<PgTarget, TargetError> {
