@@ -12,8 +12,9 @@
 //! queue the request (503 + `Retry-After` when shed; `crate::overload`) → escrow choice ([`operator::pick_escrow`]: the directory's published board, no message;
 //! skipping deactivated escrows, admission by state, nonces, hosts and balance) → the race
 //! ([`placement::place`], which also moves a request whose escrow closed for settlement before it
-//! started there to another escrow of the model). The race starts inside the handler, so that it
-//! lives on this worker's arbiter (awc is `!Send`).
+//! started there to another escrow of the model; with none left here and no nonce granted to it,
+//! PostgreSQL replicas send it to another replica: [`forward::chat_after_local_refusal`]). The
+//! race starts inside the handler, so that it lives on this worker's arbiter (awc is `!Send`).
 //!
 //! On PostgreSQL replicas, a request whose model has no usable escrow here is forwarded, after
 //! the body checks, to the replica owning one ([`forward::chat_elsewhere`]), before any
@@ -263,7 +264,7 @@ async fn chat_inner(
                     AfterRefusal::HandBack => {
                         placement::sent_elsewhere(state, &why, "returned", log);
                         *escrow = here;
-                        let refusal = why.into_refusal();
+                        let refusal = gate::during_poc(relaxed.as_ref(), why.into_refusal(), log);
                         state.accounting.abandon(rid);
                         *tracked = false;
                         return Ok(forward::handed_back(state, &refusal, log));

@@ -29,7 +29,7 @@ use super::{
 /// Long enough for the request to be picked while the mailbox waits (milliseconds here); the
 /// request's answer comes after it.
 const STALL_MS: u64 = 3_000;
-const ESCROWS: [&str; 2] = ["42", "43"];
+const ESCROWS: [&str; 3] = ["41", "42", "43"];
 const BODY: &str = r#"{"max_tokens":8,"messages":[{"role":"user","content":"closing under me"}]}"#;
 
 fn free_port() -> u16 {
@@ -39,15 +39,15 @@ fn free_port() -> u16 {
         .unwrap()
 }
 
-/// The environment of replica `id` listening on `port`.
-fn env(db_url: &str, id: &str, port: u16) -> Vec<(String, String)> {
+/// The environment of replica `id` listening on `port`, registering `escrows`.
+fn env(db_url: &str, id: &str, port: u16, escrows: &[&str]) -> Vec<(String, String)> {
     [
         ("DEVSHARD_DATABASE_URL", db_url.to_string()),
         ("DEVSHARD_REPLICA_ID", id.to_string()),
         ("DEVSHARD_LISTEN", format!("127.0.0.1:{port}")),
         ("DEVSHARD_ADVERTISE_URL", format!("http://127.0.0.1:{port}")),
         ("DEVSHARD_LEASE_TTL_MS", "1500".to_string()),
-        ("DEVSHARD_ESCROWS", ESCROWS.join(",")),
+        ("DEVSHARD_ESCROWS", escrows.join(",")),
         ("DEVSHARD_DEBUG_FAULT_INJECTION", "true".to_string()),
     ]
     .into_iter()
@@ -59,10 +59,10 @@ fn borrowed(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
-/// The escrow whose lease `gw` holds and whose actor runs there, once there is exactly one.
-async fn owned(gw: &RunningGateway) -> Option<String> {
-    let held: Vec<&str> = ESCROWS
-        .into_iter()
+/// The escrow of `escrows` whose lease `gw` holds and whose actor runs there, once there is
+/// exactly one.
+async fn owned(gw: &RunningGateway, escrows: &[&str]) -> Option<String> {
+    let held: Vec<&str> = (escrows.iter().copied())
         .filter(|e| gw.store.holds_lease(e))
         .collect();
     let [one] = held[..] else { return None };
@@ -129,15 +129,16 @@ async fn a_request_whose_escrow_closes_under_its_race_is_served_by_another_repli
     let mut cfg = SimConfig::with_seed("reroute");
     cfg.hosts = 3;
     cfg.profile = Profile::Zero;
-    cfg.escrow_ids = ESCROWS.iter().map(|e| e.to_string()).collect();
+    let two = &ESCROWS[1..];
+    cfg.escrow_ids = two.iter().map(|e| e.to_string()).collect();
     let (pa, pb) = (free_port(), free_port());
-    let a_env = env(&db.url(), "a", pa);
+    let a_env = env(&db.url(), "a", pa, two);
     let a = live::start_with(cfg, &borrowed(&a_env), |_| {}).await;
-    let b = a.replica(&borrowed(&env(&db.url(), "b", pb))).await;
+    let b = a.replica(&borrowed(&env(&db.url(), "b", pb, two))).await;
     // One escrow each once spread (the ownership loop hands one over to b).
     let deadline = Instant::now() + Duration::from_secs(30);
     let (x, y) = loop {
-        if let (Some(x), Some(y)) = (owned(&a.gw).await, owned(&b).await) {
+        if let (Some(x), Some(y)) = (owned(&a.gw, two).await, owned(&b, two).await) {
             if x != y {
                 break (x, y);
             }
@@ -197,6 +198,77 @@ async fn a_request_whose_escrow_closes_under_its_race_is_served_by_another_repli
     let (status, v) = admin_get(&b.url, &format!("/v1/requests/{rid}")).await;
     assert_eq!(status, 404, "b forgot the request it handed back: {v}");
 
+    b.stop(false).await.unwrap();
+    a.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_request_its_owner_hands_back_is_rerouted_to_another_owner() {
+    let db = TestDb::new("handback");
+    let mut cfg = SimConfig::with_seed("handback");
+    cfg.hosts = 3;
+    cfg.profile = Profile::Zero;
+    cfg.escrow_ids = ESCROWS.iter().map(|e| e.to_string()).collect();
+    let ports = [free_port(), free_port(), free_port()];
+    let a_env = env(&db.url(), "a", ports[0], &ESCROWS);
+    let a = live::start_with(cfg, &borrowed(&a_env), |_| {}).await;
+    let b = a
+        .replica(&borrowed(&env(&db.url(), "b", ports[1], &ESCROWS)))
+        .await;
+    let c = a
+        .replica(&borrowed(&env(&db.url(), "c", ports[2], &ESCROWS)))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let (x, y, z) = loop {
+        let owners = (
+            owned(&a.gw, &ESCROWS).await,
+            owned(&b, &ESCROWS).await,
+            owned(&c, &ESCROWS).await,
+        );
+        if let (Some(x), Some(y), Some(z)) = owners {
+            if x != y && y != z && x != z {
+                break (x, y, z);
+            }
+        }
+        assert!(Instant::now() < deadline, "the escrows did not spread");
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    };
+    for (url, id) in [(a.url(), "a"), (b.url.as_str(), "b"), (c.url.as_str(), "c")] {
+        let (status, h, body) = chat(url, &[]).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(header(&h, "x-devshard-replica"), Some(id));
+    }
+    // b's own escrow deactivated: b forwards every request, to a or to c (they take turns).
+    let (status, v) =
+        live::admin_post(&b.url, &format!("/v1/admin/escrows/{y}/deactivate"), "").await;
+    assert_eq!(status, 200, "{v}");
+    // a's escrow closes under the next race there. Two requests through b: one of them goes to a
+    // first while its escrow's mailbox waits (they take turns), is handed back, and b sends it
+    // on to c. (The other may reach a too, before the escrow's tick shows it closed: handed
+    // back as well.)
+    close_under_the_next_race(&a.gw, &x).await;
+    for n in 0..2 {
+        let (status, h, body) = chat(&b.url, &[]).await;
+        assert_eq!(status, 200, "request {n}: {body}");
+        assert_eq!(
+            header(&h, "x-devshard-replica"),
+            Some("c"),
+            "request {n}: {h:?}"
+        );
+        assert_eq!(
+            header(&h, "x-devshard-escrow"),
+            Some(z.as_str()),
+            "request {n}"
+        );
+    }
+    let (_, text) = metrics(a.url()).await;
+    let handed = "devshard_requests_forwarded_total{outcome=\"handed_back\"}";
+    assert!(sample(&text, handed) >= 1.0, "a handed it back: {text}");
+    let (_, text) = metrics(&b.url).await;
+    let rerouted = "devshard_requests_forwarded_total{outcome=\"rerouted\"}";
+    assert!(sample(&text, rerouted) >= 1.0, "b rerouted it: {text}");
+
+    c.stop(false).await.unwrap();
     b.stop(false).await.unwrap();
     a.stop().await;
 }
