@@ -14,7 +14,7 @@
 //! | `devshard_gateway_starting_races` | gauge: races admitted that have not started answering | — |
 //! | `devshard_gateway_queued_requests` | gauge: requests waiting for a starting slot | — |
 //! | `devshard_gateway_queue_wait_seconds` | histogram: time queued requests waited (admitted or shed) | — |
-//! | `devshard_gateway_escrow_replacements_total` | counter: requests whose escrow closed before they started there | `result` (`replaced`, `no_other_escrow`) |
+//! | `devshard_gateway_escrow_replacements_total` | counter: requests whose escrow closed before they started there | `result` (`replaced`: on another escrow here; `forwarded`: to another replica; `returned`: handed back to the replica that forwarded it; `no_other_escrow`: 503) |
 //! | `devshard_escrow_adoptions_total` | counter: `POST /v1/admin/escrows {"adopt": true}` calls | `result` (`adopted`, `no_quorum`, `refused`) |
 //! | `devshard_escrow_adopt_rejected_diffs_total` | counter: diffs a host served that an adoption rejected | `reason` (`RejectReason`) |
 //! | `devshard_escrow_deletions_total` | counter: `DELETE /v1/admin/escrows/{id}` calls | `result` (`deleted_settled`, `deleted_unused`, `refused_not_settled`, `refused_in_use`, `refused_purge`) |

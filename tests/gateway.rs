@@ -57,6 +57,8 @@ mod repair;
 mod replicas;
 #[path = "gateway/requests.rs"]
 mod requests;
+#[path = "gateway/reroute.rs"]
+mod reroute;
 #[path = "gateway/rotation.rs"]
 mod rotation;
 #[path = "gateway/settle.rs"]

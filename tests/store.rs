@@ -35,6 +35,8 @@ mod pgdb;
 mod readiness;
 #[path = "store/support.rs"]
 mod support;
+#[path = "store/tls.rs"]
+mod tls;
 
 use devshard_actors::{
     protocol::{
@@ -389,6 +391,16 @@ async fn migrate_moves_sqlite_to_postgres() {
 #[tokio::test]
 async fn postgres_restart_fails_typed_then_recovers_without_reopening() {
     outage::operations_fail_typed_while_the_server_is_down_and_recover_without_reopening().await;
+}
+
+#[tokio::test]
+async fn postgres_tls_modes_against_a_hostssl_only_server() {
+    tls::tls_modes_against_a_server_that_takes_tls_connections_only().await;
+}
+
+#[tokio::test]
+async fn postgres_tls_required_from_a_server_without_it() {
+    tls::require_refuses_a_server_without_tls().await;
 }
 
 #[tokio::test]

@@ -217,7 +217,7 @@ pub async fn start_with(
     );
     let ledger_tables = match &config.store {
         StoreTarget::Sqlite(path) => LedgerStore::open(path),
-        StoreTarget::Postgres { url, .. } => LedgerStore::open_postgres(url, log.clone()),
+        StoreTarget::Postgres { target, .. } => LedgerStore::open_postgres(target, log.clone()),
     };
     let ledger_error = |e: StoreError| AppError::Store {
         path: config.data_dir.clone(),

@@ -61,6 +61,10 @@ pub const ENV_ESCROW_ID: &str = "DEVSHARD_ESCROW_ID";
 pub const ENV_META_DRAIN_TIMEOUT_SECONDS: &str = "DEVSHARD_META_DRAIN_TIMEOUT_SECONDS";
 /// `store.url`: a `postgres://` URL selects the PostgreSQL store.
 pub const ENV_DATABASE_URL: &str = "DEVSHARD_DATABASE_URL";
+/// `store.sslmode`: libpq's `sslmode` when the URL names none.
+pub const ENV_DATABASE_SSLMODE: &str = "DEVSHARD_DATABASE_SSLMODE";
+/// `store.sslrootcert`: the database server's CA file (PEM) or `system`.
+pub const ENV_DATABASE_SSLROOTCERT: &str = "DEVSHARD_DATABASE_SSLROOTCERT";
 /// `store.replica_id` (default: `HOSTNAME`).
 pub const ENV_REPLICA_ID: &str = "DEVSHARD_REPLICA_ID";
 /// `store.lease_ttl_ms`.
@@ -142,6 +146,12 @@ pub fn apply(raw: &mut RawConfig, env: &EnvMap) -> Result<(), ConfigError> {
     apply_secrets(raw, env)?;
     if let Some((_, v)) = lookup(env, &[ENV_DATABASE_URL]) {
         raw.store.url = v.to_string();
+    }
+    if let Some((_, v)) = lookup(env, &[ENV_DATABASE_SSLMODE]) {
+        raw.store.sslmode = v.to_string();
+    }
+    if let Some((_, v)) = lookup(env, &[ENV_DATABASE_SSLROOTCERT]) {
+        raw.store.sslrootcert = v.to_string();
     }
     if let Some((_, v)) = lookup(env, &[ENV_REPLICA_ID]) {
         raw.store.replica_id = v.to_string();

@@ -16,14 +16,22 @@
 //! ```toml
 //! lease_ttl_ms = 10000                        # an escrow's lease; renewed every third of it
 //! advertise_url = "http://10.0.0.7:8080"      # where other replicas forward to (DEVSHARD_ADVERTISE_URL)
+//! sslmode = ""                                # TLS: libpq's sslmode, when the URL has none (DEVSHARD_DATABASE_SSLMODE)
+//! sslrootcert = ""                            # the server's CA (PEM) or `system` (DEVSHARD_DATABASE_SSLROOTCERT)
 //! ```
+//!
+//! TLS (`crate::store::postgres::target`): `?sslmode=` and `?sslrootcert=` in the URL, or the two
+//! keys; the default is `prefer`, and `verify-full` once a root certificate is given.
 
 use std::{path::Path, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
-use crate::store::{postgres::ReplicaConfig, StoreTarget};
+use crate::store::{
+    postgres::{PgTarget, ReplicaConfig, TlsKeys},
+    StoreTarget,
+};
 
 /// Default escrow lease TTL.
 pub const DEFAULT_LEASE_TTL_MS: u64 = 10_000;
@@ -36,6 +44,10 @@ pub struct RawStore {
     pub replica_id: String,
     pub lease_ttl_ms: u64,
     pub advertise_url: String,
+    /// libpq's `sslmode` when the URL names none (empty: not set).
+    pub sslmode: String,
+    /// The server's CA certificates (PEM) or `system` when the URL names none (empty: not set).
+    pub sslrootcert: String,
 }
 
 impl std::fmt::Debug for RawStore {
@@ -45,6 +57,8 @@ impl std::fmt::Debug for RawStore {
             .field("replica_id", &self.replica_id)
             .field("lease_ttl_ms", &self.lease_ttl_ms)
             .field("advertise_url", &self.advertise_url)
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
             .finish()
     }
 }
@@ -56,6 +70,8 @@ impl Default for RawStore {
             replica_id: String::new(),
             lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
             advertise_url: String::new(),
+            sslmode: String::new(),
+            sslrootcert: String::new(),
         }
     }
 }
@@ -88,12 +104,21 @@ pub fn store_target(raw: &RawStore, sqlite_path: &Path) -> Result<StoreTarget, C
             message: "must be empty or an http(s):// URL the other replicas reach".into(),
         });
     }
+    let keys = TlsKeys {
+        sslmode: &raw.sslmode,
+        sslrootcert: &raw.sslrootcert,
+    };
+    let target = PgTarget::parse(url, keys).map_err(|e| ConfigError::Invalid {
+        key: e.key(),
+        message: e.to_string(),
+    })?;
     let id = match raw.replica_id.trim() {
         "" => "gateway",
         id => id,
     };
     Ok(StoreTarget::Postgres {
         url: url.to_string(),
+        target: Box::new(target),
         replica: ReplicaConfig {
             id: id.to_string(),
             lease_ttl: Duration::from_millis(raw.lease_ttl_ms),
@@ -105,6 +130,7 @@ pub fn store_target(raw: &RawStore, sqlite_path: &Path) -> Result<StoreTarget, C
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::postgres::SslMode;
 
     #[test]
     fn sqlite_by_default_postgres_by_url() {
@@ -118,7 +144,7 @@ mod tests {
             url: "postgres://gw:pw@db/gw".into(),
             ..RawStore::default()
         };
-        let StoreTarget::Postgres { url, replica } = store_target(&pg, path).unwrap() else {
+        let StoreTarget::Postgres { url, replica, .. } = store_target(&pg, path).unwrap() else {
             panic!("a postgres URL selects PostgreSQL");
         };
         assert_eq!(url, "postgres://gw:pw@db/gw");
@@ -143,8 +169,41 @@ mod tests {
         assert!(store_target(&bad, path).is_err());
         let short = RawStore {
             lease_ttl_ms: 10,
-            ..pg
+            ..pg.clone()
         };
         assert!(store_target(&short, path).is_err());
+    }
+
+    #[test]
+    fn tls_settings_come_from_the_url_or_the_keys_never_both_differently() {
+        let path = Path::new("data/gateway.db");
+        let target = |raw: &RawStore| match store_target(raw, path) {
+            Ok(StoreTarget::Postgres { target, .. }) => Ok(target.mode()),
+            Ok(StoreTarget::Sqlite(_)) => panic!("postgres"),
+            Err(ConfigError::Invalid { key, .. }) => Err(key),
+            Err(e) => panic!("{e}"),
+        };
+        let pg = RawStore {
+            url: "postgres://gw@db/gw?sslmode=require".into(),
+            ..RawStore::default()
+        };
+        assert_eq!(target(&pg), Ok(SslMode::Require));
+        let keyed = RawStore {
+            url: "postgres://gw@db/gw".into(),
+            sslmode: "verify-full".into(),
+            sslrootcert: "system".into(),
+            ..RawStore::default()
+        };
+        assert_eq!(target(&keyed), Ok(SslMode::VerifyFull));
+        let both = RawStore {
+            sslmode: "disable".into(),
+            ..pg.clone()
+        };
+        assert_eq!(target(&both), Err("store.sslmode"));
+        let missing = RawStore {
+            sslrootcert: "/nonexistent/ca.crt".into(),
+            ..pg
+        };
+        assert_eq!(target(&missing), Err("store.sslrootcert"));
     }
 }

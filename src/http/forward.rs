@@ -4,6 +4,10 @@
 //! - [`chat_elsewhere`]: a chat request whose model has no usable escrow here goes, once, to the
 //!   owner of an escrow of the model (`replicas::route::chat_route`); its answer streams back
 //!   chunk by chunk as it arrives, with its status and the headers that matter.
+//! - [`chat_after_local_refusal`]: one routed here that no escrow here could take after all
+//!   (the pick found none, or its escrow closed under its race), no nonce granted to it here,
+//!   goes to an owner elsewhere the same way; forwarded here, it is handed back
+//!   ([`handed_back`]: the refusal, marked) and its forwarder sends it to another owner.
 //! - [`escrow_calls`]: the middleware of the admin and debug scopes that sends a call about one
 //!   escrow (`/v1/admin/escrows/{id}[/…]`, `/v1/debug/escrows/{id}`) to its owner when this
 //!   replica does not hold its lease.
@@ -30,8 +34,8 @@ use actix_web::{
 use slog::{info, warn, Logger};
 
 use super::{
-    admin::ADMIN_BODY_LIMIT, error::ApiError, normalize, read_body, HEADER_DEVSHARD_ID,
-    HEADER_ESCROW, HEADER_REQUEST_ID,
+    admin::ADMIN_BODY_LIMIT, error::ApiError, normalize, placement::Elsewhere, read_body,
+    HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
 use crate::{
     replicas::{
@@ -148,12 +152,7 @@ pub async fn chat_elsewhere(
                 here: replicas.id().to_string(),
                 model,
             });
-            let mut res = refused.error_response();
-            res.headers_mut().insert(
-                HeaderName::from_static(HEADER_FORWARD_REFUSED),
-                header::HeaderValue::from_static("1"),
-            );
-            Ok(Some(res))
+            Ok(Some(marked_refusal(&refused)))
         }
         ChatRoute::Forward(to) => forward_to(replicas, (req, body), rid, &model, &to, log)
             .await
@@ -161,38 +160,78 @@ pub async fn chat_elsewhere(
     }
 }
 
-/// A chat request no local escrow could take after all (its only escrow closed between the
-/// route and the pick; no race ran): to an owner of an escrow of `model` on another replica,
-/// unless it was forwarded here. `Ok(None)`: nowhere else to go (the local refusal stands).
+/// What became of a chat request no escrow here could take after all.
+#[derive(Debug)]
+pub enum AfterRefusal {
+    /// An owner elsewhere answered it (its answer streams back).
+    Served(HttpResponse),
+    /// It was forwarded here: the replica that sent it is to send it to another owner
+    /// ([`handed_back`]).
+    HandBack,
+    /// Nowhere else to go: the local refusal stands.
+    Stays,
+}
+
+/// A chat request no escrow here could take after all, with no nonce granted to it here
+/// (`placement::Unplaced::Elsewhere`: its only escrow here closed between the route and the
+/// pick, or under its race): to an owner of an escrow of `model` on another replica, with a
+/// fresh lookup (outcome `after_local_refusal` or `after_escrow_closed`); handed back when it was
+/// forwarded here (one hop each).
 pub async fn chat_after_local_refusal(
     req: &HttpRequest,
     state: &AppState,
-    model: &str,
+    (model, why): (&str, &Elsewhere),
     body: Bytes,
     rid: &str,
     log: &Logger,
-) -> Result<Option<HttpResponse>, ApiError> {
+) -> Result<AfterRefusal, ApiError> {
     let Some(replicas) = &state.replicas else {
-        return Ok(None);
+        return Ok(AfterRefusal::Stays);
     };
     if forwarded_by(req).is_some() {
-        return Ok(None);
+        return Ok(AfterRefusal::HandBack);
     }
     replicas.forget_lookup();
     let remote = replicas.remote().await;
-    match route::chat_route(false, false, model, &remote, replicas.next_spread()) {
-        ChatRoute::Forward(to) => {
-            replicas.count_forward(ForwardOutcome::AfterLocalRefusal);
-            info!(log, "no local escrow could take the request after all; forwarding it";
-                "stage" => "request_forwarded",
-                "outcome" => ForwardOutcome::AfterLocalRefusal.as_str(),
-                "owner" => &to.owner, "escrow" => &to.escrow_id);
-            forward_to(replicas, (req, body), rid, model, &to, log)
-                .await
-                .map(Some)
-        }
-        _ => Ok(None),
+    let ChatRoute::Forward(to) =
+        route::chat_route(false, false, model, &remote, replicas.next_spread())
+    else {
+        return Ok(AfterRefusal::Stays);
+    };
+    let outcome = match why {
+        Elsewhere::NoLocalEscrow(_) => ForwardOutcome::AfterLocalRefusal,
+        Elsewhere::EscrowClosed { .. } => ForwardOutcome::AfterEscrowClosed,
+    };
+    replicas.count_forward(outcome);
+    info!(log, "no local escrow could take the request after all; forwarding it";
+        "stage" => "request_forwarded", "outcome" => outcome.as_str(), "reason" => why.reason(),
+        "closed" => why.closed(), "owner" => &to.owner, "escrow" => &to.escrow_id);
+    forward_to(replicas, (req, body), rid, model, &to, log)
+        .await
+        .map(AfterRefusal::Served)
+}
+
+/// The refusal of a forwarded request this replica could not place after all, marked with
+/// [`HEADER_FORWARD_REFUSED`] so that its forwarder sends it to another owner (outcome
+/// `handed_back`).
+pub fn handed_back(state: &AppState, refusal: &ApiError, log: &Logger) -> HttpResponse {
+    if let Some(replicas) = &state.replicas {
+        replicas.count_forward(ForwardOutcome::HandedBack);
     }
+    info!(log, "a forwarded request no escrow here could take; handed back to its forwarder";
+        "stage" => "request_forwarded", "outcome" => ForwardOutcome::HandedBack.as_str(),
+        "error" => %refusal);
+    marked_refusal(refusal)
+}
+
+/// `refusal` as an answer carrying [`HEADER_FORWARD_REFUSED`].
+fn marked_refusal(refusal: &ApiError) -> HttpResponse {
+    let mut res = refusal.error_response();
+    res.headers_mut().insert(
+        HeaderName::from_static(HEADER_FORWARD_REFUSED),
+        header::HeaderValue::from_static("1"),
+    );
+    res
 }
 
 /// Sends a chat request to `to`'s replica; an owner that refuses it (its escrow closed since

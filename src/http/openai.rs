@@ -12,8 +12,9 @@
 //! queue the request (503 + `Retry-After` when shed; `crate::overload`) → escrow choice ([`operator::pick_escrow`]: the directory's published board, no message;
 //! skipping deactivated escrows, admission by state, nonces, hosts and balance) → the race
 //! ([`placement::place`], which also moves a request whose escrow closed for settlement before it
-//! started there to another escrow of the model). The race starts inside the handler, so that it
-//! lives on this worker's arbiter (awc is `!Send`).
+//! started there to another escrow of the model; with none left here and no nonce granted to it,
+//! PostgreSQL replicas send it to another replica: [`forward::chat_after_local_refusal`]). The
+//! race starts inside the handler, so that it lives on this worker's arbiter (awc is `!Send`).
 //!
 //! On PostgreSQL replicas, a request whose model has no usable escrow here is forwarded, after
 //! the body checks, to the replica owning one ([`forward::chat_elsewhere`]), before any
@@ -34,8 +35,14 @@ use devshard_actors::{escrow::messages::InferenceParams, race::RaceStart};
 use slog::{info, o, warn, Logger};
 
 use super::{
-    access, accounting, error::ApiError, forward, gate, normalize, placement, read_body,
-    request_id, sse::InFlight, HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
+    access, accounting,
+    error::ApiError,
+    forward::{self, AfterRefusal},
+    gate, normalize,
+    placement::{self, Unplaced},
+    read_body, request_id,
+    sse::InFlight,
+    HEADER_DEVSHARD_ID, HEADER_ESCROW, HEADER_REQUEST_ID,
 };
 use crate::{
     metrics::REJECT_MAX_CONCURRENT,
@@ -237,18 +244,38 @@ async fn chat_inner(
         (starting.on_dispatch(), Some(starting))
     };
     let model = params.model.clone();
-    let placed = placement::place(state, Arc::new(params), escrow, Some(dispatched), log).await;
-    // PostgreSQL replicas: the only escrow here closed between the route and the pick (no race
-    // ran) → an owner elsewhere serves it, and records it.
-    if let (Err(ApiError::NoEscrow { .. }), None) = (&placed, &escrow) {
-        if let Some(res) =
-            forward::chat_after_local_refusal(req, state, &model, raw, rid, log).await?
-        {
-            state.accounting.abandon(rid);
-            *tracked = false;
-            return Ok(res);
-        }
-    }
+    let placed =
+        match placement::place(state, Arc::new(params), escrow, Some(dispatched), log).await {
+            Ok(started) => Ok(started),
+            Err(Unplaced::Failed(e)) => Err(e),
+            // PostgreSQL replicas: no escrow here could take it after all (the only one closed
+            // between the route and the pick, or under its race) and no nonce was granted to it
+            // here → an owner elsewhere serves it and records it; this replica forgets it.
+            Err(Unplaced::Elsewhere(why)) => {
+                let here = escrow.take();
+                let after = (model.as_str(), &why);
+                match forward::chat_after_local_refusal(req, state, after, raw, rid, log).await? {
+                    AfterRefusal::Served(res) => {
+                        placement::sent_elsewhere(state, &why, "forwarded", log);
+                        state.accounting.abandon(rid);
+                        *tracked = false;
+                        return Ok(res);
+                    }
+                    AfterRefusal::HandBack => {
+                        placement::sent_elsewhere(state, &why, "returned", log);
+                        *escrow = here;
+                        let refusal = gate::during_poc(relaxed.as_ref(), why.into_refusal(), log);
+                        state.accounting.abandon(rid);
+                        *tracked = false;
+                        return Ok(forward::handed_back(state, &refusal, log));
+                    }
+                    AfterRefusal::Stays => {
+                        *escrow = here;
+                        Err(placement::refused_here(state, rid, why, log))
+                    }
+                }
+            }
+        };
     let started = placed.map_err(|e| gate::during_poc(relaxed.as_ref(), e, log))?;
     drop(held);
     info!(log, "response started"; "stage" => "response_started", "stream" => stream);

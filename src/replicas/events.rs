@@ -21,7 +21,9 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use slog::{info, warn, Logger};
 use tokio::sync::mpsc::UnboundedSender;
-use tokio_postgres::{AsyncMessage, Config, NoTls};
+use tokio_postgres::AsyncMessage;
+
+use crate::store::postgres::{target, PgConnectError, PgTarget};
 
 /// The channel of a database whose tables are in `public`.
 pub const CHANNEL: &str = "devshard_events";
@@ -141,7 +143,8 @@ pub fn decode(payload: &str, me: &str) -> Result<Option<SharedEvent>, serde_json
 
 /// Where the listener sends what it receives, and who it is.
 pub struct ListenerWiring {
-    pub config: Config,
+    /// The store's database and TLS settings.
+    pub target: PgTarget,
     pub channel: String,
     pub me: String,
     pub sink: UnboundedSender<Received>,
@@ -201,8 +204,20 @@ enum Stop {
     ConnectionEnded,
 }
 
-async fn listen_once(w: &ListenerWiring, first: bool) -> Result<Stop, tokio_postgres::Error> {
-    let (client, mut connection) = w.config.connect(NoTls).await?;
+/// Why listening failed.
+#[derive(Debug, thiserror::Error)]
+enum ListenError {
+    #[error(transparent)]
+    Connect(#[from] PgConnectError),
+    #[error(transparent)]
+    Sql(#[from] tokio_postgres::Error),
+}
+
+/// How long the listener's connect may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn listen_once(w: &ListenerWiring, first: bool) -> Result<Stop, ListenError> {
+    let (client, mut connection, negotiated) = target::connect(&w.target, CONNECT_TIMEOUT).await?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let driver = tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -218,7 +233,7 @@ async fn listen_once(w: &ListenerWiring, first: bool) -> Result<Stop, tokio_post
         .batch_execute(&format!("LISTEN {}", quoted(&w.channel)))
         .await?;
     info!(w.log, "listening for the other replicas' events"; "stage" => "shared_events_listening",
-        "channel" => &w.channel);
+        "channel" => &w.channel, "tls" => negotiated.tls, "sslmode" => negotiated.mode.as_str());
     if !first && w.sink.send(Received::Resync).is_err() {
         return Ok(Stop::SinkClosed);
     }

@@ -88,15 +88,23 @@ pub enum ForwardOutcome {
     Rerouted,
     /// No local escrow could take a request routed here after all: sent to an owner elsewhere.
     AfterLocalRefusal,
+    /// The request's escrow here closed under its race before granting it a nonce, and no
+    /// other escrow here could take it: sent to an owner elsewhere.
+    AfterEscrowClosed,
+    /// A request forwarded here that no escrow here could take after all (nothing granted):
+    /// refused with `X-Devshard-Forward-Refused`, so its forwarder sends it to another owner.
+    HandedBack,
 }
 
 impl ForwardOutcome {
-    pub const ALL: [ForwardOutcome; 5] = [
+    pub const ALL: [ForwardOutcome; 7] = [
         ForwardOutcome::Forwarded,
         ForwardOutcome::OwnerUnreachable,
         ForwardOutcome::SecondHopRefused,
         ForwardOutcome::Rerouted,
         ForwardOutcome::AfterLocalRefusal,
+        ForwardOutcome::AfterEscrowClosed,
+        ForwardOutcome::HandedBack,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -106,6 +114,8 @@ impl ForwardOutcome {
             ForwardOutcome::SecondHopRefused => "second_hop_refused",
             ForwardOutcome::Rerouted => "rerouted",
             ForwardOutcome::AfterLocalRefusal => "after_local_refusal",
+            ForwardOutcome::AfterEscrowClosed => "after_escrow_closed",
+            ForwardOutcome::HandedBack => "handed_back",
         }
     }
 }
@@ -136,7 +146,7 @@ pub fn start_sharing(
     });
     let sink = apply::start(replicas.clone(), directory, reloads, log.clone());
     let wiring = events::ListenerWiring {
-        config: pg.connect_config().clone(),
+        target: pg.connect_target().clone(),
         channel: replicas.channel().to_string(),
         me: replicas.id().to_string(),
         sink,

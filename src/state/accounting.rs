@@ -208,11 +208,13 @@ impl Accounting {
         }
     }
 
-    /// Records the nonces and attempts of `request_id`'s race (it ended at `now_ms`).
+    /// Records the nonces and attempts of `request_id`'s race (it ended at `now_ms`). The report
+    /// of a race the request was placed away from (its escrow closed, `http/placement.rs`) is
+    /// not the request's: only its current race (`set_escrow`) reports here.
     pub fn set_race_report(&self, request_id: &str, report: RaceReport, now_ms: i64) {
         let mut t = self.lock();
         if let Some((r, _)) = t.by_id.get_mut(request_id) {
-            if r.race_ended_at_ms.is_some() {
+            if r.race_ended_at_ms.is_some() || r.race_id.is_some_and(|id| id != report.race_id) {
                 return;
             }
             r.nonces = report.nonces;

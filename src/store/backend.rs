@@ -10,7 +10,7 @@ use devshard_actors::{
 use slog::Logger;
 
 use super::{
-    postgres::{LinkStatus, PgStore, ReplicaConfig},
+    postgres::{LinkStatus, PgStore, PgTarget, ReplicaConfig},
     SqliteStore, StoreStats,
 };
 
@@ -19,17 +19,25 @@ use super::{
 pub enum StoreTarget {
     /// A SQLite file.
     Sqlite(PathBuf),
-    /// A PostgreSQL database (`postgres://…`), shared by the replicas.
-    Postgres { url: String, replica: ReplicaConfig },
+    /// A PostgreSQL database (`postgres://…`, as configured; `target`: with its TLS settings
+    /// checked), shared by the replicas.
+    Postgres {
+        url: String,
+        target: Box<PgTarget>,
+        replica: ReplicaConfig,
+    },
 }
 
 impl std::fmt::Debug for StoreTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreTarget::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
-            StoreTarget::Postgres { replica, .. } => f
+            StoreTarget::Postgres {
+                replica, target, ..
+            } => f
                 .debug_struct("Postgres")
                 .field("url", &self.describe())
+                .field("sslmode", &target.mode())
                 .field("replica", replica)
                 .finish(),
         }
@@ -72,9 +80,13 @@ impl GatewayStore {
     pub fn open(target: &StoreTarget, log: Logger) -> Result<GatewayStore, StoreError> {
         Ok(match target {
             StoreTarget::Sqlite(path) => GatewayStore::Sqlite(SqliteStore::open_logged(path, log)?),
-            StoreTarget::Postgres { url, replica } => {
-                GatewayStore::Postgres(PgStore::open(url, replica.clone(), log)?)
-            }
+            StoreTarget::Postgres {
+                target, replica, ..
+            } => GatewayStore::Postgres(PgStore::open_target(
+                PgTarget::clone(target),
+                replica.clone(),
+                log,
+            )?),
         })
     }
 

@@ -320,21 +320,14 @@ impl LedgerStore {
         })
     }
 
-    /// Opens the ledger in the PostgreSQL database at `url` (migrated by the store first).
-    pub fn open_postgres(url: &str, log: Logger) -> Result<LedgerStore, StoreError> {
-        let config = url
-            .parse()
-            .map_err(|e| StoreError::Io(format!("invalid PostgreSQL URL: {e}")))?;
-        LedgerStore::open_postgres_config(config, log)
-    }
-
-    /// [`LedgerStore::open_postgres`] with a parsed connection config.
-    pub fn open_postgres_config(
-        config: tokio_postgres::Config,
+    /// Opens the ledger in the PostgreSQL database of `target` (migrated by the store first).
+    pub fn open_postgres(
+        target: &super::postgres::PgTarget,
         log: Logger,
     ) -> Result<LedgerStore, StoreError> {
         let batches = batch_counter()?;
-        let (sender, writer, reads) = super::postgres::ledger::start(config, batches.clone(), log)?;
+        let (sender, writer, reads) =
+            super::postgres::ledger::start(target.clone(), batches.clone(), log)?;
         Ok(LedgerStore {
             reads: Reads::Postgres(reads),
             batches,

@@ -8,6 +8,7 @@
 //! | `devshard_store_ops_committed_total` | counter: writes in those transactions |
 //! | `devshard_store_reconnects_total{connection}` | counter: PostgreSQL connections (`writer`, `reader`, `leases`) re-established after a loss |
 //! | `devshard_store_connection_up{connection}` | gauge: 1 while that PostgreSQL connection is up, 0 while it reconnects |
+//! | `devshard_store_connection_tls{connection}` | gauge: 1 when that PostgreSQL connection's session is encrypted (TLS, `sslmode`) |
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ pub struct StoreMetrics {
     ops: IntCounter,
     reconnects: IntCounterVec,
     up: IntGaugeVec,
+    tls: IntGaugeVec,
 }
 
 impl StoreMetrics {
@@ -65,6 +67,13 @@ impl StoreMetrics {
                 ),
                 &["connection"],
             )?,
+            tls: IntGaugeVec::new(
+                Opts::new(
+                    "store_connection_tls",
+                    "1 when the PostgreSQL connection is encrypted (TLS), 0 when it is not",
+                ),
+                &["connection"],
+            )?,
         };
         registry.register(Box::new(metrics))
     }
@@ -84,6 +93,7 @@ impl Collector for StoreMetrics {
             &self.ops.desc(),
             &self.reconnects.desc(),
             &self.up.desc(),
+            &self.tls.desc(),
         ]
         .into_iter()
         .flatten()
@@ -102,6 +112,7 @@ impl Collector for StoreMetrics {
             let label = [c.kind.label()];
             catch_up(&self.reconnects.with_label_values(&label), c.reconnects);
             self.up.with_label_values(&label).set(i64::from(c.up));
+            self.tls.with_label_values(&label).set(i64::from(c.tls));
         }
         let mut out = self.wal_bytes.collect();
         out.extend(self.truncations.collect());
@@ -109,6 +120,7 @@ impl Collector for StoreMetrics {
         out.extend(self.ops.collect());
         out.extend(self.reconnects.collect());
         out.extend(self.up.collect());
+        out.extend(self.tls.collect());
         out
     }
 }

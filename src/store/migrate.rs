@@ -9,7 +9,7 @@ use std::{path::PathBuf, process::ExitCode};
 use devshard_actors::store::StoreError;
 use rusqlite::types::Value;
 use slog::{info, Logger};
-use tokio_postgres::{types::ToSql, Config, NoTls};
+use tokio_postgres::types::ToSql;
 
 use super::{codec::sql_err, postgres, schema};
 
@@ -100,7 +100,8 @@ pub struct MigrateArgs {
     /// The SQLite store: `sqlite:PATH` (e.g. `sqlite:data/gateway.db`).
     #[arg(long)]
     pub from: String,
-    /// The PostgreSQL database: `postgres://user@host:port/db`.
+    /// The PostgreSQL database: `postgres://user@host:port/db` (`?sslmode=…&sslrootcert=…` as
+    /// for the gateway's store URL).
     #[arg(long)]
     pub to: String,
 }
@@ -114,6 +115,8 @@ pub enum MigrateError {
     Missing(PathBuf),
     #[error("--to is not a PostgreSQL URL: {0}")]
     Target(String),
+    #[error(transparent)]
+    Connect(#[from] postgres::PgConnectError),
     #[error("the target database is not empty: table {table} has {rows} rows")]
     NotEmpty { table: String, rows: i64 },
     #[error(transparent)]
@@ -148,14 +151,19 @@ pub fn migrate(from: &str, to: &str) -> Result<Copied, MigrateError> {
         .strip_prefix("sqlite:")
         .map(PathBuf::from)
         .ok_or_else(|| MigrateError::Source(from.to_string()))?;
-    let target: Config = to
-        .parse()
-        .map_err(|e: tokio_postgres::Error| MigrateError::Target(e.to_string()))?;
+    let target = postgres::PgTarget::parse(to, postgres::TlsKeys::default())
+        .map_err(|e| MigrateError::Target(e.to_string()))?;
     migrate_to(&path, &target)
 }
 
+/// How long `migrate`'s connect may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// [`migrate`] with a parsed target.
-pub fn migrate_to(path: &std::path::Path, target: &Config) -> Result<Copied, MigrateError> {
+pub fn migrate_to(
+    path: &std::path::Path,
+    target: &postgres::PgTarget,
+) -> Result<Copied, MigrateError> {
     if !path.exists() {
         return Err(MigrateError::Missing(path.to_path_buf()));
     }
@@ -168,8 +176,11 @@ pub fn migrate_to(path: &std::path::Path, target: &Config) -> Result<Copied, Mig
     rt.block_on(copy_all(&source, target))
 }
 
-async fn copy_all(source: &rusqlite::Connection, target: &Config) -> Result<Copied, MigrateError> {
-    let (mut client, connection) = target.connect(NoTls).await.map_err(postgres::pg_err)?;
+async fn copy_all(
+    source: &rusqlite::Connection,
+    target: &postgres::PgTarget,
+) -> Result<Copied, MigrateError> {
+    let (mut client, connection, _) = postgres::target::connect(target, CONNECT_TIMEOUT).await?;
     let conn = tokio::spawn(connection);
     postgres::schema::migrate(&mut client).await?;
     let tx = client.transaction().await.map_err(postgres::pg_err)?;

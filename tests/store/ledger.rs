@@ -3,6 +3,7 @@
 //! attempts and retention; rows written by one replica are read by another (PostgreSQL).
 
 use devshard_gateway::store::ledger::{AttemptRow, LedgerStore, RequestRow, Settlement};
+use devshard_gateway::store::postgres::PgTarget;
 
 use crate::db::Db;
 
@@ -65,7 +66,7 @@ fn open(db: &Db) -> LedgerStore {
         Db::Sqlite(dir) => LedgerStore::open(&dir.db()).unwrap(),
         Db::Postgres(pg) => {
             let log = slog::Logger::root(slog::Discard, slog::o!());
-            LedgerStore::open_postgres_config(pg.config(), log).unwrap()
+            LedgerStore::open_postgres(&PgTarget::from_config(pg.config()), log).unwrap()
         }
     }
 }

@@ -245,11 +245,55 @@ pub struct Cluster {
     dir: PathBuf,
     port: u16,
     as_root: bool,
+    /// Server options added to `pg_ctl start` (`-c ssl=on …`).
+    options: String,
+}
+
+/// The TLS server of [`Cluster::start_tls`]: its certificate and key (PEM), and the superuser's
+/// password (`pg_hba.conf` then takes `hostssl` connections only, with SCRAM).
+pub struct ServerTls<'a> {
+    pub cert_pem: &'a str,
+    pub key_pem: &'a str,
+    pub password: &'a str,
 }
 
 impl Cluster {
     /// `initdb` then `pg_ctl start`; fails naming the Debian package when they are missing.
     pub fn start(name: &str) -> Cluster {
+        let cluster = Cluster::init(name, None);
+        cluster.pg_start();
+        cluster
+    }
+
+    /// A cluster with `ssl = on` and the certificate of `tls`, whose `pg_hba.conf` refuses
+    /// every TCP connection without TLS (`hostssl` only; SCRAM with `tls.password`).
+    pub fn start_tls(name: &str, tls: &ServerTls<'_>) -> Cluster {
+        let mut cluster = Cluster::init(name, Some(tls.password));
+        let data = cluster.data();
+        let write = |file: &str, text: &str, mode: u32| {
+            let path = data.join(file);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .unwrap();
+            if cluster.as_root {
+                run(Command::new("chown").arg("postgres").arg(&path)).unwrap();
+            }
+        };
+        write("server.crt", tls.cert_pem, 0o644);
+        write("server.key", tls.key_pem, 0o600);
+        write(
+            "pg_hba.conf",
+            "local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n",
+            0o600,
+        );
+        cluster.options =
+            " -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key".into();
+        cluster.pg_start();
+        cluster
+    }
+
+    /// `initdb` (the superuser's password from `password`, if any) in a fresh directory.
+    fn init(name: &str, password: Option<&str>) -> Cluster {
         assert!(
             find_tool("initdb").is_some(),
             "initdb not found in /usr/lib/postgresql/*/bin: install the `postgresql` package"
@@ -269,13 +313,26 @@ impl Cluster {
         if as_root {
             run(Command::new("chown").arg("postgres").arg(&dir)).unwrap();
         }
-        let cluster = Cluster { dir, port, as_root };
-        run(pg_command(as_root, "initdb")
-            .args(["-U", "postgres", "-A", "trust", "--no-sync", "-D"])
-            .arg(cluster.data()))
-        .unwrap();
-        cluster.pg_start();
+        let cluster = Cluster {
+            dir,
+            port,
+            as_root,
+            options: String::new(),
+        };
+        let mut initdb = pg_command(as_root, "initdb");
+        initdb.args(["-U", "postgres", "-A", "trust", "--no-sync"]);
+        if let Some(password) = password {
+            let file = cluster.dir.join("pwfile");
+            std::fs::write(&file, password).unwrap();
+            initdb.arg(format!("--pwfile={}", file.display()));
+        }
+        run(initdb.arg("-D").arg(cluster.data())).unwrap();
         cluster
+    }
+
+    /// The cluster's TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     fn data(&self) -> PathBuf {
@@ -300,9 +357,10 @@ impl Cluster {
             .arg(self.dir.join("log"))
             .arg("-o")
             .arg(format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1",
+                "-p {} -k {} -c listen_addresses=127.0.0.1{}",
                 self.port,
-                self.dir.display()
+                self.dir.display(),
+                self.options
             ))
             .args(["-w", "start"]))
         .unwrap();

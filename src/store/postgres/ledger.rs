@@ -18,7 +18,7 @@ use devshard_actors::store::StoreError;
 use prometheus::IntCounterVec;
 use slog::{warn, Logger};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-use tokio_postgres::{Client, Config, Row, Statement};
+use tokio_postgres::{Client, Row, Statement};
 
 use super::{
     link::{open_link, rollback, Link, LinkKind},
@@ -44,7 +44,7 @@ impl Columns for Row {
 
 /// Connects and starts the writer thread; returns its queue, its handle and the readers.
 pub(in crate::store) fn start(
-    config: Config,
+    target: super::PgTarget,
     batches: IntCounterVec,
     log: Logger,
 ) -> Result<(UnboundedSender<Op>, JoinHandle<()>, PgLedgerReads), StoreError> {
@@ -62,8 +62,8 @@ pub(in crate::store) fn start(
             };
             rt.block_on(async move {
                 let connected = async {
-                    let writer = open_link(LinkKind::LedgerWriter, &config, &log).await?;
-                    let reader = open_link(LinkKind::LedgerReader, &config, &log).await?;
+                    let writer = open_link(LinkKind::LedgerWriter, &target, &log).await?;
+                    let reader = open_link(LinkKind::LedgerReader, &target, &log).await?;
                     Ok::<_, StoreError>((writer, reader))
                 };
                 match connected.await {

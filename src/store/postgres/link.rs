@@ -10,12 +10,14 @@
 //!
 //! Errors of a connection are classified by [`is_connection_lost`] (pure): a closed or broken
 //! connection, or a server that is shutting down or not accepting connections, is
-//! [`StoreError::Unavailable`]; anything else is an SQL error.
+//! [`StoreError::Unavailable`]; anything else is an SQL error. Every connection is opened by
+//! `target::connect` (TLS as the URL's `sslmode` says); whether it is encrypted is in
+//! [`LinkStatus::tls`].
 
 use std::{
     future::Future,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
     },
     time::Duration,
@@ -24,9 +26,12 @@ use std::{
 use devshard_actors::store::{retry::retry_delay, StoreError, Unavailable};
 use slog::{debug, info, warn, Logger};
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
 
-use super::pg_err;
+use super::{
+    pg_err,
+    target::{self, Negotiated, PgConnectError, PgTarget},
+};
 
 /// How long one connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -61,6 +66,8 @@ pub struct LinkStatus {
     pub kind: LinkKind,
     pub up: bool,
     pub reconnects: u64,
+    /// Whether its current (or last) connection is encrypted.
+    pub tls: bool,
 }
 
 /// One connection of the store; see the module docs.
@@ -69,6 +76,7 @@ pub(super) struct Link {
     kind: LinkKind,
     client: Mutex<Option<Arc<Client>>>,
     reconnects: AtomicU64,
+    tls: AtomicBool,
 }
 
 impl Link {
@@ -86,11 +94,15 @@ impl Link {
             kind: self.kind,
             up: self.client().is_ok(),
             reconnects: self.reconnects.load(Ordering::Relaxed),
+            tls: self.tls.load(Ordering::Relaxed),
         }
     }
 
-    fn set(&self, client: Option<Client>) {
-        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = client.map(Arc::new);
+    fn set(&self, client: Option<(Client, Negotiated)>) {
+        if let Some((_, n)) = &client {
+            self.tls.store(n.tls, Ordering::Relaxed);
+        }
+        *self.client.lock().unwrap_or_else(|e| e.into_inner()) = client.map(|(c, _)| Arc::new(c));
     }
 }
 
@@ -98,51 +110,55 @@ impl Link {
 /// supervisor task spawned on the current runtime reconnects after every loss.
 pub(super) async fn open_link(
     kind: LinkKind,
-    config: &Config,
+    target: &PgTarget,
     log: &Logger,
 ) -> Result<Arc<Link>, StoreError> {
-    let (client, connection) = connect(config)
-        .await
-        .map_err(|e| StoreError::Io(format!("connecting to PostgreSQL: {e}")))?;
+    let (client, connection, negotiated) = connect(target).await.map_err(opening)?;
     let link = Arc::new(Link {
         kind,
         client: Mutex::new(Some(Arc::new(client))),
         reconnects: AtomicU64::new(0),
+        tls: AtomicBool::new(negotiated.tls),
     });
     let log = log.new(slog::o!("connection" => kind.label()));
-    tokio::spawn(supervise(link.clone(), config.clone(), connection, log));
+    tokio::spawn(supervise(link.clone(), target.clone(), connection, log));
     Ok(link)
 }
 
 /// A connection of its own, not supervised (the schema migration at open); it closes when the
 /// client is dropped.
-pub(super) async fn connect_once(config: &Config) -> Result<Client, StoreError> {
-    let (client, _driver) = connect(config)
-        .await
-        .map_err(|e| StoreError::Io(format!("connecting to PostgreSQL: {e}")))?;
-    Ok(client)
+pub(super) async fn connect_once(target: &PgTarget) -> Result<(Client, Negotiated), StoreError> {
+    let (client, _driver, negotiated) = connect(target).await.map_err(opening)?;
+    Ok((client, negotiated))
+}
+
+/// The store's open fails with the typed cause in its message (host and mode, no secret).
+fn opening(e: PgConnectError) -> StoreError {
+    StoreError::Io(format!("connecting to {e}"))
 }
 
 type ConnectionTask = JoinHandle<Result<(), tokio_postgres::Error>>;
 
-/// A new connection, its driver spawned, `synchronous_commit = on` set; the error as the
-/// server or the socket gave it.
-async fn connect(config: &Config) -> Result<(Client, ConnectionTask), String> {
-    let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls))
-        .await
-        .map_err(|_| format!("no connection within {} ms", CONNECT_TIMEOUT.as_millis()))?
-        .map_err(|e| e.to_string())?;
+/// A new connection, its driver spawned, `synchronous_commit = on` set.
+async fn connect(
+    target: &PgTarget,
+) -> Result<(Client, ConnectionTask, Negotiated), PgConnectError> {
+    let (client, connection, negotiated) = target::connect(target, CONNECT_TIMEOUT).await?;
     let task = tokio::spawn(connection);
     client
         .batch_execute("SET synchronous_commit = on")
         .await
-        .map_err(|e| e.to_string())?;
-    Ok((client, task))
+        .map_err(|e| PgConnectError {
+            host: target.host(),
+            mode: negotiated.mode,
+            failure: target::ConnectFailure::Failed(e.to_string()),
+        })?;
+    Ok((client, task, negotiated))
 }
 
 /// Awaits the connection; on its end empties the link and reconnects with back-off. Runs until
 /// the store's runtime is dropped.
-async fn supervise(link: Arc<Link>, config: Config, mut connection: ConnectionTask, log: Logger) {
+async fn supervise(link: Arc<Link>, target: PgTarget, mut connection: ConnectionTask, log: Logger) {
     loop {
         let error = match connection.await {
             Ok(Ok(())) => "closed by the server".to_string(),
@@ -156,16 +172,17 @@ async fn supervise(link: Arc<Link>, config: Config, mut connection: ConnectionTa
         connection = loop {
             failures = failures.saturating_add(1);
             tokio::time::sleep(retry_delay(failures)).await;
-            match connect(&config).await {
-                Ok((client, task)) => {
-                    link.set(Some(client));
+            match connect(&target).await {
+                Ok((client, task, negotiated)) => {
+                    link.set(Some((client, negotiated)));
                     link.reconnects.fetch_add(1, Ordering::Relaxed);
                     info!(log, "PostgreSQL connection back"; "stage" => "store_reconnected",
-                        "attempts" => failures);
+                        "attempts" => failures, "tls" => negotiated.tls,
+                        "sslmode" => negotiated.mode.as_str());
                     break task;
                 }
                 Err(e) => debug!(log, "PostgreSQL reconnect failed";
-                    "stage" => "store_reconnect_failed", "attempt" => failures, "error" => e),
+                    "stage" => "store_reconnect_failed", "attempt" => failures, "error" => %e),
             }
         };
     }

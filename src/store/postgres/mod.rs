@@ -30,6 +30,7 @@
 //! deletes the heartbeat row. Which escrows to claim or release is the directory's ownership
 //! loop (`devshard_actors::directory::ownership`), planned from [`Store::replica_view`].
 
+mod binding;
 pub mod budgets;
 mod group;
 pub mod lease;
@@ -40,6 +41,9 @@ mod renewals;
 pub mod replicas;
 pub(crate) mod schema;
 mod store_trait;
+pub mod target;
+pub mod tls;
+mod verify;
 mod writer;
 
 use std::{
@@ -67,6 +71,8 @@ use self::{
 pub use self::{
     link::{LinkKind, LinkStatus},
     schema::SCHEMA_VERSION,
+    target::{PgConnectError, PgTarget, TlsKeys},
+    tls::SslMode,
     writer::QUEUE_BOUND,
 };
 use super::{
@@ -106,7 +112,7 @@ type Held = Arc<Mutex<HashMap<String, u64>>>;
 pub struct PgStore {
     replica: ReplicaConfig,
     /// Kept for connections of their own (the shared events listener); boxed, it is large.
-    config: Box<Config>,
+    target: Box<PgTarget>,
     sender: mpsc::Sender<Msg>,
     writer: Arc<Link>,
     reader: Arc<Link>,
@@ -141,17 +147,27 @@ struct Links {
 }
 
 impl PgStore {
-    /// Connects to `url` (`postgres://…`), migrates the schema and starts the writer.
+    /// Connects to `url` (`postgres://…`, its TLS parameters included), migrates the schema and
+    /// starts the writer.
     pub fn open(url: &str, replica: ReplicaConfig, log: Logger) -> Result<PgStore, StoreError> {
-        let config: Config = url
-            .parse()
-            .map_err(|e| StoreError::Io(format!("invalid PostgreSQL URL: {e}")))?;
-        PgStore::open_config(config, replica, log)
+        let target =
+            PgTarget::parse(url, TlsKeys::default()).map_err(|e| StoreError::Io(e.to_string()))?;
+        PgStore::open_target(target, replica, log)
     }
 
-    /// [`PgStore::open`] with a parsed connection config.
+    /// [`PgStore::open`] with a parsed connection config (its own `sslmode`, no root
+    /// certificate).
     pub fn open_config(
         config: Config,
+        replica: ReplicaConfig,
+        log: Logger,
+    ) -> Result<PgStore, StoreError> {
+        PgStore::open_target(PgTarget::from_config(config), replica, log)
+    }
+
+    /// [`PgStore::open`] with a checked target.
+    pub fn open_target(
+        target: PgTarget,
         replica: ReplicaConfig,
         log: Logger,
     ) -> Result<PgStore, StoreError> {
@@ -164,7 +180,7 @@ impl PgStore {
         let lease_clock = Arc::new(LeaseClock::default());
         let thread_state = (counters.clone(), held.clone(), replica.clone());
         let renew_clock = lease_clock.clone();
-        let thread_config = config.clone();
+        let thread_target = target.clone();
         let handle = std::thread::Builder::new()
             .name("store-postgres".into())
             .spawn(move || {
@@ -177,7 +193,7 @@ impl PgStore {
                     }
                 };
                 rt.block_on(async move {
-                    let links = match connect_all(&thread_config, &log).await {
+                    let links = match connect_all(&thread_target, &log).await {
                         Ok(links) => links,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -208,7 +224,7 @@ impl PgStore {
             .map_err(|_| StoreError::Io("the store thread ended while connecting".into()))??;
         Ok(PgStore {
             replica,
-            config: Box::new(config),
+            target: Box::new(target),
             sender,
             writer: links.writer,
             reader: links.reader,
@@ -340,7 +356,6 @@ impl Drop for PgStore {
     }
 }
 
-/// Migrates the schema on a connection of its own, then opens the store's connections.
 /// The current-thread runtime of a thread of its own (the store's, the ledger's writer, the
 /// shared events listener): PostgreSQL's clients live there, off the actix threads.
 pub fn thread_runtime() -> Result<tokio::runtime::Runtime, StoreError> {
@@ -350,13 +365,16 @@ pub fn thread_runtime() -> Result<tokio::runtime::Runtime, StoreError> {
         .map_err(|e| StoreError::Io(format!("runtime: {e}")))
 }
 
-async fn connect_all(config: &Config, log: &Logger) -> Result<Links, StoreError> {
-    let found = schema::migrate(&mut link::connect_once(config).await?).await?;
+/// Migrates the schema on a connection of its own, then opens the store's connections.
+async fn connect_all(target: &PgTarget, log: &Logger) -> Result<Links, StoreError> {
+    let (mut client, negotiated) = link::connect_once(target).await?;
+    let found = schema::migrate(&mut client).await?;
     info!(log, "PostgreSQL store ready"; "stage" => "store_migrated",
+        "host" => target.host(), "tls" => negotiated.tls, "sslmode" => negotiated.mode.as_str(),
         "schema_found" => found, "schema_version" => SCHEMA_VERSION);
     Ok(Links {
-        writer: open_link(LinkKind::Writer, config, log).await?,
-        reader: open_link(LinkKind::Reader, config, log).await?,
-        leases: open_link(LinkKind::Leases, config, log).await?,
+        writer: open_link(LinkKind::Writer, target, log).await?,
+        reader: open_link(LinkKind::Reader, target, log).await?,
+        leases: open_link(LinkKind::Leases, target, log).await?,
     })
 }

@@ -163,8 +163,8 @@ impl PgStore {
     }
 
     /// The connection settings, for a connection of one's own (the events listener).
-    pub fn connect_config(&self) -> &tokio_postgres::Config {
-        &self.config
+    pub fn connect_target(&self) -> &super::PgTarget {
+        &self.target
     }
 
     /// Where the other replicas reach this one, and its id.
