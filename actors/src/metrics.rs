@@ -67,7 +67,8 @@ pub struct ActorMetrics {
     /// `repair`) and result (`ok`, `auth_rejected`: the host answered 401, `failed`).
     pub catch_up_chunks: IntCounterVec,
     /// Diffs below the in-memory window read back from the store for a host far behind, by path
-    /// (`attempt`, `resend`, `sync`, `vote`, `repair`: `escrow/diff_log.rs`).
+    /// (`attempt`, `resend`, `sync`, `vote`, `repair`; `root`: one diff whose root a host's late
+    /// report needs: `escrow/diff_log.rs`).
     pub diffs_from_store: IntCounterVec,
     /// Escrows found idle (no new nonce for 5 s) whose in-memory diffs and encoded diffs were
     /// compacted (`escrow/durable.rs`).

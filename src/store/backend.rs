@@ -135,6 +135,14 @@ impl Store for GatewayStore {
     fn load_diffs_from(&self, escrow_id: &str, from: u64) -> Result<Vec<Diff>, StoreError> {
         self.inner().load_diffs_from(escrow_id, from)
     }
+    fn load_diffs_range(
+        &self,
+        escrow_id: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Diff>, StoreError> {
+        self.inner().load_diffs_range(escrow_id, from, to)
+    }
     fn delete_diffs(&self, escrow_id: &str) -> Ack {
         self.inner().delete_diffs(escrow_id)
     }

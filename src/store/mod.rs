@@ -233,18 +233,28 @@ impl Store for SqliteStore {
     }
 
     fn load_diffs_from(&self, escrow_id: &str, from: u64) -> Result<Vec<Diff>, StoreError> {
+        self.load_diffs_range(escrow_id, from, u64::MAX)
+    }
+
+    fn load_diffs_range(
+        &self,
+        escrow_id: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Diff>, StoreError> {
         let Ok(from) = i64::try_from(from) else {
             return Ok(Vec::new());
         };
+        let to = i64::try_from(to).unwrap_or(i64::MAX);
         let conn = self.read()?;
         let mut st = conn
             .prepare_cached(
                 "SELECT nonce, txs, user_sig, post_state_root FROM diffs \
-                 WHERE escrow_id = ?1 AND nonce >= ?2 ORDER BY nonce",
+                 WHERE escrow_id = ?1 AND nonce >= ?2 AND nonce <= ?3 ORDER BY nonce",
             )
             .map_err(sql_err)?;
         let rows = st
-            .query_map(params![escrow_id, from], |r| {
+            .query_map(params![escrow_id, from, to], |r| {
                 Ok(DiffRow {
                     nonce: r.get(0)?,
                     txs: r.get(1)?,

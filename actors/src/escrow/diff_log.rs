@@ -55,11 +55,14 @@ pub(super) fn diffs_after(
     }
     let first_held = session.first_held();
     let escrow_id = &session.info().escrow_id;
+    let last = first_held
+        .saturating_sub(1)
+        .min(to)
+        .min(after.saturating_add(u64::try_from(limit).unwrap_or(u64::MAX)));
     let mut out: Vec<Arc<Diff>> = deps
         .store
-        .load_diffs_from(escrow_id, after.saturating_add(1))?
+        .load_diffs_range(escrow_id, after.saturating_add(1), last)?
         .into_iter()
-        .take_while(|d| d.nonce < first_held && d.nonce <= to)
         .take(limit)
         .map(Arc::new)
         .collect();
@@ -90,4 +93,31 @@ pub(super) fn diffs_after(
         "stage" => "diffs_from_store", "path" => path.label(), "from" => after.saturating_add(1),
         "diffs" => read, "first_held" => first_held);
     Ok(out)
+}
+
+/// Makes sure a host's report at `nonce` can be checked: a root below the window that the session
+/// neither kept nor recalled is read back from the store (one diff). Answers that arrive after
+/// their roots left memory (a catch-up of thousands of diffs while new diffs push the window on)
+/// are then verified instead of refused as beyond the window (the hour-long chaos run: two hosts
+/// restarted empty, every catch-up attempt ended `session_error`). A failed read leaves the
+/// report to be refused as before.
+pub(super) fn recall_root(session: &Session, deps: &EscrowDeps, nonce: u64) {
+    if nonce == 0 || nonce >= session.first_held() || session.knows_root(nonce) {
+        return;
+    }
+    let escrow_id = &session.info().escrow_id;
+    match deps.store.load_diffs_range(escrow_id, nonce, nonce) {
+        Ok(diffs) => {
+            let diffs: Vec<Arc<Diff>> = diffs.into_iter().map(Arc::new).collect();
+            session.recall_roots(&diffs);
+            deps.metrics
+                .diffs_from_store
+                .with_label_values(&["root"])
+                .inc_by(diffs.len() as u64);
+        }
+        Err(e) => {
+            slog::warn!(deps.log, "a root below the window could not be read back"; "stage" => "diffs_from_store_failed",
+                "nonce" => nonce, "error" => %e);
+        }
+    }
 }

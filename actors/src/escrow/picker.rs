@@ -46,6 +46,8 @@ pub(super) enum Step {
     Withhold,
     /// Its host refuses connections and its probe is not due: a diff without inference.
     Unreachable,
+    /// Its host is catching up in another attempt: a diff without inference.
+    CatchingUp,
     /// Every waiter tried its host: arm the hold and stop.
     Hold,
     /// No waiter may use its host (relaxed PoC): sequence a diff without inference at once.
@@ -154,7 +156,7 @@ impl Picker {
         let takes = |w: &Waiter| !w.exclude.contains(&host) && w.params.allows(&host);
         match self.waiting.iter().position(takes) {
             Some(i) => {
-                let verdict = if reach.is_unreachable(&host) {
+                let verdict = if reach.is_held_back(&host) {
                     reach.nonce(&host, &routing.routable_hosts(), now)
                 } else {
                     NonceReach::Grant
@@ -165,6 +167,7 @@ impl Picker {
                         None => Step::Stop,
                     },
                     NonceReach::Withhold => Step::Unreachable,
+                    NonceReach::CatchingUp => Step::CatchingUp,
                     NonceReach::Refuse => {
                         let err = EscrowError::HostsUnreachable {
                             escrow: session.info().escrow_id.clone(),

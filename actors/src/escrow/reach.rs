@@ -20,6 +20,14 @@
 //!   `Retry-After`), without a nonce, but for one probe per interval for the whole escrow.
 //!   Races already waiting get the same answer when the picker finds no probe due.
 //!
+//! - a host **catching up** (its grant carries catch-up chunks: it lacks more than a chunk of
+//!   diffs, e.g. after it restarted empty) gets no other nonce until that attempt ends or its
+//!   receipt comes, while another host could take them (`EmptyDiffReason::HostCatchingUp`).
+//!   Every concurrent request to it would otherwise carry its window, meet the host's nonce gap
+//!   and send the whole catch-up again (the hour-long run: 46 resends of ≈ 13 000 diffs each in
+//!   2.4 s to two hosts restarted empty, and answers at nonces whose roots had left memory).
+//!   When every host is catching up or unreachable, nonces are granted as before.
+//!
 //! This is no health judgement: nobody is struck or ejected (a fault every host shares is the
 //! correlation guard's business, docs/health.md §1); it only keeps nonces away from connections
 //! that will fail. Nothing survives a restart: a respawned escrow takes every host as
@@ -32,7 +40,7 @@ use serde::Serialize;
 use crate::protocol::crypto::Address;
 
 /// Every `event` label of `devshard_reach_total`.
-pub const EVENTS: [&str; 7] = [
+pub const EVENTS: [&str; 10] = [
     "host_unreachable",
     "host_reachable",
     "gate_closed",
@@ -40,6 +48,9 @@ pub const EVENTS: [&str; 7] = [
     "probe",
     "withheld",
     "refused",
+    "catching_up",
+    "withheld_catching_up",
+    "resend_refused",
 ];
 
 /// The tunables (`[escrow] reach_*`).
@@ -60,6 +71,8 @@ pub enum NonceReach {
     Probe,
     /// The host is unreachable: pass the nonce over (a diff without inference).
     Withhold,
+    /// The host is catching up in another attempt: pass the nonce over.
+    CatchingUp,
     /// Every host is unreachable and no probe is due: answer the waiters, no nonce.
     Refuse,
 }
@@ -79,6 +92,8 @@ pub enum GateChange {
 pub struct ReachView {
     /// Hosts that refused a connection and have not answered since.
     pub unreachable: Vec<String>,
+    /// Hosts catching up, with the nonce of the attempt that carries their catch-up.
+    pub catching_up: Vec<(String, u64)>,
     /// Every host the escrow could route to is unreachable since (unix ms).
     pub gate_closed_since_ms: Option<i64>,
     /// This actor's life: nonces passed over, requests answered without a nonce, probes.
@@ -98,6 +113,8 @@ struct Unreachable {
 pub struct Reachability {
     settings: ReachSettings,
     hosts: BTreeMap<Address, Unreachable>,
+    /// Hosts catching up, by the nonce of the attempt carrying it.
+    catching: BTreeMap<Address, u64>,
     gate_next_probe_ms: i64,
     gate_closed_since_ms: Option<i64>,
     withheld: u64,
@@ -110,6 +127,7 @@ impl Reachability {
         Reachability {
             settings,
             hosts: BTreeMap::new(),
+            catching: BTreeMap::new(),
             gate_next_probe_ms: 0,
             gate_closed_since_ms: None,
             withheld: 0,
@@ -143,6 +161,35 @@ impl Reachability {
 
     pub fn is_unreachable(&self, host: &Address) -> bool {
         self.hosts.contains_key(host)
+    }
+
+    /// `host`'s attempt at `nonce` carries its catch-up; `true` when it was not catching up.
+    pub fn catching_up(&mut self, host: &Address, nonce: u64) -> bool {
+        if !self.settings.enabled || self.catching.contains_key(host) {
+            return false;
+        }
+        self.catching.insert(host.clone(), nonce);
+        true
+    }
+
+    /// The attempt at `nonce` ended, or `host` answered there: if it carried the host's
+    /// catch-up, the host takes nonces again (`true`).
+    pub fn caught_up(&mut self, host: &Address, nonce: u64) -> bool {
+        if self.catching.get(host).is_some_and(|n| *n <= nonce) {
+            self.catching.remove(host);
+            return true;
+        }
+        false
+    }
+
+    /// Whether the attempt at `nonce` is the one carrying `host`'s catch-up.
+    pub fn is_catching_up_at(&self, host: &Address, nonce: u64) -> bool {
+        self.catching.get(host) == Some(&nonce)
+    }
+
+    /// Whether the picker must ask [`Self::nonce`] about `host`.
+    pub fn is_held_back(&self, host: &Address) -> bool {
+        self.hosts.contains_key(host) || self.catching.contains_key(host)
     }
 
     /// Whether every one of `candidates` (the hosts the escrow could route to) is unreachable.
@@ -181,6 +228,15 @@ impl Reachability {
 
     /// What to do with the next nonce, whose host is `host`, which a waiting race would take.
     pub fn nonce(&mut self, host: &Address, candidates: &[Address], now: i64) -> NonceReach {
+        if self.catching.contains_key(host) {
+            let another = candidates
+                .iter()
+                .any(|h| !self.hosts.contains_key(h) && !self.catching.contains_key(h));
+            if another {
+                self.withheld = self.withheld.saturating_add(1);
+                return NonceReach::CatchingUp;
+            }
+        }
         let all = self.all_unreachable(candidates);
         let interval = self.settings.probe_interval_ms;
         let Some(u) = self.hosts.get_mut(host) else {
@@ -221,6 +277,9 @@ impl Reachability {
     pub fn view(&self) -> ReachView {
         ReachView {
             unreachable: self.hosts.keys().map(|a| a.short().to_owned()).collect(),
+            catching_up: (self.catching.iter())
+                .map(|(a, n)| (a.short().to_owned(), *n))
+                .collect(),
             gate_closed_since_ms: self.gate_closed_since_ms,
             withheld: self.withheld,
             refused: self.refused,

@@ -103,3 +103,35 @@ fn a_disabled_tracker_takes_every_host_as_reachable() {
     assert!(r.admit(&all, 1));
     assert_eq!(r.nonce(&host(0), &all, 1), NonceReach::Grant);
 }
+
+#[test]
+fn a_host_catching_up_gets_no_other_nonce_while_another_host_can_take_it() {
+    let mut r = reach();
+    let all = hosts(3);
+    assert!(r.catching_up(&host(1), 100));
+    assert!(!r.catching_up(&host(1), 103), "already catching up");
+    assert!(r.is_held_back(&host(1)));
+    assert_eq!(r.nonce(&host(1), &all, 0), NonceReach::CatchingUp);
+    assert_eq!(r.nonce(&host(0), &all, 0), NonceReach::Grant);
+    assert!(!r.caught_up(&host(1), 99), "an older attempt ended");
+    assert!(!r.caught_up(&host(2), 100), "another host");
+    assert!(r.caught_up(&host(1), 100));
+    assert!(!r.is_held_back(&host(1)));
+    assert_eq!(r.nonce(&host(1), &all, 0), NonceReach::Grant);
+    assert_eq!(r.view().withheld, 1);
+}
+
+#[test]
+fn when_every_host_is_catching_up_or_unreachable_nonces_are_granted_as_before() {
+    let mut r = reach();
+    let all = hosts(2);
+    r.catching_up(&host(0), 10);
+    r.connect_refused(&host(1), 0);
+    assert_eq!(r.nonce(&host(0), &all, 1), NonceReach::Grant);
+    assert!(
+        r.admit(&all, 1),
+        "a host catching up is reachable: the gate is open"
+    );
+    let v = r.view();
+    assert_eq!(v.catching_up, vec![(host(0).short().to_owned(), 10)]);
+}

@@ -108,6 +108,7 @@ pub(super) fn step(
             participant,
             receipt,
         } => {
+            super::diff_log::recall_root(session, deps, receipt.nonce);
             session.process_receipt(&participant, None, &receipt)?;
             durable.syncs_changed();
             Ok(RepairVerdict::Continue)

@@ -124,6 +124,8 @@ reasons! {
         HostWithheld => "host_withheld",
         /// The nonce's host refused a connection and has not answered since (`escrow/reach.rs`).
         HostUnreachable => "host_unreachable",
+        /// The nonce's host is catching up in another attempt (`escrow/reach.rs`).
+        HostCatchingUp => "host_catching_up",
         /// Every waiting request excludes the nonce's host.
         NoTaker => "no_taker",
         /// A skipped hedge's nonce.
@@ -251,6 +253,7 @@ impl EmptyDiffReason {
         match self {
             EmptyDiffReason::HostWithheld
             | EmptyDiffReason::HostUnreachable
+            | EmptyDiffReason::HostCatchingUp
             | EmptyDiffReason::NoTaker => "withheld",
             _ => "control",
         }

@@ -152,6 +152,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn load_diffs(&self, escrow_id: &str) -> Result<Vec<Diff>, StoreError>;
     /// Diffs with `nonce >= from`, in nonce order.
     fn load_diffs_from(&self, escrow_id: &str, from: u64) -> Result<Vec<Diff>, StoreError>;
+    /// Diffs with `from <= nonce <= to`, in nonce order (a host far behind needs a part of the
+    /// log, not all of it to the tip: `escrow/diff_log.rs`).
+    fn load_diffs_range(
+        &self,
+        escrow_id: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Diff>, StoreError> {
+        let mut diffs = self.load_diffs_from(escrow_id, from)?;
+        diffs.retain(|d| d.nonce <= to);
+        Ok(diffs)
+    }
     /// Removes an escrow's diff log (escrow deleted by an operator).
     fn delete_diffs(&self, escrow_id: &str) -> Ack;
     /// Upserts a record.

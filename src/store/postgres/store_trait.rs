@@ -57,13 +57,23 @@ impl Store for PgStore {
     }
 
     fn load_diffs_from(&self, escrow_id: &str, from: u64) -> Result<Vec<Diff>, StoreError> {
+        self.load_diffs_range(escrow_id, from, u64::MAX)
+    }
+
+    fn load_diffs_range(
+        &self,
+        escrow_id: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Diff>, StoreError> {
         let Ok(from) = nonce_to_sql(from) else {
             return Ok(Vec::new());
         };
+        let to = nonce_to_sql(to).unwrap_or(i64::MAX);
         let rows = self.query(
             "SELECT nonce, txs, user_sig, post_state_root FROM diffs \
-             WHERE escrow_id = $1 AND nonce >= $2 ORDER BY nonce",
-            &[&escrow_id, &from],
+             WHERE escrow_id = $1 AND nonce >= $2 AND nonce <= $3 ORDER BY nonce",
+            &[&escrow_id, &from, &to],
         )?;
         rows.into_iter()
             .map(|r| {

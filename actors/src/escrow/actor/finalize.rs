@@ -55,7 +55,7 @@ impl EscrowActor {
             for (addr, res) in res.clone().unwrap_or_default() {
                 if let Ok(sent) = res {
                     if let Some(r) = sent.receipt {
-                        let _ = act.session.process_receipt(&addr, None, &r);
+                        let _ = act.take_report(&addr, None, &r);
                         act.durable.syncs_changed();
                     }
                     act.absorb_mempool(&addr, sent.mempool, ctx);

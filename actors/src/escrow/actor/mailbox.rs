@@ -122,6 +122,7 @@ impl Handler<ResendGrant> for EscrowActor {
         let (prelude, request) =
             self.durable
                 .resend(&self.session, &self.deps, msg.nonce, msg.holds, payload)?;
+        self.reach_resend(&msg.host, msg.nonce, prelude.len())?;
         info!(self.deps.log, "nonce sent again from what its host holds"; "stage" => "gap_resend",
             "nonce" => msg.nonce, "host" => msg.host.short(), "holds" => msg.holds,
             "chunks" => prelude.len());
@@ -153,9 +154,7 @@ impl Handler<AttemptReceipt> for EscrowActor {
 impl EscrowActor {
     fn take_receipt(&mut self, msg: AttemptReceipt) -> Result<(), SessionError> {
         let inference = (!msg.catch_up).then_some(msg.nonce);
-        let processed = self
-            .session
-            .process_receipt(&msg.host, inference, &msg.receipt);
+        let processed = self.take_report(&msg.host, inference, &msg.receipt);
         if let Err(SessionError::Unreproducible { nonce, reason }) = &processed {
             warn!(self.deps.log, "host state root cannot be reproduced"; "stage" => "state_root_unreproducible",
                 "host" => msg.host.short(), "nonce" => nonce, "reason" => reason.as_str(),
@@ -163,6 +162,9 @@ impl EscrowActor {
         }
         processed?;
         self.reach_answered(&msg.host);
+        if !msg.catch_up {
+            self.reach_caught_up(&msg.host, msg.nonce);
+        }
         self.durable.syncs_changed();
         if let (Some(nonce), Some(_)) = (inference, &msg.receipt.receipt) {
             self.book.confirm(nonce, msg.receipt.confirmed_at);
@@ -187,6 +189,7 @@ impl Handler<AttemptEnded> for EscrowActor {
         }
         let (class, reason) = (judged.class, judged.reason);
         self.reach_attempt_ended(&msg.host, &msg.report.end, class, reason);
+        self.reach_caught_up(&msg.host, nonce);
         if !self
             .book
             .ended(nonce, msg.report.timings, msg.report.crowned)

@@ -26,7 +26,7 @@ impl Handler<SyncHosts> for EscrowActor {
                 match res {
                     Ok(sent) => {
                         if let Some(r) = sent.receipt {
-                            let _ = act.session.process_receipt(&addr, None, &r);
+                            let _ = act.take_report(&addr, None, &r);
                             act.durable.syncs_changed();
                         }
                         act.absorb_mempool(&addr, sent.mempool, ctx);

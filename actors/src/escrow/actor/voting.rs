@@ -175,7 +175,7 @@ impl EscrowActor {
             Ok(sent) => {
                 act.after_ack(nonce, Ok(()), ctx);
                 if let Some(r) = sent.receipt {
-                    if let Err(e) = act.session.process_receipt(&addr, None, &r) {
+                    if let Err(e) = act.take_report(&addr, None, &r) {
                         warn!(act.deps.log, "pending diff response rejected"; "stage" => "process_response_failed",
                             "host" => addr.short(), "error" => %e);
                     }

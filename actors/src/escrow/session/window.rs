@@ -101,6 +101,11 @@ impl Session {
         }
     }
 
+    /// Whether the root of `nonce` is in memory (the window or the roots kept apart).
+    pub fn knows_root(&self, nonce: u64) -> bool {
+        self.diffs.contains_key(&nonce) || self.recalled.borrow().contains_key(&nonce)
+    }
+
     /// The root of `nonce` from memory: the window, then the recalled roots.
     pub(super) fn held_root(&self, nonce: u64) -> Option<Vec<u8>> {
         match self.diffs.get(&nonce) {
