@@ -24,8 +24,9 @@ pub fn knob_can_strike(faults: &Value) -> bool {
 }
 
 /// The hosts to judge: those that suffered only shared faults in the round (`shared` less
-/// `excluded`), unless a knob of the round can strike and a host outside the round was healthy
-/// before it (it kept answering: the faulted hosts' failures are their own).
+/// `excluded`), unless a knob of the round can strike and a host outside the round was routable
+/// before it (healthy, suspect or on probation: it kept answering, so the faulted hosts'
+/// failures are their own).
 pub fn judged_after_shared(
     shared: &BTreeSet<String>,
     excluded: &BTreeSet<String>,
@@ -36,7 +37,7 @@ pub fn judged_after_shared(
     let peer_answered = all.iter().any(|a| {
         !shared.contains(a)
             && !excluded.contains(a)
-            && baseline.get(a).is_some_and(|(state, _)| state == "healthy")
+            && baseline.get(a).is_some_and(|(state, _)| state != "ejected")
     });
     if can_strike && peer_answered {
         return Vec::new();
@@ -100,7 +101,18 @@ mod tests {
     }
 
     #[test]
-    fn hosts_outside_the_round_that_were_not_healthy_or_had_their_own_fault_are_no_peers() {
+    fn seed_long_1_a_suspect_host_outside_the_round_still_answered() {
+        let mut base = healthy(&["a", "b", "d", "e"]);
+        base.insert("c".to_owned(), ("suspect".to_owned(), 0));
+        for h in ["a", "b"] {
+            base.insert(h.to_owned(), ("ejected".to_owned(), 1));
+        }
+        let shared = set(&["d", "e"]);
+        assert!(judged_after_shared(&shared, &BTreeSet::new(), &all(), &base, true).is_empty());
+    }
+
+    #[test]
+    fn hosts_outside_the_round_that_were_ejected_or_had_their_own_fault_are_no_peers() {
         // a, b, c ejected before the round: nobody healthy answered for d and e.
         let mut base = healthy(&["d", "e"]);
         for h in ["a", "b", "c"] {
