@@ -93,6 +93,9 @@ pub struct ActorMetrics {
     pub timeout_votes_running: IntGauge,
     /// Timeout votes short of quorum asked again after a back-off, by reason.
     pub timeout_vote_retries: IntCounterVec,
+    /// Verifiers below the diff window left out of a first vote round that the others could
+    /// pass (`escrow/timeouts.rs`).
+    pub timeout_voters_behind: IntCounter,
     /// Host reachability (`escrow/reach.rs`), by event (`host_unreachable`, `host_reachable`,
     /// `gate_closed`, `gate_opened`, `probe`, `withheld`: a nonce passed over, `refused`: a
     /// request answered without a nonce).
@@ -307,6 +310,10 @@ impl ActorMetrics {
                 ),
                 &["event"],
             )?,
+            timeout_voters_behind: IntCounter::new(
+                "timeout_voters_behind_total",
+                "Verifiers below the diff window left out of a first timeout vote round",
+            )?,
             escrows_owned: IntGauge::new(
                 "escrows_owned",
                 "Escrows this replica owns (lease held, actor running) when replicas share a store",
@@ -367,6 +374,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.link_overtaken.clone()))?;
         registry.register(Box::new(m.timeout_votes_running.clone()))?;
         registry.register(Box::new(m.timeout_vote_retries.clone()))?;
+        registry.register(Box::new(m.timeout_voters_behind.clone()))?;
         Ok(m)
     }
 

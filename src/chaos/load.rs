@@ -132,7 +132,11 @@ async fn read_all(resp: &mut awc::ClientResponse) -> Result<Vec<u8>, String> {
     Ok(body)
 }
 
-async fn one_request(shared: &LoadShared, n: u64, stream: bool) -> (String, Verdict, Vec<u8>) {
+/// One request's ending as the client saw it: its status (or `transport`, `hang`), the verdict,
+/// the bytes, and the `Retry-After` it was told (seconds).
+type Ended = (String, Verdict, Vec<u8>, Option<u64>);
+
+async fn one_request(shared: &LoadShared, n: u64, stream: bool) -> Ended {
     let body = json!({
         "messages": [{"role": "user", "content": format!("chaos request {n}")}],
         "stream": stream,
@@ -148,34 +152,51 @@ async fn one_request(shared: &LoadShared, n: u64, stream: bool) -> (String, Verd
             .await
             .map_err(|e| format!("transport: {e}"))?;
         let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let is_sse = resp
             .headers()
             .get("content-type")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|c| c.starts_with("text/event-stream"));
         let bytes = read_all(&mut resp).await?;
-        Ok::<_, String>((status, is_sse, bytes))
+        Ok::<_, String>((status, is_sse, bytes, retry_after))
     };
     match tokio::time::timeout(CLIENT_DEADLINE, attempt).await {
         Err(_) => (
             "hang".into(),
             Verdict::Violation(format!("no complete answer within {CLIENT_DEADLINE:?}")),
             Vec::new(),
+            None,
         ),
-        Ok(Err(e)) => ("transport".into(), Verdict::Violation(e), Vec::new()),
-        Ok(Ok((status, is_sse, bytes))) => {
+        Ok(Err(e)) => ("transport".into(), Verdict::Violation(e), Vec::new(), None),
+        Ok(Ok((status, is_sse, bytes, retry_after))) => {
             let verdict = if status == 200 && stream && is_sse {
                 judge_stream(&bytes)
             } else {
                 judge_body(status, &bytes)
             };
-            (status.to_string(), verdict, bytes)
+            (status.to_string(), verdict, bytes, retry_after)
         }
     }
 }
 
-/// How long a client loop waits after an OpenAI-shaped error before its next request.
+/// How long a client loop waits after an OpenAI-shaped error: the `Retry-After` a 429 or 503
+/// named, at most [`MAX_RETRY_AFTER`] (as the OpenAI SDKs do), else [`ERROR_PAUSE`].
+pub fn pause_after_error(status: u16, retry_after_s: Option<u64>) -> Duration {
+    match (status, retry_after_s) {
+        (429 | 503, Some(s)) => Duration::from_secs(s).clamp(ERROR_PAUSE, MAX_RETRY_AFTER),
+        _ => ERROR_PAUSE,
+    }
+}
+
+/// How long a client loop waits after an OpenAI-shaped error that named no `Retry-After`.
 const ERROR_PAUSE: Duration = Duration::from_millis(50);
+/// The longest `Retry-After` a client loop honours.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// One client loop until `stop`.
 pub async fn client_loop(shared: Rc<LoadShared>, worker: u64) {
@@ -188,7 +209,7 @@ pub async fn client_loop(shared: Rc<LoadShared>, worker: u64) {
         n += 1;
         let stream = (n + worker).is_multiple_of(2);
         let epoch = shared.epoch.get();
-        let (status, verdict, bytes) = one_request(&shared, n, stream).await;
+        let (status, verdict, bytes, retry_after) = one_request(&shared, n, stream).await;
         shared
             .secrets
             .scan(&bytes, "a chat response", &shared.report);
@@ -204,11 +225,13 @@ pub async fn client_loop(shared: Rc<LoadShared>, worker: u64) {
                 Verdict::Violation(_) => {}
             }
         }
-        if matches!(verdict, Verdict::Error(_)) {
-            // A client that got an error (a 503 with `Retry-After` while the escrow drains, a
-            // 502 while every host is down) does not retry in a tight loop: the hour-long run's
-            // loops once spun at ~4 000 refused requests a second and starved the runner.
-            tokio::time::sleep(ERROR_PAUSE).await;
+        if let Verdict::Error(code) = verdict {
+            // A client that got an error (a 503 with `Retry-After` while the escrow drains or
+            // every host refuses connections, a 502 while hosts fail) does not retry in a tight
+            // loop: the hour-long run's loops once spun at ~4 000 refused requests a second and
+            // starved the runner; later, 100 loops retrying sheds every 50 ms kept the machine
+            // saturated past each clear. It honours `Retry-After`, as the OpenAI SDKs do.
+            tokio::time::sleep(pause_after_error(code, retry_after)).await;
         }
         if let Verdict::Violation(reason) = verdict {
             if !cut || reason.starts_with("bytes after") {
@@ -227,6 +250,15 @@ pub async fn client_loop(shared: Rc<LoadShared>, worker: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_honours_retry_after_of_429_and_503_up_to_two_seconds() {
+        assert_eq!(pause_after_error(503, Some(1)), Duration::from_secs(1));
+        assert_eq!(pause_after_error(429, Some(30)), MAX_RETRY_AFTER);
+        assert_eq!(pause_after_error(503, Some(0)), ERROR_PAUSE);
+        assert_eq!(pause_after_error(503, None), ERROR_PAUSE);
+        assert_eq!(pause_after_error(502, Some(5)), ERROR_PAUSE);
+    }
 
     #[test]
     fn streams_and_bodies_are_judged_from_the_outside() {

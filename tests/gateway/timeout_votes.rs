@@ -229,3 +229,65 @@ async fn seed_2624105436825454089_a_finish_sequenced_by_a_timeout_diff_leaves_th
     let progress = escrow.send(BeginDrain).await.unwrap();
     assert_eq!(progress.unsettled, 0, "every nonce settled: {progress:?}");
 }
+
+/// The hour-long chaos run: after each restart, ≈ 70 timeout votes a second fell to a few, and
+/// votes missed their deadline by a minute. Every vote asked every verifier with the whole
+/// catch-up it lacked, so a verifier far below the diff window (ejected: it gets no diffs) was
+/// sent hundreds of diffs read back from the store and encoded, for every nonce. Now a first
+/// round asks the verifiers whose catch-up memory holds, when their weight can pass alone. Here
+/// the verifier behind refuses connections (it gets no diffs), as a host down for minutes.
+#[actix_rt::test]
+async fn hour_long_run_a_verifier_far_below_the_window_is_not_sent_its_catch_up_in_every_vote() {
+    tokio::time::pause();
+    let mut cfg = SimConfig::with_seed("behind-verifier");
+    cfg.hosts = 5;
+    cfg.profile = Profile::Zero;
+    cfg.session_config = Some(SessionConfig::default_for_group(5));
+    let escrow = EscrowConfig {
+        diff_window: 64,
+        ..EscrowConfig::default()
+    };
+    let h = Harness::start_with(cfg, Arc::new(MemoryStore::new()), escrow).await;
+    no_hedging(&h).await;
+    let dead_host = executor(&h, 1);
+    let behind = (0..5).find(|i| *i != dead_host).unwrap();
+    // The verifier falls far behind: it refuses connections (no nonces but probes, no diffs).
+    let down = Faults {
+        refuse_connections: true,
+        ..Default::default()
+    };
+    h.sim.set_faults(behind, down).unwrap();
+    h.sim.set_faults(dead_host, dead()).unwrap();
+    let answers = join_all((0..80).map(|i| h.chat(Harness::body(&format!("q{i}"), false)))).await;
+    assert!(answers.iter().all(|a| a.is_success()), "{answers:?}");
+    let open = h.snapshot("42").await.pending_timeouts.len() as u64;
+    assert!(open >= 10, "{open} unfinished nonces of the dead executor");
+    let read_for_votes = || {
+        h.metrics
+            .diffs_from_store
+            .with_label_values(&["vote"])
+            .get()
+    };
+    let before = read_for_votes();
+    wait_until(REFUSAL_DEADLINE * 3, || timeouts(&h, "confirmed") >= open).await;
+    assert_eq!(timeouts(&h, "confirmed"), open, "every timeout confirmed");
+    let snap = h.snapshot("42").await;
+    eprintln!(
+        "open {open}, behind {}, vote reads {}, nonce {}, syncs {:?}",
+        h.metrics.timeout_voters_behind.get(),
+        read_for_votes() - before,
+        snap.nonce,
+        snap.host_sync
+    );
+    assert!(
+        h.metrics.timeout_voters_behind.get() >= open,
+        "the verifier behind was left out of each first round"
+    );
+    // Each vote reads back at most the few diffs the near verifiers lack below the window; the
+    // two far ones would need ≈ 170 each.
+    let read = read_for_votes() - before;
+    assert!(
+        read <= open * 3 * 16,
+        "{read} diffs read back from the store for {open} votes"
+    );
+}

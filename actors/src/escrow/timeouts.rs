@@ -46,14 +46,43 @@ pub(super) enum PendingDiffError {
 /// The answers of one vote round.
 pub(super) type Answers = Vec<(Address, VerifyTimeoutResponse)>;
 
-/// Asks every other host for a vote on `entry`'s timeout once `ready` (the diffs the voters
-/// need are durable) resolved. All verifiers are asked at once, each with the whole catch-up it
-/// lacks (a verifier behind judges from our state, not from a prefix of it); the round ends when
-/// every one answered or the accepted weight passed the threshold.
+/// The verifiers a round asks: every host but the executor; in a first round, only those *near*
+/// (their catch-up is in memory, or at most `window` more diffs below it) when their weight
+/// alone can pass the threshold. A verifier far behind (restarted empty, down, ejected) would be
+/// sent thousands of diffs read back from the store and encoded for every vote: the hour-long
+/// chaos run's ≈ 70 votes a second fell to a few a second after each restart, and votes missed
+/// their deadline by a minute. A round short of quorum asks everyone (`all`).
+fn verifiers<'a>(
+    session: &Session,
+    hosts: &'a [HostEndpoint],
+    (executor, window): (&Address, usize),
+    all: bool,
+) -> (Vec<&'a HostEndpoint>, usize) {
+    let threshold = u64::from(session.info().config.vote_threshold);
+    let window = u64::try_from(window).unwrap_or(u64::MAX);
+    let weight = |h: &HostEndpoint| u64::try_from(h.slots.len()).unwrap_or(0);
+    let near = |h: &HostEndpoint| {
+        let after = session.catch_up_after(&h.address);
+        after.saturating_add(1).saturating_add(window) >= session.first_held()
+    };
+    let others: Vec<&HostEndpoint> = hosts.iter().filter(|h| h.address != *executor).collect();
+    let near_weight: u64 = others.iter().filter(|h| near(h)).map(|h| weight(h)).sum();
+    if all || near_weight <= threshold {
+        return (others, 0);
+    }
+    let (chosen, behind): (Vec<_>, Vec<_>) = others.into_iter().partition(|h| near(h));
+    (chosen, behind.len())
+}
+
+/// Asks the verifiers for a vote on `entry`'s timeout once `ready` (the diffs the voters need are
+/// durable) resolved (`all`: every host but the executor, else [`verifiers`]). They are asked at
+/// once, each with the whole catch-up it lacks (a verifier behind judges from our state, not
+/// from a prefix of it); the round ends when every one answered or the accepted weight passed the
+/// threshold.
 pub(super) fn collect_votes(
     session: &Session,
     deps: &EscrowDeps,
-    entry: &NonceEntry,
+    (entry, all): (&NonceEntry, bool),
     reason: TimeoutReason,
     ready: Ack,
 ) -> LocalBoxFuture<'static, Answers> {
@@ -61,7 +90,16 @@ pub(super) fn collect_votes(
     let signer = super::wire_cache::signer(session, deps);
     let timeout = deps.cfg.host_timeouts.verify_timeout;
     let mut calls = Vec::new();
-    for host in info.hosts.iter().filter(|h| h.address != entry.host) {
+    let window = deps.cfg.diff_window;
+    let (asked, behind) = verifiers(session, &info.hosts, (&entry.host, window), all);
+    if behind > 0 {
+        deps.metrics
+            .timeout_voters_behind
+            .inc_by(u64::try_from(behind).unwrap_or(0));
+        slog::debug!(deps.log, "verifiers below the diff window not asked in a first round";
+            "stage" => "timeout_voters_behind", "nonce" => entry.nonce, "behind" => behind);
+    }
+    for host in asked {
         let after = session.catch_up_after(&host.address);
         let diffs = match diff_log::diffs_after(
             session,

@@ -89,7 +89,8 @@ impl EscrowActor {
         self.deps.metrics.timeout_votes_running.inc();
         info!(self.deps.log, "timeout vote collecting"; "stage" => "timeout_vote_started",
             "nonce" => nonce, "reason" => reason.as_wire(), "parallel" => self.book.votes_running());
-        let votes = timeouts::collect_votes(&self.session, &self.deps, entry, reason, ready);
+        let all = self.book.retried(nonce);
+        let votes = timeouts::collect_votes(&self.session, &self.deps, (entry, all), reason, ready);
         let checked = votes.into_actor(self).then(move |answers, act, _| {
             let check = act.check_warm_signers(act.vote_signers(nonce, reason, &answers));
             check.into_actor(act).map(move |(), _, _| answers)
