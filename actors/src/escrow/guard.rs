@@ -6,7 +6,7 @@
 //! success per participant (relative evidence). Outcomes are returned to the actor, which sends
 //! them to the participant router.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use slog::{warn, Logger};
 
@@ -216,16 +216,25 @@ impl FaultGuard {
         settled
     }
 
-    /// Confirmed host faults: now they are struck and sampled.
+    /// Confirmed host faults: now they are struck and sampled. Several identical failures of one
+    /// host confirmed at once are one incident: the first strikes, the others are counted
+    /// without touching health (sent as shared). The hour-long chaos run: every host went down
+    /// for 2 s, one host's 14 in-flight streams ended empty only after a peer had succeeded
+    /// again, and the next success confirmed them as 14 strikes: ejected for an outage every
+    /// host shared.
     fn release(&mut self, released: Vec<HeldFault<Address>>) -> Vec<Outbound> {
         let mut send = Vec::new();
+        let mut struck: BTreeSet<(Address, FaultSignature)> = BTreeSet::new();
         for r in released {
             if let Some(i) = self
                 .held
                 .iter()
                 .position(|h| h.host == r.host && h.at_ms == r.at_ms && h.signature == r.signature)
             {
-                let h = self.held.remove(i);
+                let mut h = self.held.remove(i);
+                if !struck.insert((h.host.clone(), h.signature.clone())) {
+                    h.msg.shared = true;
+                }
                 send.push((h.msg, String::new()));
             }
         }
@@ -250,5 +259,101 @@ impl FaultGuard {
 
     pub(super) fn take_release_timer(&mut self) -> Option<Timer> {
         self.release_timer.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{outcome::AttemptOutcome, policy::reason::OutcomeReason};
+
+    fn settled(host: &str, nonce: u64, class: OutcomeClass, reason: OutcomeReason) -> Settled {
+        Settled {
+            participant: Address::unchecked(host),
+            outcome: AttemptOutcome {
+                escrow_id: "42".into(),
+                nonce,
+                class,
+                reason,
+                timings: AttemptTimings::default(),
+                finish_late_ms: None,
+            },
+            winner: false,
+            request_id: format!("r{nonce}"),
+        }
+    }
+
+    fn guard() -> FaultGuard {
+        let log = slog::Logger::root(slog::Discard, slog::o!());
+        let metrics = ActorMetrics::detached().expect("metrics");
+        FaultGuard::new(&HealthSettings::default(), log, metrics)
+    }
+
+    #[test]
+    fn hour_long_run_a_burst_of_one_hosts_identical_failures_confirmed_at_once_strikes_once() {
+        let mut g = guard();
+        let empty = |n| {
+            settled(
+                "gonka1down",
+                n,
+                OutcomeClass::HostFault,
+                OutcomeReason::EmptyStream,
+            )
+        };
+        for n in 0..14 {
+            let f = g.emit_failure(empty(n), (5, 5), None, "empty stream", 1_000);
+            assert!(f.held && f.send.is_empty());
+        }
+        // Another failure of that host, of another kind, is its own incident.
+        let stalled = settled(
+            "gonka1down",
+            20,
+            OutcomeClass::HostFault,
+            OutcomeReason::Stalled,
+        );
+        g.emit_failure(stalled, (5, 5), None, "stalled", 1_000);
+        let ok = settled(
+            "gonka1peer",
+            30,
+            OutcomeClass::Success,
+            OutcomeReason::Finished,
+        );
+        let sent = g.emit(ok, (5, 5), 1_500);
+        let charged: Vec<_> = sent
+            .iter()
+            .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault && !m.shared)
+            .map(|(m, _)| m.outcome.reason)
+            .collect();
+        assert_eq!(
+            charged,
+            vec![OutcomeReason::EmptyStream, OutcomeReason::Stalled],
+            "one strike per incident"
+        );
+        let counted = sent
+            .iter()
+            .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault);
+        assert_eq!(
+            counted.count(),
+            15,
+            "every attempt still has its one outcome"
+        );
+        // Confirmed one by one (each by its own success), failures strike each time.
+        let mut g = guard();
+        let mut strikes = 0;
+        for n in 0..3 {
+            g.emit_failure(empty(n), (5, 5), None, "empty stream", 2_000 + n as i64);
+            let ok = settled(
+                "gonka1peer",
+                100 + n,
+                OutcomeClass::Success,
+                OutcomeReason::Finished,
+            );
+            strikes += g
+                .emit(ok, (5, 5), 2_100 + n as i64)
+                .iter()
+                .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault && !m.shared)
+                .count();
+        }
+        assert_eq!(strikes, 3);
     }
 }
