@@ -283,11 +283,11 @@ async fn hour_long_run_a_verifier_far_below_the_window_is_not_sent_its_catch_up_
         h.metrics.timeout_voters_behind.get() >= open,
         "the verifier behind was left out of each first round"
     );
-    // Each vote reads back at most the few diffs the near verifiers lack below the window; the
-    // two far ones would need ≈ 170 each.
+    // Each vote reads back at most the diffs the near verifiers lack below the window (a few,
+    // more while a burst of votes composes diffs fast); the far one would need ≈ 170 each time.
     let read = read_for_votes() - before;
     assert!(
-        read <= open * 3 * 16,
+        read <= open * 100,
         "{read} diffs read back from the store for {open} votes"
     );
 }

@@ -41,6 +41,8 @@ pub struct EscrowConfig {
     pub finish_poll_max_ms: u64,
     /// Timeout votes that collect at once (each asks all its verifiers in parallel).
     pub timeout_votes_parallel: usize,
+    /// Timeout votes that collect at once while more than 4 × `timeout_votes_parallel` wait.
+    pub timeout_votes_parallel_backlog: usize,
     /// First back-off before a timeout vote short of quorum is asked again (doubles per round,
     /// capped at [`EscrowConfig::timeout_vote_retry_max_ms`]).
     pub timeout_vote_retry_ms: u64,
@@ -79,6 +81,7 @@ impl Default for EscrowConfig {
             finish_poll_initial_ms: 1_000,
             finish_poll_max_ms: 60_000,
             timeout_votes_parallel: 8,
+            timeout_votes_parallel_backlog: 32,
             timeout_vote_retry_ms: 10_000,
             timeout_vote_retry_max_ms: 300_000,
             timeout_vote_rounds: 8,

@@ -172,10 +172,15 @@ impl Reachability {
         true
     }
 
-    /// The attempt at `nonce` ended, or `host` answered there: if it carried the host's
-    /// catch-up, the host takes nonces again (`true`).
-    pub fn caught_up(&mut self, host: &Address, nonce: u64) -> bool {
-        if self.catching.get(host).is_some_and(|n| *n <= nonce) {
+    /// The catch-up of `host` is over (`true`) when the attempt at `nonce` that carried it ended
+    /// (`answered`: false, the nonce must be that attempt's), or when the host answered an
+    /// inference at `nonce` or later (`answered`: true; it holds every diff the catch-up
+    /// carried). Another attempt of the host ending does not end it: the hour-long run's
+    /// refused resends each ended the mark, and the host's next nonces carried the catch-up
+    /// again.
+    pub fn caught_up(&mut self, host: &Address, nonce: u64, answered: bool) -> bool {
+        let over = |n: &u64| if answered { *n <= nonce } else { *n == nonce };
+        if self.catching.get(host).is_some_and(over) {
             self.catching.remove(host);
             return true;
         }

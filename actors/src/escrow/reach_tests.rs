@@ -113,9 +113,19 @@ fn a_host_catching_up_gets_no_other_nonce_while_another_host_can_take_it() {
     assert!(r.is_held_back(&host(1)));
     assert_eq!(r.nonce(&host(1), &all, 0), NonceReach::CatchingUp);
     assert_eq!(r.nonce(&host(0), &all, 0), NonceReach::Grant);
-    assert!(!r.caught_up(&host(1), 99), "an older attempt ended");
-    assert!(!r.caught_up(&host(2), 100), "another host");
-    assert!(r.caught_up(&host(1), 100));
+    assert!(!r.caught_up(&host(1), 99, false), "an older attempt ended");
+    assert!(
+        !r.caught_up(&host(1), 105, false),
+        "a later attempt ended (a refused resend)"
+    );
+    assert!(!r.caught_up(&host(2), 100, false), "another host");
+    assert!(
+        !r.caught_up(&host(1), 99, true),
+        "an answer below the catch-up's nonce"
+    );
+    assert!(r.caught_up(&host(1), 100, false));
+    r.catching_up(&host(1), 200);
+    assert!(r.caught_up(&host(1), 203, true), "an answer above it");
     assert!(!r.is_held_back(&host(1)));
     assert_eq!(r.nonce(&host(1), &all, 0), NonceReach::Grant);
     assert_eq!(r.view().withheld, 1);

@@ -17,6 +17,8 @@ use super::config::EscrowConfig;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct VoteLimits {
     pub parallel: usize,
+    /// The bound while a backlog waits (more than 4 × `parallel` queued).
+    pub parallel_backlog: usize,
     pub retry_ms: u64,
     pub retry_max_ms: u64,
     pub rounds: u32,
@@ -26,6 +28,9 @@ impl VoteLimits {
     pub(super) fn of(cfg: &EscrowConfig) -> VoteLimits {
         VoteLimits {
             parallel: cfg.timeout_votes_parallel.max(1),
+            parallel_backlog: cfg
+                .timeout_votes_parallel_backlog
+                .max(cfg.timeout_votes_parallel.max(1)),
             retry_ms: cfg.timeout_vote_retry_ms,
             retry_max_ms: cfg.timeout_vote_retry_max_ms.max(cfg.timeout_vote_retry_ms),
             rounds: cfg.timeout_vote_rounds.max(1),
@@ -62,10 +67,22 @@ impl VoteQueue {
 
     /// The next queued nonce that may start now (under the parallel bound), or `None`.
     pub(super) fn pop(&mut self) -> Option<u64> {
-        if self.running.len() >= self.limits.parallel {
+        if self.running.len() >= self.bound() {
             return None;
         }
         self.waiting.pop_front()
+    }
+
+    /// How many votes may collect at once: `parallel`, or `parallel_backlog` while more than
+    /// 4 × `parallel` wait. A vote mostly waits on its verifiers (each challenges the executor),
+    /// so a backlog of hundreds (the hour-long chaos run: ≈ 20 timeouts a second for minutes,
+    /// votes at ≈ 16 a second) drains only with more of them in flight.
+    fn bound(&self) -> usize {
+        if self.waiting.len() > self.limits.parallel.saturating_mul(4) {
+            self.limits.parallel_backlog
+        } else {
+            self.limits.parallel
+        }
     }
 
     /// The vote of `nonce` starts.
@@ -116,6 +133,7 @@ mod tests {
     fn limits(parallel: usize) -> VoteLimits {
         VoteLimits {
             parallel,
+            parallel_backlog: parallel,
             retry_ms: 10_000,
             retry_max_ms: 25_000,
             rounds: 4,
@@ -139,6 +157,34 @@ mod tests {
         q.done(1);
         assert_eq!(q.pop(), Some(3), "a running nonce was not queued twice");
         assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn a_backlog_raises_the_bound_until_it_drained() {
+        let mut q = VoteQueue::new(VoteLimits {
+            parallel_backlog: 4,
+            ..limits(2)
+        });
+        for n in 1..=13 {
+            q.enqueue(n);
+        }
+        for _ in 0..4 {
+            let n = q.pop().unwrap();
+            q.start(n);
+        }
+        assert_eq!(q.pop(), None, "the backlog bound");
+        assert_eq!(q.running(), 4);
+        for n in 1..=4 {
+            q.done(n);
+        }
+        // 9 wait: the first starts under the backlog bound; then 8 wait, no longer more than
+        // 4 × 2: the normal bound again.
+        let mut started = 0;
+        while let Some(n) = q.pop() {
+            q.start(n);
+            started += 1;
+        }
+        assert_eq!(started, 2, "back to 2 at once");
     }
 
     #[test]

@@ -163,7 +163,7 @@ impl EscrowActor {
         processed?;
         self.reach_answered(&msg.host);
         if !msg.catch_up {
-            self.reach_caught_up(&msg.host, msg.nonce);
+            self.reach_caught_up(&msg.host, msg.nonce, true);
         }
         self.durable.syncs_changed();
         if let (Some(nonce), Some(_)) = (inference, &msg.receipt.receipt) {
@@ -189,7 +189,7 @@ impl Handler<AttemptEnded> for EscrowActor {
         }
         let (class, reason) = (judged.class, judged.reason);
         self.reach_attempt_ended(&msg.host, &msg.report.end, class, reason);
-        self.reach_caught_up(&msg.host, nonce);
+        self.reach_caught_up(&msg.host, nonce, false);
         if !self
             .book
             .ended(nonce, msg.report.timings, msg.report.crowned)

@@ -92,9 +92,10 @@ impl EscrowActor {
         )))
     }
 
-    /// `host` answered at `nonce` or the attempt there ended: a catch-up it carried is over.
-    pub(super) fn reach_caught_up(&mut self, host: &Address, nonce: u64) {
-        if self.reach.caught_up(host, nonce) {
+    /// `host` answered an inference at `nonce` (`answered`), or its attempt there ended: a
+    /// catch-up that carried is over (`Reachability::caught_up`).
+    pub(super) fn reach_caught_up(&mut self, host: &Address, nonce: u64, answered: bool) {
+        if self.reach.caught_up(host, nonce, answered) {
             info!(self.deps.log, "the attempt carrying a host's catch-up is over: it takes nonces again";
                 "stage" => "host_caught_up", "host" => host.short(), "nonce" => nonce,
                 "sync" => self.session.host_sync(host));
