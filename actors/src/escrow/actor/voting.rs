@@ -91,7 +91,14 @@ impl EscrowActor {
             "nonce" => nonce, "reason" => reason.as_wire(), "parallel" => self.book.votes_running());
         let all = self.book.retried(nonce);
         let votes = timeouts::collect_votes(&self.session, &self.deps, (entry, all), reason, ready);
-        let checked = votes.into_actor(self).then(move |answers, act, _| {
+        let checked = votes.into_actor(self).then(move |round, act, _| {
+            for (host, top) in &round.carried {
+                act.session.acknowledged(host, *top);
+            }
+            if !round.carried.is_empty() {
+                act.durable.syncs_changed();
+            }
+            let answers = round.answers;
             let check = act.check_warm_signers(act.vote_signers(nonce, reason, &answers));
             check.into_actor(act).map(move |(), _, _| answers)
         });

@@ -46,6 +46,16 @@ impl Session {
         self.host_sync.insert(host.clone(), to).unwrap_or(0)
     }
 
+    /// The host applied our diffs up to `nonce` (it answered a request that carried them, such
+    /// as a timeout vote): its sync point moves up there, never back and never beyond our nonce.
+    /// A host that did not hold them after all answers the next send with its nonce gap, which
+    /// moves it back ([`Self::rewind_host_sync`]).
+    pub fn acknowledged(&mut self, host: &Address, nonce: u64) {
+        let to = nonce.min(self.nonce());
+        let sync = self.host_sync.entry(host.clone()).or_insert(0);
+        *sync = (*sync).max(to);
+    }
+
     /// `diffsForHost` starts above this: the diffs the host has not acknowledged.
     pub fn catch_up_after(&self, host: &Address) -> u64 {
         self.host_sync(host)

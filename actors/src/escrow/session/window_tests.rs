@@ -272,3 +272,18 @@ fn a_checkpoint_and_the_diffs_after_it_restore_the_session_the_whole_log_restore
             .is_none()
     );
 }
+
+#[test]
+fn a_host_that_applied_carried_diffs_is_acknowledged_there_never_back_nor_beyond_our_nonce() {
+    let (mut s, key, host) = session(8);
+    for _ in 0..20 {
+        s.compose(Vec::new(), &key).unwrap();
+    }
+    assert_eq!(s.catch_up_after(&host), 0);
+    s.acknowledged(&host, 15);
+    assert_eq!(s.catch_up_after(&host), 15, "the next vote carries 16..");
+    s.acknowledged(&host, 9);
+    assert_eq!(s.host_sync(&host), 15, "never back");
+    s.acknowledged(&host, 99);
+    assert_eq!(s.host_sync(&host), 20, "never beyond our nonce");
+}
