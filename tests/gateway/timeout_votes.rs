@@ -291,3 +291,68 @@ async fn hour_long_run_a_verifier_far_below_the_window_is_not_sent_its_catch_up_
         "{read} diffs read back from the store for {open} votes"
     );
 }
+
+/// The same run, later: three hosts restarted empty 55 000 nonces behind, so no vote could pass
+/// without them, and every vote carried each of them its whole catch-up (160 000 diffs a vote,
+/// 32 votes at once: the gateway grew past 2 GB). Now such a round is short at once, the escrow
+/// catches the far hosts up with one sync, and the next round passes with diffs from memory.
+#[actix_rt::test]
+async fn hour_long_run_verifiers_too_far_behind_to_be_left_out_are_caught_up_once_by_a_sync() {
+    tokio::time::pause();
+    let mut cfg = SimConfig::with_seed("far-verifiers");
+    cfg.hosts = 5;
+    cfg.profile = Profile::Zero;
+    cfg.session_config = Some(SessionConfig::default_for_group(5));
+    let escrow = EscrowConfig {
+        diff_window: 64,
+        ..EscrowConfig::default()
+    };
+    let h = Harness::start_with(cfg, Arc::new(MemoryStore::new()), escrow).await;
+    no_hedging(&h).await;
+    let dead_host = executor(&h, 1);
+    let far: Vec<usize> = (0..5).filter(|i| *i != dead_host).take(2).collect();
+    let down = Faults {
+        refuse_connections: true,
+        ..Default::default()
+    };
+    for i in &far {
+        h.sim.set_faults(*i, down.clone()).unwrap();
+    }
+    h.sim.set_faults(dead_host, dead()).unwrap();
+    // A few requests one by one first: the refusing hosts are found unreachable (a burst granted
+    // before any refusal was heard fails where the correlation guard stops a race whose two
+    // hosts refused), then their nonces pass over them.
+    for i in 0..10 {
+        h.chat(Harness::body(&format!("w{i}"), false)).await;
+    }
+    let answers = join_all((0..150).map(|i| h.chat(Harness::body(&format!("q{i}"), false)))).await;
+    let served = answers.iter().filter(|a| a.is_success()).count();
+    assert!(served >= 140, "{served} of 150 served");
+    // Back before the deadline, still ≈ 300 nonces behind: two near verifiers alone cannot pass.
+    for i in &far {
+        h.sim.clear_faults(*i).unwrap();
+    }
+    let open = h.snapshot("42").await.pending_timeouts.len() as u64;
+    assert!(open >= 10, "{open} unfinished nonces");
+    let read = |path: &str| h.metrics.diffs_from_store.with_label_values(&[path]).get();
+    wait_until(REFUSAL_DEADLINE * 4, || timeouts(&h, "confirmed") >= open).await;
+    assert_eq!(timeouts(&h, "confirmed"), open, "every timeout confirmed");
+    eprintln!(
+        "far verifiers: {open} votes, vote reads {}, sync reads {}, retries {}",
+        read("vote"),
+        read("sync"),
+        h.metrics
+            .timeout_vote_retries
+            .with_label_values(&["refused"])
+            .get()
+    );
+    assert!(
+        read("sync") >= 200,
+        "the far hosts were caught up by a sync"
+    );
+    assert!(
+        read("vote") <= open * 100,
+        "{} diffs read back for votes",
+        read("vote")
+    );
+}

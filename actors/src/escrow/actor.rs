@@ -115,6 +115,8 @@ pub struct EscrowActor {
     stop_cause: StopCause,
     /// Set by `BeginDrain` / `FinalizeRound`: settling, no new requests (`actor/finalize.rs`).
     closing: bool,
+    /// When a timeout vote last asked for a sync (`actor/voting.rs`).
+    last_sync_kick_ms: Option<i64>,
     /// This actor's entry in the actor registry (mailbox, messages, timers).
     stats: StatsSlot,
 }
@@ -152,6 +154,7 @@ impl EscrowActor {
             retired: false,
             stop_cause: StopCause::Failed,
             closing: false,
+            last_sync_kick_ms: None,
             stats,
         }
     }

@@ -20,8 +20,6 @@ pub(super) enum DiffPath {
     Attempt,
     /// The same nonce again after the host's nonce gap.
     Resend,
-    /// `SyncHosts` catch-up.
-    Sync,
     /// A timeout vote's catch-up, or a pending diff sent on its own.
     Vote,
     /// A diverged host's repair.
@@ -33,7 +31,6 @@ impl DiffPath {
         match self {
             DiffPath::Attempt => "attempt",
             DiffPath::Resend => "resend",
-            DiffPath::Sync => "sync",
             DiffPath::Vote => "vote",
             DiffPath::Repair => "repair",
         }

@@ -8,12 +8,9 @@
 
 use futures::future::LocalBoxFuture;
 
-use super::{
-    diff_log::{self, DiffPath},
-    routing::Routing,
-    session::Session,
-    EscrowDeps,
-};
+use std::sync::Arc;
+
+use super::{routing::Routing, session::Session, EscrowDeps};
 use crate::{
     host::{
         client::{self, SendResult},
@@ -21,6 +18,7 @@ use crate::{
     },
     protocol::{
         crypto::Address,
+        diff::Diff,
         wire::{DiffJson, InferenceRequest},
     },
     store::Ack,
@@ -50,9 +48,22 @@ pub(super) fn rewind(session: &mut Session, deps: &EscrowDeps, host: &Address, h
 /// Every send's answer, per host, in order.
 pub(super) type SyncAnswers = Vec<(Address, Result<SendResult, HostError>)>;
 
+/// One host's catch-up: the part below the diff window, read from the store one chunk at a time
+/// as it is sent (`from..=to`, empty when `from > to`), then the part in memory.
+struct Plan {
+    addr: Address,
+    url: String,
+    from: u64,
+    to: u64,
+    held: Vec<Arc<Diff>>,
+}
+
 /// The catch-up sends of every routable host, run after `ready` (if any) resolved. With
 /// `resend_last`, a host that lacks nothing is sent the latest diff again (it answers with its
-/// state signature of that nonce: settlement collection).
+/// state signature of that nonce: settlement collection). The diffs below the window are read
+/// and encoded one chunk at a time while they are sent: three hosts restarted empty 55 000
+/// nonces behind were each built their whole catch-up in memory at once before (the hour-long
+/// chaos run's gateway grew past 2 GB after restarts).
 pub(super) fn catch_up_hosts(
     session: &Session,
     routing: &Routing,
@@ -62,6 +73,7 @@ pub(super) fn catch_up_hosts(
 ) -> LocalBoxFuture<'static, Result<SyncAnswers, String>> {
     let info = session.info().clone();
     let chunk = deps.cfg.catch_up_chunk.max(1);
+    let first_held = session.first_held();
     let mut plans = Vec::new();
     for host in info
         .hosts
@@ -69,42 +81,26 @@ pub(super) fn catch_up_hosts(
         .filter(|h| !routing.is_withheld(&h.address))
     {
         let after = session.catch_up_after(&host.address);
-        let mut diffs = match diff_log::diffs_after(
-            session,
-            deps,
-            DiffPath::Sync,
-            after,
-            u64::MAX,
-            usize::MAX,
-        ) {
-            Ok(d) => d,
-            Err(e) => {
-                slog::warn!(deps.log, "a host's catch-up could not be read"; "stage" => "diffs_from_store_failed",
-                        "host" => host.address.short(), "error" => %e);
-                continue;
-            }
-        };
-        if diffs.is_empty() && resend_last {
-            diffs.extend(session.diff(session.nonce()).cloned());
+        let (from, to) = (after.saturating_add(1), first_held.saturating_sub(1));
+        let mut held = session
+            .held_after(after.max(to), u64::MAX, usize::MAX)
+            .unwrap_or_default();
+        if from > to && held.is_empty() && resend_last {
+            held.extend(session.diff(session.nonce()).cloned());
         }
-        let requests: Vec<InferenceRequest> = diffs
-            .chunks(chunk)
-            .map(|part| InferenceRequest {
-                diffs: part.iter().map(|d| DiffJson::from_diff(d)).collect(),
-                nonce: part.last().map_or(0, |d| d.nonce),
-                payload: None,
-                stream: None,
-            })
-            .collect();
-        plans.push((
-            host.address.clone(),
-            info.session_url(host, "chat/completions"),
-            requests,
-        ));
+        plans.push(Plan {
+            addr: host.address.clone(),
+            url: info.session_url(host, "chat/completions"),
+            from,
+            to,
+            held,
+        });
     }
     let signer = super::wire_cache::signer(session, deps);
     let timeout = deps.cfg.host_timeouts.query;
-    let chunks = deps.metrics.catch_up_chunks.clone();
+    let metrics = deps.metrics.clone();
+    let store = deps.store.clone();
+    let escrow_id = info.escrow_id.clone();
     Box::pin(async move {
         if let Some(ack) = ready {
             ack.await.map_err(|e| e.to_string())?;
@@ -112,17 +108,36 @@ pub(super) fn catch_up_hosts(
         // Hosts in parallel, each host's chunks in order: two hosts restarted empty far behind
         // are caught up in the time of one (the hour-long run: a sync at ≈ 360 diffs a second
         // left a second host behind the lockstep's bound).
-        let per_host = plans.into_iter().map(|(addr, url, requests)| {
-            let (signer, chunks) = (signer.clone(), chunks.clone());
+        let per_host = plans.into_iter().map(|plan| {
+            let (signer, metrics, store, escrow_id) = (
+                signer.clone(),
+                metrics.clone(),
+                store.clone(),
+                escrow_id.clone(),
+            );
             async move {
                 let mut results = Vec::new();
-                for request in requests {
-                    let res = client::send_diffs(&url, &request, &signer, timeout).await;
-                    let result = crate::race::sends::chunk_result(res.as_ref().err());
-                    chunks.with_label_values(&["sync", result]).inc();
-                    let ok = res.is_ok();
-                    results.push((addr.clone(), res));
+                let mut from = plan.from;
+                while from <= plan.to {
+                    let to = plan.to.min(from.saturating_add(chunk as u64 - 1));
+                    let part = match store.load_diffs_range(&escrow_id, from, to) {
+                        Ok(d) if !d.is_empty() => d,
+                        _ => return results,
+                    };
+                    metrics
+                        .diffs_from_store
+                        .with_label_values(&["sync"])
+                        .inc_by(part.len() as u64);
+                    let ok =
+                        send_chunk(&plan, &part, (&signer, timeout), &metrics, &mut results).await;
                     if !ok {
+                        return results;
+                    }
+                    from = to.saturating_add(1);
+                }
+                for part in plan.held.chunks(chunk) {
+                    let part: Vec<&Diff> = part.iter().map(|d| d.as_ref()).collect();
+                    if !send_chunk(&plan, &part, (&signer, timeout), &metrics, &mut results).await {
                         break;
                     }
                 }
@@ -135,4 +150,32 @@ pub(super) fn catch_up_hosts(
             .flatten()
             .collect())
     })
+}
+
+/// Encodes and sends one chunk; `false` when the host did not take it (its sends stop).
+async fn send_chunk<D: std::borrow::Borrow<Diff>>(
+    plan: &Plan,
+    part: &[D],
+    (signer, timeout): (&crate::host::RequestSigner, std::time::Duration),
+    metrics: &crate::metrics::ActorMetrics,
+    results: &mut SyncAnswers,
+) -> bool {
+    let request = InferenceRequest {
+        diffs: part
+            .iter()
+            .map(|d| DiffJson::from_diff(d.borrow()))
+            .collect(),
+        nonce: part.last().map_or(0, |d| d.borrow().nonce),
+        payload: None,
+        stream: None,
+    };
+    let res = client::send_diffs(&plan.url, &request, signer, timeout).await;
+    let result = crate::race::sends::chunk_result(res.as_ref().err());
+    metrics
+        .catch_up_chunks
+        .with_label_values(&["sync", result])
+        .inc();
+    let ok = res.is_ok();
+    results.push((plan.addr.clone(), res));
+    ok
 }

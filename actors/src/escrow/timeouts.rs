@@ -56,18 +56,18 @@ pub(super) struct Round {
     pub carried: Vec<(Address, u64)>,
 }
 
-/// The verifiers a round asks: every host but the executor; in a first round, only those *near*
-/// (their catch-up is in memory, or at most `window` more diffs below it) when their weight
-/// alone can pass the threshold. A verifier far behind (restarted empty, down, ejected) would be
-/// sent thousands of diffs read back from the store and encoded for every vote: the hour-long
-/// chaos run's ≈ 70 votes a second fell to a few a second after each restart, and votes missed
-/// their deadline by a minute. A round short of quorum asks everyone (`all`).
+/// The verifiers a round asks: every host but the executor that is *near* (its catch-up is in
+/// memory, or at most `window` more diffs below it), or `None` when their weight cannot pass the
+/// threshold. A verifier far behind (restarted empty, down, ejected) would be sent thousands of
+/// diffs read back from the store and encoded for every vote, several votes at once: after each
+/// restart of the hour-long chaos run votes fell from ≈ 70 a second to a few, and three hosts
+/// restarted empty 55 000 nonces behind made each vote carry 160 000 diffs (the gateway grew past
+/// 2 GB). Such a host is caught up once, by a sync (the caller asks for one), not by each vote.
 fn verifiers<'a>(
     session: &Session,
     hosts: &'a [HostEndpoint],
     (executor, window): (&Address, usize),
-    all: bool,
-) -> (Vec<&'a HostEndpoint>, usize) {
+) -> Option<(Vec<&'a HostEndpoint>, usize)> {
     let threshold = u64::from(session.info().config.vote_threshold);
     let window = u64::try_from(window).unwrap_or(u64::MAX);
     let weight = |h: &HostEndpoint| u64::try_from(h.slots.len()).unwrap_or(0);
@@ -75,38 +75,35 @@ fn verifiers<'a>(
         let after = session.catch_up_after(&h.address);
         after.saturating_add(1).saturating_add(window) >= session.first_held()
     };
-    let others: Vec<&HostEndpoint> = hosts.iter().filter(|h| h.address != *executor).collect();
-    let near_weight: u64 = others.iter().filter(|h| near(h)).map(|h| weight(h)).sum();
-    if all || near_weight <= threshold {
-        return (others, 0);
-    }
-    let (chosen, behind): (Vec<_>, Vec<_>) = others.into_iter().partition(|h| near(h));
-    (chosen, behind.len())
+    let others = hosts.iter().filter(|h| h.address != *executor);
+    let (chosen, behind): (Vec<_>, Vec<_>) = others.partition(|h| near(h));
+    let near_weight: u64 = chosen.iter().map(|h| weight(h)).sum();
+    (near_weight > threshold).then_some((chosen, behind.len()))
 }
 
-/// Asks the verifiers for a vote on `entry`'s timeout once `ready` (the diffs the voters need are
-/// durable) resolved (`all`: every host but the executor, else [`verifiers`]). They are asked at
-/// once, each with the whole catch-up it lacks (a verifier behind judges from our state, not
-/// from a prefix of it); the round ends when every one answered or the accepted weight passed the
-/// threshold.
+/// Asks the verifiers ([`verifiers`]) for a vote on `entry`'s timeout once `ready` (the diffs
+/// they need are durable) resolved; `None` when the near ones cannot pass (the round is short at
+/// once, and far hosts need a sync first). They are asked at once, each with the whole catch-up
+/// it lacks (a verifier behind judges from our state, not from a prefix of it); the round ends
+/// when every one answered or the accepted weight passed the threshold.
 pub(super) fn collect_votes(
     session: &Session,
     deps: &EscrowDeps,
-    (entry, all): (&NonceEntry, bool),
+    entry: &NonceEntry,
     reason: TimeoutReason,
     ready: Ack,
-) -> LocalBoxFuture<'static, Round> {
+) -> Option<LocalBoxFuture<'static, Round>> {
     let info = session.info().clone();
     let signer = super::wire_cache::signer(session, deps);
     let timeout = deps.cfg.host_timeouts.verify_timeout;
     let mut calls = Vec::new();
     let window = deps.cfg.diff_window;
-    let (asked, behind) = verifiers(session, &info.hosts, (&entry.host, window), all);
+    let (asked, behind) = verifiers(session, &info.hosts, (&entry.host, window))?;
     if behind > 0 {
         deps.metrics
             .timeout_voters_behind
             .inc_by(u64::try_from(behind).unwrap_or(0));
-        slog::debug!(deps.log, "verifiers below the diff window not asked in a first round";
+        slog::debug!(deps.log, "verifiers far behind not asked";
             "stage" => "timeout_voters_behind", "nonce" => entry.nonce, "behind" => behind);
     }
     for host in asked {
@@ -145,7 +142,7 @@ pub(super) fn collect_votes(
         });
     }
     let threshold = u64::from(info.config.vote_threshold);
-    Box::pin(async move {
+    Some(Box::pin(async move {
         let mut round = Round {
             answers: Vec::new(),
             carried: Vec::new(),
@@ -168,7 +165,7 @@ pub(super) fn collect_votes(
             }
         }
         round
-    })
+    }))
 }
 
 /// Verifies the answers of a vote round. `Some(tx)`: the timeout is confirmed and `tx`

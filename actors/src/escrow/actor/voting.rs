@@ -13,6 +13,7 @@ use slog::{info, warn};
 use super::super::{
     book::NextTimeout,
     durable::{OnDurable, Pending},
+    messages::SyncHosts,
     sync,
     timeouts::{self, PendingDiffError},
 };
@@ -22,6 +23,9 @@ use crate::{
     policy::reason::{EmptyDiffReason, OutcomeReason},
     protocol::proto::TimeoutReason,
 };
+
+/// Least time between two syncs a vote asks for.
+const SYNC_KICK_GAP_MS: i64 = 5_000;
 
 impl EscrowActor {
     /// Starts queued timeout votes while fewer than `timeout_votes_parallel` collect.
@@ -89,8 +93,15 @@ impl EscrowActor {
         self.deps.metrics.timeout_votes_running.inc();
         info!(self.deps.log, "timeout vote collecting"; "stage" => "timeout_vote_started",
             "nonce" => nonce, "reason" => reason.as_wire(), "parallel" => self.book.votes_running());
-        let all = self.book.retried(nonce);
-        let votes = timeouts::collect_votes(&self.session, &self.deps, (entry, all), reason, ready);
+        let Some(votes) = timeouts::collect_votes(&self.session, &self.deps, entry, reason, ready)
+        else {
+            // The near verifiers cannot pass: catch the others up once, then ask again.
+            self.book.vote_done(nonce);
+            self.deps.metrics.timeout_votes_running.dec();
+            self.kick_sync(ctx);
+            self.vote_short(nonce, reason, ctx);
+            return;
+        };
         let checked = votes.into_actor(self).then(move |round, act, _| {
             for (host, top) in &round.carried {
                 act.session.acknowledged(host, *top);
@@ -209,6 +220,22 @@ impl EscrowActor {
 }
 
 impl EscrowActor {
+    /// Asks this escrow for a `SyncHosts` (hosts far behind caught up once), at most every
+    /// [`SYNC_KICK_GAP_MS`].
+    fn kick_sync(&mut self, ctx: &mut Context<Self>) {
+        let now = self.now_ms();
+        if self
+            .last_sync_kick_ms
+            .is_some_and(|t| now.saturating_sub(t) < SYNC_KICK_GAP_MS)
+        {
+            return;
+        }
+        self.last_sync_kick_ms = Some(now);
+        info!(self.deps.log, "verifiers far behind: catching them up before the vote is asked again";
+            "stage" => "timeout_vote_sync_kicked");
+        ctx.address().do_send(SyncHosts);
+    }
+
     /// A nonce no vote can time out any more: reported cancelled (unconfirmed) and forgotten.
     fn drop_unconfirmed(&mut self, nonce: u64) {
         self.emit(
