@@ -117,6 +117,8 @@ pub struct EscrowActor {
     closing: bool,
     /// When a timeout vote last asked for a sync (`actor/voting.rs`).
     last_sync_kick_ms: Option<i64>,
+    /// Far verifiers whose catch-up a running vote carries (one vote at a time each).
+    vote_carrying: std::collections::BTreeSet<Address>,
     /// This actor's entry in the actor registry (mailbox, messages, timers).
     stats: StatsSlot,
 }
@@ -155,6 +157,7 @@ impl EscrowActor {
             stop_cause: StopCause::Failed,
             closing: false,
             last_sync_kick_ms: None,
+            vote_carrying: std::collections::BTreeSet::new(),
             stats,
         }
     }

@@ -56,49 +56,87 @@ pub(super) struct Round {
     pub carried: Vec<(Address, u64)>,
 }
 
+/// How far below memory a verifier's catch-up may reach and still be carried by a vote (in
+/// units of `diff_window`), one vote at a time per verifier.
+const FAR_CARRY_WINDOWS: u64 = 16;
+
+/// Who a round asks, and the far verifiers whose catch-up it carries.
+struct Asked<'a> {
+    hosts: Vec<&'a HostEndpoint>,
+    behind: usize,
+    carrying: Vec<Address>,
+}
+
 /// The verifiers a round asks: every host but the executor that is *near* (its catch-up is in
-/// memory, or at most `window` more diffs below it), or `None` when their weight cannot pass the
-/// threshold. A verifier far behind (restarted empty, down, ejected) would be sent thousands of
-/// diffs read back from the store and encoded for every vote, several votes at once: after each
-/// restart of the hour-long chaos run votes fell from ≈ 70 a second to a few, and three hosts
-/// restarted empty 55 000 nonces behind made each vote carry 160 000 diffs (the gateway grew past
-/// 2 GB). Such a host is caught up once, by a sync (the caller asks for one), not by each vote.
+/// memory, or at most `window` more diffs below it); when their weight cannot pass the
+/// threshold, the least far of the others (at most [`FAR_CARRY_WINDOWS`] windows below, and
+/// not already carried by another vote) until it can; `None` when even they cannot. A verifier
+/// far behind (restarted empty, down, ejected) was sent thousands of diffs read back from the
+/// store and encoded for every vote, 32 votes at once: after each restart of the hour-long chaos
+/// run votes fell from ≈ 70 a second to a few, and three hosts restarted empty 55 000 nonces
+/// behind made each vote carry 160 000 diffs (the gateway grew past 2 GB). Now one vote at a
+/// time carries a far verifier's catch-up (its answer moves the verifier's catch-up point,
+/// `Session::acknowledged`), and hosts further behind are caught up by one sync (the caller
+/// asks for it).
 fn verifiers<'a>(
     session: &Session,
     hosts: &'a [HostEndpoint],
     (executor, window): (&Address, usize),
-) -> Option<(Vec<&'a HostEndpoint>, usize)> {
+    carried: &BTreeSet<Address>,
+) -> Option<Asked<'a>> {
     let threshold = u64::from(session.info().config.vote_threshold);
-    let window = u64::try_from(window).unwrap_or(u64::MAX);
+    let window = u64::try_from(window.max(1)).unwrap_or(u64::MAX);
     let weight = |h: &HostEndpoint| u64::try_from(h.slots.len()).unwrap_or(0);
-    let near = |h: &HostEndpoint| {
+    let below = |h: &HostEndpoint| {
         let after = session.catch_up_after(&h.address);
-        after.saturating_add(1).saturating_add(window) >= session.first_held()
+        session.first_held().saturating_sub(after.saturating_add(1))
     };
     let others = hosts.iter().filter(|h| h.address != *executor);
-    let (chosen, behind): (Vec<_>, Vec<_>) = others.partition(|h| near(h));
-    let near_weight: u64 = chosen.iter().map(|h| weight(h)).sum();
-    (near_weight > threshold).then_some((chosen, behind.len()))
+    let (mut chosen, mut far): (Vec<_>, Vec<_>) = others.partition(|h| below(h) <= window);
+    let mut weight_in: u64 = chosen.iter().map(|h| weight(h)).sum();
+    far.sort_by_key(|h| below(h));
+    let mut carrying = Vec::new();
+    for h in far.iter() {
+        if weight_in > threshold {
+            break;
+        }
+        if below(h) <= window.saturating_mul(FAR_CARRY_WINDOWS) && !carried.contains(&h.address) {
+            weight_in = weight_in.saturating_add(weight(h));
+            carrying.push(h.address.clone());
+            chosen.push(h);
+        }
+    }
+    let behind = far.len().saturating_sub(carrying.len());
+    (weight_in > threshold).then_some(Asked {
+        hosts: chosen,
+        behind,
+        carrying,
+    })
 }
 
 /// Asks the verifiers ([`verifiers`]) for a vote on `entry`'s timeout once `ready` (the diffs
-/// they need are durable) resolved; `None` when the near ones cannot pass (the round is short at
-/// once, and far hosts need a sync first). They are asked at once, each with the whole catch-up
+/// they need are durable) resolved, with the far verifiers whose catch-up this round carries
+/// (the caller holds them in `carried` until the round ends); `None` when the verifiers that may
+/// be asked cannot pass (the round is short at once, and far hosts need a sync first). They are asked at once, each with the whole catch-up
 /// it lacks (a verifier behind judges from our state, not from a prefix of it); the round ends
 /// when every one answered or the accepted weight passed the threshold.
 pub(super) fn collect_votes(
     session: &Session,
     deps: &EscrowDeps,
-    entry: &NonceEntry,
+    (entry, carried): (&NonceEntry, &BTreeSet<Address>),
     reason: TimeoutReason,
     ready: Ack,
-) -> Option<LocalBoxFuture<'static, Round>> {
+) -> Option<(LocalBoxFuture<'static, Round>, Vec<Address>)> {
     let info = session.info().clone();
     let signer = super::wire_cache::signer(session, deps);
     let timeout = deps.cfg.host_timeouts.verify_timeout;
     let mut calls = Vec::new();
     let window = deps.cfg.diff_window;
-    let (asked, behind) = verifiers(session, &info.hosts, (&entry.host, window))?;
+    let Asked {
+        hosts: asked,
+        behind,
+        carrying,
+    } = verifiers(session, &info.hosts, (&entry.host, window), carried)?;
     if behind > 0 {
         deps.metrics
             .timeout_voters_behind
@@ -142,7 +180,7 @@ pub(super) fn collect_votes(
         });
     }
     let threshold = u64::from(info.config.vote_threshold);
-    Some(Box::pin(async move {
+    let round: LocalBoxFuture<'static, Round> = Box::pin(async move {
         let mut round = Round {
             answers: Vec::new(),
             carried: Vec::new(),
@@ -165,7 +203,8 @@ pub(super) fn collect_votes(
             }
         }
         round
-    }))
+    });
+    Some((round, carrying))
 }
 
 /// Verifies the answers of a vote round. `Some(tx)`: the timeout is confirmed and `tx`

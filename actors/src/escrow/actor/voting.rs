@@ -93,8 +93,10 @@ impl EscrowActor {
         self.deps.metrics.timeout_votes_running.inc();
         info!(self.deps.log, "timeout vote collecting"; "stage" => "timeout_vote_started",
             "nonce" => nonce, "reason" => reason.as_wire(), "parallel" => self.book.votes_running());
-        let Some(votes) = timeouts::collect_votes(&self.session, &self.deps, entry, reason, ready)
-        else {
+        let carried = &self.vote_carrying;
+        let asked =
+            timeouts::collect_votes(&self.session, &self.deps, (entry, carried), reason, ready);
+        let Some((votes, carrying)) = asked else {
             // The near verifiers cannot pass: catch the others up once, then ask again.
             self.book.vote_done(nonce);
             self.deps.metrics.timeout_votes_running.dec();
@@ -102,7 +104,11 @@ impl EscrowActor {
             self.vote_short(nonce, reason, ctx);
             return;
         };
+        self.vote_carrying.extend(carrying.iter().cloned());
         let checked = votes.into_actor(self).then(move |round, act, _| {
+            for host in &carrying {
+                act.vote_carrying.remove(host);
+            }
             for (host, top) in &round.carried {
                 act.session.acknowledged(host, *top);
             }
