@@ -58,7 +58,8 @@ struct Plan {
     held: Vec<Arc<Diff>>,
 }
 
-/// The catch-up sends of every routable host, run after `ready` (if any) resolved. With
+/// The catch-up sends of every routable host (`with_ejected`: and of every ejected one, never of
+/// a diverged one), run after `ready` (if any) resolved. With
 /// `resend_last`, a host that lacks nothing is sent the latest diff again (it answers with its
 /// state signature of that nonce: settlement collection). The diffs below the window are read
 /// and encoded one chunk at a time while they are sent: three hosts restarted empty 55 000
@@ -66,7 +67,7 @@ struct Plan {
 /// chaos run's gateway grew past 2 GB after restarts).
 pub(super) fn catch_up_hosts(
     session: &Session,
-    routing: &Routing,
+    (routing, with_ejected): (&Routing, bool),
     deps: &EscrowDeps,
     ready: Option<Ack>,
     resend_last: bool,
@@ -75,11 +76,12 @@ pub(super) fn catch_up_hosts(
     let chunk = deps.cfg.catch_up_chunk.max(1);
     let first_held = session.first_held();
     let mut plans = Vec::new();
-    for host in info
-        .hosts
-        .iter()
-        .filter(|h| !routing.is_withheld(&h.address))
-    {
+    for host in info.hosts.iter().filter(|h| {
+        !routing.is_withheld(&h.address)
+            || (with_ejected
+                && !routing.is_repairing(&h.address)
+                && !routing.has_given_up(&h.address))
+    }) {
         let after = session.catch_up_after(&host.address);
         let (from, to) = (after.saturating_add(1), first_held.saturating_sub(1));
         let mut held = session

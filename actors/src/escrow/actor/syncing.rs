@@ -14,13 +14,31 @@ impl Handler<SyncHosts> for EscrowActor {
     type Result = ResponseActFuture<Self, Vec<(Address, u64)>>;
 
     fn handle(&mut self, _: SyncHosts, _: &mut Self::Context) -> Self::Result {
+        self.sync_hosts(false)
+    }
+}
+
+impl EscrowActor {
+    /// Pending txs sequenced, then every routable host caught up (`with_ejected`: ejected hosts
+    /// too, for the verifiers a timeout vote needs; diverged hosts never, docs/health.md §6);
+    /// answers each host's sync nonce.
+    pub(super) fn sync_hosts(
+        &mut self,
+        with_ejected: bool,
+    ) -> ResponseActFuture<Self, Vec<(Address, u64)>> {
         // Every diff that catch-up may carry must be durable first: either the new diff's ack
         // (writes commit in order) or a flush covering diffs composed by in-flight grants.
         let ready = self
             .durable
             .settle_pending(&mut self.session, &self.deps, EmptyDiffReason::SyncHosts)
             .map(|(_, ack)| ack);
-        let sends = sync::catch_up_hosts(&self.session, &self.routing, &self.deps, ready, false);
+        let sends = sync::catch_up_hosts(
+            &self.session,
+            (&self.routing, with_ejected),
+            &self.deps,
+            ready,
+            false,
+        );
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
             for (addr, res) in res.unwrap_or_default() {
                 match res {

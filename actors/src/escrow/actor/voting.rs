@@ -13,7 +13,6 @@ use slog::{info, warn};
 use super::super::{
     book::NextTimeout,
     durable::{OnDurable, Pending},
-    messages::SyncHosts,
     sync,
     timeouts::{self, PendingDiffError},
 };
@@ -26,6 +25,8 @@ use crate::{
 
 /// Least time between two syncs a vote asks for.
 const SYNC_KICK_GAP_MS: i64 = 5_000;
+/// How long a vote waits for far verifiers to be caught up before it is tried again.
+const VOTERS_CATCH_UP_WAIT_MS: i64 = 2_000;
 
 impl EscrowActor {
     /// Starts queued timeout votes while fewer than `timeout_votes_parallel` collect.
@@ -90,20 +91,23 @@ impl EscrowActor {
             self.book.set_deadline(nonce, deadline);
             return self.arm_nonce_timer(nonce, ctx);
         }
-        self.deps.metrics.timeout_votes_running.inc();
-        info!(self.deps.log, "timeout vote collecting"; "stage" => "timeout_vote_started",
-            "nonce" => nonce, "reason" => reason.as_wire(), "parallel" => self.book.votes_running());
         let carried = &self.vote_carrying;
         let asked =
             timeouts::collect_votes(&self.session, &self.deps, (entry, carried), reason, ready);
         let Some((votes, carrying)) = asked else {
-            // The near verifiers cannot pass: catch the others up once, then ask again.
+            // The verifiers that may be asked cannot pass: catch the others up (one sync, which
+            // also reaches ejected hosts), and ask again shortly; no round is spent.
             self.book.vote_done(nonce);
-            self.deps.metrics.timeout_votes_running.dec();
             self.kick_sync(ctx);
-            self.vote_short(nonce, reason, ctx);
-            return;
+            slog::debug!(self.deps.log, "timeout vote waits for verifiers to catch up";
+                "stage" => "timeout_vote_waits", "nonce" => nonce);
+            self.book
+                .set_deadline(nonce, now.saturating_add(VOTERS_CATCH_UP_WAIT_MS));
+            return self.arm_nonce_timer(nonce, ctx);
         };
+        self.deps.metrics.timeout_votes_running.inc();
+        info!(self.deps.log, "timeout vote collecting"; "stage" => "timeout_vote_started",
+            "nonce" => nonce, "reason" => reason.as_wire(), "parallel" => self.book.votes_running());
         self.vote_carrying.extend(carrying.iter().cloned());
         let checked = votes.into_actor(self).then(move |round, act, _| {
             for host in &carrying {
@@ -239,7 +243,8 @@ impl EscrowActor {
         self.last_sync_kick_ms = Some(now);
         info!(self.deps.log, "verifiers far behind: catching them up before the vote is asked again";
             "stage" => "timeout_vote_sync_kicked");
-        ctx.address().do_send(SyncHosts);
+        let sync = self.sync_hosts(true);
+        ctx.spawn(sync.map(|_, _, _| ()));
     }
 
     /// A nonce no vote can time out any more: reported cancelled (unconfirmed) and forgotten.
