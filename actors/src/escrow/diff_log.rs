@@ -105,8 +105,9 @@ pub(super) fn recall_root(session: &Session, deps: &EscrowDeps, nonce: u64) {
     let escrow_id = &session.info().escrow_id;
     match deps.store.load_diffs_range(escrow_id, nonce, nonce) {
         Ok(diffs) => {
-            let diffs: Vec<Arc<Diff>> = diffs.into_iter().map(Arc::new).collect();
-            session.recall_roots(&diffs);
+            for d in &diffs {
+                session.recall_one(d);
+            }
             deps.metrics
                 .diffs_from_store
                 .with_label_values(&["root"])

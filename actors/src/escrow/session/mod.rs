@@ -73,6 +73,8 @@ pub struct Session {
     diff_window: usize,
     /// Roots of diffs read back from the store (`window.rs`).
     recalled: RefCell<BTreeMap<u64, window::Root>>,
+    /// The root last read back for one report (`window.rs`, `recall_one`), outside the cap.
+    asked: RefCell<Option<(u64, window::Root)>>,
     host_sync: BTreeMap<Address, u64>,
     /// Highest nonce sent to each host in an inference request (optimistic catch-up).
     host_sent: BTreeMap<Address, u64>,
@@ -100,6 +102,7 @@ impl Session {
             diffs: BTreeMap::new(),
             diff_window: DEFAULT_DIFF_WINDOW,
             recalled: RefCell::default(),
+            asked: RefCell::default(),
             host_sync: BTreeMap::new(),
             host_sent: BTreeMap::new(),
             signatures: BTreeMap::new(),

@@ -103,15 +103,33 @@ impl Session {
 
     /// Whether the root of `nonce` is in memory (the window or the roots kept apart).
     pub fn knows_root(&self, nonce: u64) -> bool {
-        self.diffs.contains_key(&nonce) || self.recalled.borrow().contains_key(&nonce)
+        self.held_root(nonce).is_some()
     }
 
-    /// The root of `nonce` from memory: the window, then the recalled roots.
-    pub(super) fn held_root(&self, nonce: u64) -> Option<Vec<u8>> {
-        match self.diffs.get(&nonce) {
-            Some(d) => Some(d.post_state_root.clone()),
-            None => self.recalled.borrow().get(&nonce).map(|r| r.to_vec()),
+    /// Keeps the root of one diff read back for a host's report at its nonce, apart from the
+    /// recalled roots and their cap: with the cap reached by the newer roots of other catch-ups,
+    /// a recalled root older than all of them was let go at once, and the report was refused
+    /// anyway (the hour-long run: 473 "below the diff window and not recalled" after the fix
+    /// that reads it back).
+    pub fn recall_one(&self, diff: &Diff) {
+        if let Some(r) = root(&diff.post_state_root) {
+            *self.asked.borrow_mut() = Some((diff.nonce, r));
         }
+    }
+
+    /// The root of `nonce` from memory: the window, then the recalled roots, then the one read
+    /// back for a report.
+    pub(super) fn held_root(&self, nonce: u64) -> Option<Vec<u8>> {
+        if let Some(d) = self.diffs.get(&nonce) {
+            return Some(d.post_state_root.clone());
+        }
+        if let Some(r) = self.recalled.borrow().get(&nonce) {
+            return Some(r.to_vec());
+        }
+        self.asked
+            .borrow()
+            .filter(|(n, _)| *n == nonce)
+            .map(|(_, r)| r.to_vec())
     }
 
     /// An idle escrow's compaction: lets go of all but the newest `keep` diffs held (at least 1),

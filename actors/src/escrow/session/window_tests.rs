@@ -17,13 +17,17 @@ use crate::{
 };
 
 fn session(window: usize) -> (Session, SigningKey, Address) {
+    session_funded(window, 10_000_000)
+}
+
+fn session_funded(window: usize, amount: u64) -> (Session, SigningKey, Address) {
     let creator = SigningKey::from_bytes(&[3u8; 32]).unwrap();
     let host = SigningKey::from_bytes(&[4u8; 32]).unwrap();
     let info = Arc::new(EscrowInfo {
         escrow_id: "42".into(),
         creator: creator.address().clone(),
         model: "m".into(),
-        amount: 10_000_000,
+        amount,
         config: SessionConfig::default_for_group(1),
         group: vec![Slot {
             slot_id: 0,
@@ -35,7 +39,7 @@ fn session(window: usize) -> (Session, SigningKey, Address) {
             slots: vec![0],
             weight: 1,
         }],
-        max_nonce: 20_000,
+        max_nonce: 40_000,
         route_prefix: "/v1/devshard".into(),
     });
     let s = Session::new(info).unwrap().with_diff_window(window);
@@ -286,4 +290,24 @@ fn a_host_that_applied_carried_diffs_is_acknowledged_there_never_back_nor_beyond
     assert_eq!(s.host_sync(&host), 15, "never back");
     s.acknowledged(&host, 99);
     assert_eq!(s.host_sync(&host), 20, "never beyond our nonce");
+}
+
+#[test]
+fn hour_long_run_a_root_read_back_for_one_report_is_kept_when_the_recalled_roots_are_full() {
+    let (mut s, key, host) = session_funded(8, 1_000_000_000_000);
+    let n = RECALLED_ROOTS + 200;
+    let diffs: Vec<_> = (0..n)
+        .map(|_| s.compose(Vec::new(), &key).unwrap())
+        .collect();
+    // Another catch-up read back every diff but the first 100: the recalled roots are full.
+    s.recall_roots(&diffs[100..n - 8]);
+    s.recall_roots(&diffs[4..5]);
+    assert!(
+        !s.knows_root(5),
+        "a recalled root older than all the others goes at once"
+    );
+    s.recall_one(&diffs[4]);
+    assert!(s.knows_root(5));
+    let root = diffs[4].post_state_root.clone();
+    assert_eq!(s.process_receipt(&host, None, &answer_at(5, &root)), Ok(()));
 }
