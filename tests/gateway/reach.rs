@@ -221,3 +221,50 @@ async fn seed_long_1_a_host_restarted_empty_far_below_the_window_is_caught_up_by
     assert!(resends <= 2, "{resends} catch-ups sent");
     assert!(refused >= 1, "the concurrent catch-ups were refused");
 }
+
+/// The hour-long run (seed `long-1`, 16 s in): one host served alone (the others ejected or
+/// diverged) while it lacked more than a window of diffs. Every request granted to it while
+/// the first carried its catch-up met its nonce gap, had its resend refused and failed with no
+/// host left (146 in 3 s, and the recovery probe timed out). Now they wait for the catch-up
+/// (`reach_catch_up_wait_ms`) and are then served.
+#[actix_rt::test]
+async fn seed_long_1_requests_to_the_only_host_wait_for_its_catch_up_instead_of_failing() {
+    tokio::time::pause();
+    let mut sim = five();
+    sim.hosts = 1;
+    let cfg = EscrowConfig {
+        catch_up_chunk: 20,
+        diff_window: 64,
+        ..EscrowConfig::default()
+    };
+    let h = Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await;
+    for i in 0..300 {
+        assert!(h
+            .chat(Harness::body(&format!("fill {i}"), false))
+            .await
+            .is_success());
+    }
+    h.sim
+        .set_faults(
+            0,
+            Faults {
+                forget_session: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let burst = (0..40).map(|i| h.chat(Harness::body(&format!("burst {i}"), i % 2 == 0)));
+    let failed: Vec<_> = futures::future::join_all(burst)
+        .await
+        .into_iter()
+        .filter(|a| !a.is_success())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    let refused = h.metrics.reach.with_label_values(&["resend_refused"]).get();
+    assert_eq!(refused, 0, "no attempt met a catch-up in flight");
+}

@@ -65,6 +65,7 @@ mod mailbox;
 pub(crate) mod payloads;
 mod reaching;
 mod repairs;
+mod resending;
 mod settling;
 mod syncing;
 mod voting;
@@ -117,6 +118,8 @@ pub struct EscrowActor {
     closing: bool,
     /// When a timeout vote last asked for a sync (`actor/voting.rs`).
     last_sync_kick_ms: Option<i64>,
+    /// Resends waiting for their host's catch-up in another attempt (`actor/resending.rs`).
+    parked_resends: Vec<resending::ParkedResend>,
     /// Far verifiers whose catch-up a running vote carries (one vote at a time each).
     vote_carrying: std::collections::BTreeSet<Address>,
     /// This actor's entry in the actor registry (mailbox, messages, timers).
@@ -157,6 +160,7 @@ impl EscrowActor {
             stop_cause: StopCause::Failed,
             closing: false,
             last_sync_kick_ms: None,
+            parked_resends: Vec::new(),
             vote_carrying: std::collections::BTreeSet::new(),
             stats,
         }

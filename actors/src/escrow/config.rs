@@ -60,6 +60,9 @@ pub struct EscrowConfig {
     /// One probe per unreachable host (and one for the escrow while every host is) per this
     /// interval (ms).
     pub reach_probe_interval_ms: u64,
+    /// How long races wait for a host's catch-up when every other host is catching up or
+    /// unreachable, before they are granted nonces to it anyway (`escrow/reach.rs`).
+    pub reach_catch_up_wait_ms: u64,
     #[serde(skip)]
     pub host_timeouts: HostTimeouts,
 }
@@ -88,6 +91,7 @@ impl Default for EscrowConfig {
             checkpoint_every: crate::escrow::session::checkpoint::CHECKPOINT_EVERY,
             reach_tracking: true,
             reach_probe_interval_ms: 250,
+            reach_catch_up_wait_ms: 5_000,
             host_timeouts: HostTimeouts::default(),
         }
     }
@@ -99,6 +103,7 @@ impl EscrowConfig {
         crate::escrow::reach::ReachSettings {
             enabled: self.reach_tracking,
             probe_interval_ms: i64::try_from(self.reach_probe_interval_ms).unwrap_or(i64::MAX),
+            catch_up_wait_ms: i64::try_from(self.reach_catch_up_wait_ms).unwrap_or(i64::MAX),
         }
     }
 

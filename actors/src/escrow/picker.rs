@@ -48,7 +48,8 @@ pub(super) enum Step {
     Unreachable,
     /// Its host is catching up in another attempt: a diff without inference.
     CatchingUp,
-    /// Every waiter tried its host: arm the hold and stop.
+    /// Every waiter tried its host, or its host is catching up and no other host can stand in:
+    /// arm the hold and stop (the end of the catch-up pumps again).
     Hold,
     /// No waiter may use its host (relaxed PoC): sequence a diff without inference at once.
     Pass,
@@ -168,6 +169,7 @@ impl Picker {
                     },
                     NonceReach::Withhold => Step::Unreachable,
                     NonceReach::CatchingUp => Step::CatchingUp,
+                    NonceReach::AwaitCatchUp => Step::Hold,
                     NonceReach::Refuse => {
                         let err = EscrowError::HostsUnreachable {
                             escrow: session.info().escrow_id.clone(),

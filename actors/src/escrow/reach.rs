@@ -26,7 +26,11 @@
 //!   Every concurrent request to it would otherwise carry its window, meet the host's nonce gap
 //!   and send the whole catch-up again (the hour-long run: 46 resends of ≈ 13 000 diffs each in
 //!   2.4 s to two hosts restarted empty, and answers at nonces whose roots had left memory).
-//!   When every host is catching up or unreachable, nonces are granted as before.
+//!   When every other host is catching up or unreachable, the waiting races wait for the
+//!   catch-up (its receipt, or its attempt's end), up to `reach_catch_up_wait_ms`, and are then
+//!   granted as before: granted at once, each met the host's nonce gap, had its resend refused
+//!   and failed with no host left (the hour-long run: one host serving alone after the others
+//!   diverged, 146 requests failed in 3 s and the recovery probe timed out).
 //!
 //! This is no health judgement: nobody is struck or ejected (a fault every host shares is the
 //! correlation guard's business, docs/health.md §1); it only keeps nonces away from connections
@@ -40,7 +44,7 @@ use serde::Serialize;
 use crate::protocol::crypto::Address;
 
 /// Every `event` label of `devshard_reach_total`.
-pub const EVENTS: [&str; 10] = [
+pub const EVENTS: [&str; 11] = [
     "host_unreachable",
     "host_reachable",
     "gate_closed",
@@ -51,6 +55,7 @@ pub const EVENTS: [&str; 10] = [
     "catching_up",
     "withheld_catching_up",
     "resend_refused",
+    "resend_waiting",
 ];
 
 /// The tunables (`[escrow] reach_*`).
@@ -60,6 +65,8 @@ pub struct ReachSettings {
     pub enabled: bool,
     /// One probe per unreachable host (and one for a closed gate) per this interval (ms).
     pub probe_interval_ms: i64,
+    /// How long waiting races wait for a catch-up that no other host can stand in for (ms).
+    pub catch_up_wait_ms: i64,
 }
 
 /// What to do with a nonce whose host a waiting race would take.
@@ -73,6 +80,8 @@ pub enum NonceReach {
     Withhold,
     /// The host is catching up in another attempt: pass the nonce over.
     CatchingUp,
+    /// The host is catching up and no other host can take the nonce: the waiters wait.
+    AwaitCatchUp,
     /// Every host is unreachable and no probe is due: answer the waiters, no nonce.
     Refuse,
 }
@@ -113,8 +122,8 @@ struct Unreachable {
 pub struct Reachability {
     settings: ReachSettings,
     hosts: BTreeMap<Address, Unreachable>,
-    /// Hosts catching up, by the nonce of the attempt carrying it.
-    catching: BTreeMap<Address, u64>,
+    /// Hosts catching up: the nonce of the attempt carrying it, and since when (ms).
+    catching: BTreeMap<Address, (u64, i64)>,
     gate_next_probe_ms: i64,
     gate_closed_since_ms: Option<i64>,
     withheld: u64,
@@ -164,11 +173,11 @@ impl Reachability {
     }
 
     /// `host`'s attempt at `nonce` carries its catch-up; `true` when it was not catching up.
-    pub fn catching_up(&mut self, host: &Address, nonce: u64) -> bool {
+    pub fn catching_up(&mut self, host: &Address, nonce: u64, now: i64) -> bool {
         if !self.settings.enabled || self.catching.contains_key(host) {
             return false;
         }
-        self.catching.insert(host.clone(), nonce);
+        self.catching.insert(host.clone(), (nonce, now));
         true
     }
 
@@ -179,7 +188,7 @@ impl Reachability {
     /// refused resends each ended the mark, and the host's next nonces carried the catch-up
     /// again.
     pub fn caught_up(&mut self, host: &Address, nonce: u64, answered: bool) -> bool {
-        let over = |n: &u64| if answered { *n <= nonce } else { *n == nonce };
+        let over = |(n, _): &(u64, i64)| if answered { *n <= nonce } else { *n == nonce };
         if self.catching.get(host).is_some_and(over) {
             self.catching.remove(host);
             return true;
@@ -189,7 +198,25 @@ impl Reachability {
 
     /// Whether the attempt at `nonce` is the one carrying `host`'s catch-up.
     pub fn is_catching_up_at(&self, host: &Address, nonce: u64) -> bool {
-        self.catching.get(host) == Some(&nonce)
+        self.catching.get(host).is_some_and(|(n, _)| *n == nonce)
+    }
+
+    /// Whether `host` is catching up (in any attempt).
+    pub fn is_catching_up(&self, host: &Address) -> bool {
+        self.catching.contains_key(host)
+    }
+
+    /// Whether a resend to `host` refused because another attempt carries its catch-up should
+    /// rather wait for that catch-up: no other host could take the request, and the catch-up
+    /// began less than `catch_up_wait_ms` ago.
+    pub fn resend_waits(&self, host: &Address, candidates: &[Address], now: i64) -> bool {
+        let Some((_, since)) = self.catching.get(host) else {
+            return false;
+        };
+        let another = candidates
+            .iter()
+            .any(|h| h != host && !self.hosts.contains_key(h) && !self.catching.contains_key(h));
+        !another && now.saturating_sub(*since) < self.settings.catch_up_wait_ms
     }
 
     /// Whether the picker must ask [`Self::nonce`] about `host`.
@@ -233,13 +260,16 @@ impl Reachability {
 
     /// What to do with the next nonce, whose host is `host`, which a waiting race would take.
     pub fn nonce(&mut self, host: &Address, candidates: &[Address], now: i64) -> NonceReach {
-        if self.catching.contains_key(host) {
+        if let Some((_, since)) = self.catching.get(host) {
             let another = candidates
                 .iter()
                 .any(|h| !self.hosts.contains_key(h) && !self.catching.contains_key(h));
             if another {
                 self.withheld = self.withheld.saturating_add(1);
                 return NonceReach::CatchingUp;
+            }
+            if now.saturating_sub(*since) < self.settings.catch_up_wait_ms {
+                return NonceReach::AwaitCatchUp;
             }
         }
         let all = self.all_unreachable(candidates);
@@ -283,7 +313,7 @@ impl Reachability {
         ReachView {
             unreachable: self.hosts.keys().map(|a| a.short().to_owned()).collect(),
             catching_up: (self.catching.iter())
-                .map(|(a, n)| (a.short().to_owned(), *n))
+                .map(|(a, (n, _))| (a.short().to_owned(), *n))
                 .collect(),
             gate_closed_since_ms: self.gate_closed_since_ms,
             withheld: self.withheld,

@@ -12,6 +12,7 @@ fn reach() -> Reachability {
     Reachability::new(ReachSettings {
         enabled: true,
         probe_interval_ms: 250,
+        catch_up_wait_ms: 5_000,
     })
 }
 
@@ -95,6 +96,7 @@ fn a_disabled_tracker_takes_every_host_as_reachable() {
     let mut r = Reachability::new(ReachSettings {
         enabled: false,
         probe_interval_ms: 250,
+        catch_up_wait_ms: 5_000,
     });
     let all = hosts(2);
     for h in &all {
@@ -108,8 +110,8 @@ fn a_disabled_tracker_takes_every_host_as_reachable() {
 fn a_host_catching_up_gets_no_other_nonce_while_another_host_can_take_it() {
     let mut r = reach();
     let all = hosts(3);
-    assert!(r.catching_up(&host(1), 100));
-    assert!(!r.catching_up(&host(1), 103), "already catching up");
+    assert!(r.catching_up(&host(1), 100, 0));
+    assert!(!r.catching_up(&host(1), 103, 0), "already catching up");
     assert!(r.is_held_back(&host(1)));
     assert_eq!(r.nonce(&host(1), &all, 0), NonceReach::CatchingUp);
     assert_eq!(r.nonce(&host(0), &all, 0), NonceReach::Grant);
@@ -124,7 +126,7 @@ fn a_host_catching_up_gets_no_other_nonce_while_another_host_can_take_it() {
         "an answer below the catch-up's nonce"
     );
     assert!(r.caught_up(&host(1), 100, false));
-    r.catching_up(&host(1), 200);
+    r.catching_up(&host(1), 200, 0);
     assert!(r.caught_up(&host(1), 203, true), "an answer above it");
     assert!(!r.is_held_back(&host(1)));
     assert_eq!(r.nonce(&host(1), &all, 0), NonceReach::Grant);
@@ -132,16 +134,32 @@ fn a_host_catching_up_gets_no_other_nonce_while_another_host_can_take_it() {
 }
 
 #[test]
-fn when_every_host_is_catching_up_or_unreachable_nonces_are_granted_as_before() {
+fn seed_long_1_when_no_other_host_can_stand_in_the_waiters_wait_for_the_catch_up_then_are_granted()
+{
     let mut r = reach();
     let all = hosts(2);
-    r.catching_up(&host(0), 10);
-    r.connect_refused(&host(1), 0);
-    assert_eq!(r.nonce(&host(0), &all, 1), NonceReach::Grant);
+    r.catching_up(&host(0), 10, 1_000);
+    r.connect_refused(&host(1), 1_000);
+    assert_eq!(r.nonce(&host(0), &all, 1_001), NonceReach::AwaitCatchUp);
+    assert_eq!(r.nonce(&host(0), &all, 5_999), NonceReach::AwaitCatchUp);
     assert!(
-        r.admit(&all, 1),
+        r.admit(&all, 1_001),
         "a host catching up is reachable: the gate is open"
     );
     let v = r.view();
     assert_eq!(v.catching_up, vec![(host(0).short().to_owned(), 10)]);
+    assert_eq!(v.withheld, 0, "waiting withholds nothing");
+    assert_eq!(
+        r.nonce(&host(0), &all, 6_000),
+        NonceReach::Grant,
+        "past reach_catch_up_wait_ms: granted as before"
+    );
+    r.catching_up(&host(1), 20, 6_000);
+    assert!(r.caught_up(&host(0), 10, true));
+    assert_eq!(r.nonce(&host(0), &all, 6_001), NonceReach::Grant);
+    assert_eq!(
+        r.nonce(&host(1), &all, 6_001),
+        NonceReach::CatchingUp,
+        "another host can stand in again: passed over"
+    );
 }

@@ -28,15 +28,20 @@ use crate::{
 impl AttemptTask {
     /// The body's turn on its host's link (`escrow/links.rs`), then the prelude and the
     /// inference POST (within the receipt timeout): its open stream. A nonce gap (the host lacks
-    /// diffs an earlier body carried, or lost its session) tells the link by how much the body
-    /// overtook the one it depended on, and sends the same nonce once more, from what the host
-    /// says it holds.
+    /// diffs an earlier body carried, or lost its session), answered to the inference POST or to
+    /// a catch-up chunk before it, tells the link by how much the body overtook the one it
+    /// depended on, and sends the same nonce once more, from what the host says it holds (a
+    /// chunk's gap ended the attempt: the hour-long run's host restarted empty failed every
+    /// request whose grant carried a chunk).
     pub(super) async fn send_request(&self) -> Result<InferenceStream, AttemptEnd> {
         if let Some(link) = &self.grant.link {
             link.ready().await;
         }
-        self.send_prelude(&self.grant.prelude).await?;
-        match self.open(self.grant.request.clone()).await {
+        let sent = match self.send_prelude(&self.grant.prelude).await {
+            Ok(()) => self.open(self.grant.request.clone()).await,
+            Err(end) => Err(end),
+        };
+        match sent {
             Err(AttemptEnd::Host(e)) => match e.rejection().and_then(Rejection::host_holds) {
                 Some(holds) => {
                     if let Some(link) = &self.grant.link {
@@ -59,8 +64,15 @@ impl AttemptTask {
             host: self.grant.host.clone(),
             holds,
         };
-        let Ok(Ok(resend)) = self.escrow.send(ask).await else {
-            return Err(AttemptEnd::Host(gap));
+        let resend = match self.escrow.send(ask).await {
+            Ok(Ok(resend)) => resend,
+            Ok(Err(e)) => {
+                info!(self.log, "no resend after the host's nonce gap"; "stage" => "attempt_resend_refused",
+                    "nonce" => self.grant.nonce, "host" => self.grant.host.short(), "holds" => holds,
+                    "error" => %e);
+                return Err(AttemptEnd::Host(gap));
+            }
+            Err(_) => return Err(AttemptEnd::Host(gap)),
         };
         let sent = match self.send_prelude(&resend.prelude).await {
             Ok(()) => self.open(resend.request).await,

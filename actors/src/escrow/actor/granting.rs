@@ -183,7 +183,7 @@ impl EscrowActor {
     /// protocol still settles it (a refused-timeout vote at its deadline refunds the reserve).
     pub(super) fn unclaimed(&mut self, nonce: u64, ctx: &mut Context<Self>) {
         if let Some(host) = self.book.entry(nonce).map(|e| e.host.clone()) {
-            self.reach_caught_up(&host, nonce, false);
+            self.reach_caught_up(&host, nonce, false, ctx);
         }
         if self.book.unclaimed(nonce) {
             self.await_timeout(nonce, OutcomeReason::GrantUnclaimed, ctx);

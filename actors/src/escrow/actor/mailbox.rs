@@ -13,7 +13,7 @@ use super::super::{
     hedging,
     messages::{
         AttemptEnded, AttemptKind, AttemptReceipt, EscrowSnapshot, GetSnapshot, GrantUnused,
-        InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Resend, ResendGrant, Retire,
+        InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Retire,
     },
     picker::{self, Waiter},
     repair,
@@ -107,52 +107,33 @@ impl Handler<GrantUnused> for EscrowActor {
     }
 }
 
-impl Handler<ResendGrant> for EscrowActor {
-    type Result = Result<Resend, EscrowError>;
-
-    fn handle(&mut self, msg: ResendGrant, _: &mut Self::Context) -> Self::Result {
-        let payload = self
-            .book
-            .entry(msg.nonce)
-            .filter(|e| e.host == msg.host)
-            .and_then(|e| e.payload.as_ref())
-            .ok_or_else(|| {
-                EscrowError::Protocol(format!("nonce {} is not in flight to that host", msg.nonce))
-            })?;
-        let (prelude, request) =
-            self.durable
-                .resend(&self.session, &self.deps, msg.nonce, msg.holds, payload)?;
-        self.reach_resend(&msg.host, msg.nonce, prelude.len())?;
-        info!(self.deps.log, "nonce sent again from what its host holds"; "stage" => "gap_resend",
-            "nonce" => msg.nonce, "host" => msg.host.short(), "holds" => msg.holds,
-            "chunks" => prelude.len());
-        Ok(Resend { prelude, request })
-    }
-}
-
 impl Handler<AttemptReceipt> for EscrowActor {
     type Result = ResponseActFuture<Self, Result<(), SessionError>>;
 
-    fn handle(&mut self, msg: AttemptReceipt, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: AttemptReceipt, ctx: &mut Self::Context) -> Self::Result {
         let inference = (!msg.catch_up).then_some(msg.nonce);
         let signers = self
             .session
             .signers_to_check(&msg.host, inference, &msg.receipt);
         if signers.is_empty() {
-            return Box::pin(fut::ready(self.take_receipt(msg)));
+            return Box::pin(fut::ready(self.take_receipt(msg, ctx)));
         }
         // Warm signers are judged once the chain has been asked (`actor/warm.rs`).
         let check = self.check_warm_signers(signers);
         Box::pin(
             check
                 .into_actor(self)
-                .map(move |(), act, _| act.take_receipt(msg)),
+                .map(move |(), act, ctx| act.take_receipt(msg, ctx)),
         )
     }
 }
 
 impl EscrowActor {
-    fn take_receipt(&mut self, msg: AttemptReceipt) -> Result<(), SessionError> {
+    fn take_receipt(
+        &mut self,
+        msg: AttemptReceipt,
+        ctx: &mut Context<Self>,
+    ) -> Result<(), SessionError> {
         let inference = (!msg.catch_up).then_some(msg.nonce);
         let processed = self.take_report(&msg.host, inference, &msg.receipt);
         if let Err(SessionError::Unreproducible { nonce, reason }) = &processed {
@@ -163,7 +144,7 @@ impl EscrowActor {
         processed?;
         self.reach_answered(&msg.host);
         if !msg.catch_up {
-            self.reach_caught_up(&msg.host, msg.nonce, true);
+            self.reach_caught_up(&msg.host, msg.nonce, true, ctx);
         }
         self.durable.syncs_changed();
         if let (Some(nonce), Some(_)) = (inference, &msg.receipt.receipt) {
@@ -189,7 +170,7 @@ impl Handler<AttemptEnded> for EscrowActor {
         }
         let (class, reason) = (judged.class, judged.reason);
         self.reach_attempt_ended(&msg.host, &msg.report.end, class, reason);
-        self.reach_caught_up(&msg.host, nonce, false);
+        self.reach_caught_up(&msg.host, nonce, false, ctx);
         if !self
             .book
             .ended(nonce, msg.report.timings, msg.report.crowned)

@@ -2,6 +2,7 @@
 //! primary request, and telling it what each attempt showed (a refused connection, or an answer
 //! of its host). Logs every change and counts every event (`devshard_reach_total{event}`).
 
+use actix::prelude::*;
 use slog::{info, warn};
 
 use super::EscrowActor;
@@ -49,7 +50,8 @@ impl EscrowActor {
             .prelude
             .len()
             .saturating_mul(cfg.catch_up_chunk.max(1));
-        if carried <= cfg.catch_up_window || !self.reach.catching_up(host, nonce) {
+        let now = self.now_ms();
+        if carried <= cfg.catch_up_window || !self.reach.catching_up(host, nonce, now) {
             return;
         }
         info!(self.deps.log, "a host lacks more than a chunk of diffs: its other nonces pass over it until this attempt caught it up";
@@ -58,30 +60,35 @@ impl EscrowActor {
         self.count_reach("catching_up");
     }
 
-    /// A nonce sent again from what `host` holds, with `chunks` catch-up chunks: a catch-up like
-    /// a grant's. While another attempt carries the host's catch-up, a second one is refused
-    /// (the attempt ends on its nonce gap, as a resend that fails does): concurrent catch-ups
-    /// of one host meet each other's gaps and all fail (the hour-long run: 46 resends of
-    /// ≈ 13 000 diffs in 2.4 s to two hosts restarted empty).
+    /// Before a resend of `nonce` to `host`, which holds up to `holds`, is built: while another
+    /// attempt carries the host's catch-up, a second catch-up is refused (the attempt ends on
+    /// its nonce gap, as a resend that fails does), or waits for it when no other host could take
+    /// the request (`Reachability::resend_waits`). Concurrent catch-ups of one host meet each
+    /// other's gaps and all fail (the hour-long run: 46 resends of ≈ 13 000 diffs each in 2.4 s
+    /// to two hosts restarted empty). Nothing is read from the store before this is decided.
     pub(super) fn reach_resend(
         &mut self,
         host: &Address,
         nonce: u64,
-        chunks: usize,
-    ) -> Result<(), EscrowError> {
+        holds: u64,
+    ) -> Result<ResendReach, EscrowError> {
         let cfg = &self.deps.cfg;
-        if chunks.saturating_mul(cfg.catch_up_chunk.max(1)) <= cfg.catch_up_window {
-            return Ok(());
+        let chunk = cfg.catch_up_chunk.max(1);
+        let carried = catch_up_chunks(nonce.saturating_sub(holds), chunk).saturating_mul(chunk);
+        let by_another =
+            self.reach.is_catching_up(host) && !self.reach.is_catching_up_at(host, nonce);
+        if carried <= cfg.catch_up_window || !by_another {
+            return Ok(ResendReach::Send);
         }
-        if self.reach.catching_up(host, nonce) {
-            info!(self.deps.log, "a host lacks more than a window of diffs: its other nonces pass over it until this resend caught it up";
-                "stage" => "host_catching_up", "host" => host.short(), "nonce" => nonce,
-                "chunks" => chunks);
-            self.count_reach("catching_up");
-            return Ok(());
-        }
-        if self.reach.is_catching_up_at(host, nonce) {
-            return Ok(());
+        let now = self.now_ms();
+        if self
+            .reach
+            .resend_waits(host, &self.routing.routable_hosts(), now)
+        {
+            self.count_reach("resend_waiting");
+            info!(self.deps.log, "resend waits: another attempt carries this host's catch-up and no other host can take the request";
+                "stage" => "resend_waiting_catch_up", "host" => host.short(), "nonce" => nonce);
+            return Ok(ResendReach::Wait);
         }
         self.count_reach("resend_refused");
         info!(self.deps.log, "resend refused: another attempt carries this host's catch-up";
@@ -92,13 +99,38 @@ impl EscrowActor {
         )))
     }
 
+    /// A resend of `nonce` to `host` carries `chunks` catch-up chunks: when they are more than a
+    /// request's window, a catch-up like a grant's (the host's other nonces pass over it).
+    pub(super) fn reach_resend_carries(&mut self, host: &Address, nonce: u64, chunks: usize) {
+        let cfg = &self.deps.cfg;
+        if chunks.saturating_mul(cfg.catch_up_chunk.max(1)) <= cfg.catch_up_window {
+            return;
+        }
+        let now = self.now_ms();
+        if self.reach.catching_up(host, nonce, now) {
+            info!(self.deps.log, "a host lacks more than a window of diffs: its other nonces pass over it until this resend caught it up";
+                "stage" => "host_catching_up", "host" => host.short(), "nonce" => nonce,
+                "chunks" => chunks);
+            self.count_reach("catching_up");
+        }
+    }
+
     /// `host` answered an inference at `nonce` (`answered`), or its attempt there ended: a
-    /// catch-up that carried is over (`Reachability::caught_up`).
-    pub(super) fn reach_caught_up(&mut self, host: &Address, nonce: u64, answered: bool) {
+    /// catch-up that carried is over (`Reachability::caught_up`), and races that waited for it
+    /// are granted.
+    pub(super) fn reach_caught_up(
+        &mut self,
+        host: &Address,
+        nonce: u64,
+        answered: bool,
+        ctx: &mut Context<Self>,
+    ) {
         if self.reach.caught_up(host, nonce, answered) {
             info!(self.deps.log, "the attempt carrying a host's catch-up is over: it takes nonces again";
                 "stage" => "host_caught_up", "host" => host.short(), "nonce" => nonce,
-                "sync" => self.session.host_sync(host));
+                "sync" => self.session.host_sync(host), "waiting" => self.picker.len());
+            self.release_resends(host);
+            self.pump(ctx);
         }
     }
 
@@ -161,6 +193,22 @@ impl EscrowActor {
     pub(super) fn count_reach(&self, event: &str) {
         self.deps.metrics.reach.with_label_values(&[event]).inc();
     }
+}
+
+/// What to do with a resend (`EscrowActor::reach_resend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ResendReach {
+    /// Build and send it now.
+    Send,
+    /// Park it until the host's catch-up in another attempt is over (`actor/resending.rs`).
+    Wait,
+}
+
+/// Catch-up chunks ahead of a request carrying `diffs` diffs (the last chunk rides inline,
+/// as `Durable::bodies` splits them).
+fn catch_up_chunks(diffs: u64, chunk: usize) -> usize {
+    let chunk64 = u64::try_from(chunk).unwrap_or(u64::MAX).max(1);
+    usize::try_from(diffs.saturating_sub(chunk64).div_ceil(chunk64)).unwrap_or(usize::MAX)
 }
 
 /// Whether an attempt's end is something its host said (not a connection that failed, timed
