@@ -155,6 +155,28 @@ async fn two_hosts_of_five_refusing_get_no_nonces_and_the_others_serve_every_req
     );
 }
 
+/// `fills` requests one after another, then host `host` restarts empty (forgets its session)
+/// and 40 concurrent requests follow: their answers.
+async fn burst_after_restart(h: &Harness, fills: usize, host: usize) -> Vec<Answer> {
+    for i in 0..fills {
+        assert!(h
+            .chat(Harness::body(&format!("fill {i}"), false))
+            .await
+            .is_success());
+    }
+    h.sim
+        .set_faults(
+            host,
+            Faults {
+                forget_session: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let burst = (0..40).map(|i| h.chat(Harness::body(&format!("burst {i}"), i % 2 == 0)));
+    futures::future::join_all(burst).await
+}
+
 /// 40 concurrent requests right after host 2 restarted empty 400 nonces behind its peers, with
 /// a catch-up window and chunks small enough that its catch-up is many chunks of diffs below the
 /// in-memory window: (gap resends sent, resends refused because another attempt carried the
@@ -167,23 +189,7 @@ async fn restarted_empty(tracking: bool) -> (u64, u64, u64, u64, u64) {
         ..EscrowConfig::default()
     };
     let h = Harness::start_with(five(), Arc::new(MemoryStore::new()), cfg).await;
-    for i in 0..400 {
-        assert!(h
-            .chat(Harness::body(&format!("fill {i}"), false))
-            .await
-            .is_success());
-    }
-    h.sim
-        .set_faults(
-            2,
-            Faults {
-                forget_session: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    let burst = (0..40).map(|i| h.chat(Harness::body(&format!("burst {i}"), i % 2 == 0)));
-    for a in futures::future::join_all(burst).await {
+    for a in burst_after_restart(&h, 400, 2).await {
         assert!(a.is_success(), "{a:?}");
     }
     let m = &h.metrics;
@@ -238,23 +244,7 @@ async fn seed_long_1_requests_to_the_only_host_wait_for_its_catch_up_instead_of_
         ..EscrowConfig::default()
     };
     let h = Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await;
-    for i in 0..300 {
-        assert!(h
-            .chat(Harness::body(&format!("fill {i}"), false))
-            .await
-            .is_success());
-    }
-    h.sim
-        .set_faults(
-            0,
-            Faults {
-                forget_session: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    let burst = (0..40).map(|i| h.chat(Harness::body(&format!("burst {i}"), i % 2 == 0)));
-    let failed: Vec<_> = futures::future::join_all(burst)
+    let failed: Vec<_> = burst_after_restart(&h, 300, 0)
         .await
         .into_iter()
         .filter(|a| !a.is_success())
