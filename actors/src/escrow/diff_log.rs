@@ -1,8 +1,9 @@
 //! The diffs a host needs, from memory or from the store: the session holds only the newest
-//! `[escrow] diff_window` diffs (`session/window.rs`); a host far behind (a catch-up, a repair, a
-//! timeout vote that carries a whole catch-up, an inference request to a host that was never
+//! `[escrow] diff_window` diffs (`session/window.rs`); a host far behind (a timeout vote that
+//! carries a whole catch-up, the inline chunk of an inference request to a host that was never
 //! sent the older diffs) gets the older ones read back from the store
-//! (`Store::load_diffs_from`). Every diff reached the store before any host saw it, so the
+//! (`Store::load_diffs_range`). The longer catch-ups of attempts, resends and repairs are read
+//! chunk by chunk as they are sent instead (`escrow/prelude.rs`). Every diff reached the store before any host saw it, so the
 //! store holds them all; their roots are recalled by the session so the host's answers at those
 //! nonces are still verified. The read runs on the escrow's thread, but only for a host below
 //! the window: the hot path (a host within `catch_up_window`) never reaches the store.
@@ -27,7 +28,7 @@ pub(super) enum DiffPath {
 }
 
 impl DiffPath {
-    fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             DiffPath::Attempt => "attempt",
             DiffPath::Resend => "resend",

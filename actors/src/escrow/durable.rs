@@ -11,13 +11,14 @@
 
 use std::{sync::Arc, time::Instant};
 
+mod bodies;
 mod upkeep;
 
 use slog::{debug, error, info, warn};
 use tokio::sync::oneshot;
 
 use super::{
-    diff_log::{self, DiffPath},
+    diff_log::DiffPath,
     error::EscrowError,
     hedging,
     info::HostEndpoint,
@@ -323,19 +324,21 @@ impl Durable {
         } = attempt;
         let info = session.info();
         let after = session.windowed_after(&host.address, nonce, deps.cfg.catch_up_window);
-        let pending = diff_log::diffs_after(
+        let bodies::Bodies {
+            prelude,
+            request,
+            diffs,
+        } = self.bodies(
             session,
             deps,
             DiffPath::Attempt,
-            after,
-            u64::MAX,
-            usize::MAX,
+            (after, u64::MAX),
+            (nonce, payload),
         )?;
         deps.metrics
             .catch_up_diffs
             .with_label_values(&["first"])
-            .observe(pending.len() as f64);
-        let (prelude, request) = self.bodies(deps, &pending, nonce, payload)?;
+            .observe(diffs as f64);
         let now_ms = deps.clock.now_ms();
         let catching_up = !prelude.is_empty();
         let link = self.links.register(&host.address, nonce, after);
@@ -361,59 +364,6 @@ impl Durable {
             },
             link,
         })
-    }
-
-    /// The bodies of one attempt carrying `diffs` (ending with `nonce`'s): catch-up chunks first
-    /// when they are more than one chunk, then the inference request with the rest and `payload`.
-    fn bodies(
-        &self,
-        deps: &EscrowDeps,
-        diffs: &[Arc<Diff>],
-        nonce: u64,
-        payload: &PayloadJson,
-    ) -> Result<(Vec<bytes::Bytes>, bytes::Bytes), EscrowError> {
-        let chunk = deps.cfg.catch_up_chunk.max(1);
-        let (before, last) = diffs.split_at(diffs.len().saturating_sub(chunk));
-        let prelude = self.wire.catch_up_chunks(before, chunk)?;
-        let body = self
-            .wire
-            .body(last.iter().map(|d| &**d), nonce, Some(payload));
-        Ok((prelude, wire_cache::encoded(body)?))
-    }
-
-    /// The same nonce again for a host that answered a nonce gap holding only up to `holds`:
-    /// every diff above that, up to the nonce (all durable: the nonce's grant was answered after
-    /// its ack), with the nonce's payload.
-    pub(super) fn resend(
-        &self,
-        session: &Session,
-        deps: &EscrowDeps,
-        nonce: u64,
-        holds: u64,
-        payload: &PayloadJson,
-    ) -> Result<(Vec<bytes::Bytes>, bytes::Bytes), EscrowError> {
-        if nonce > self.durable_nonce {
-            return Err(EscrowError::Protocol(format!(
-                "resend of nonce {nonce} above the durable nonce {}",
-                self.durable_nonce
-            )));
-        }
-        let diffs =
-            diff_log::diffs_after(session, deps, DiffPath::Resend, holds, nonce, usize::MAX)?;
-        deps.metrics
-            .catch_up_diffs
-            .with_label_values(&["resend"])
-            .observe(diffs.len() as f64);
-        self.bodies(deps, &diffs, nonce, payload)
-    }
-
-    /// Payload-less catch-up bodies of `diffs` (see [`WireDiffs::catch_up_chunks`]).
-    pub(super) fn catch_up_chunks(
-        &self,
-        deps: &EscrowDeps,
-        diffs: &[Arc<Diff>],
-    ) -> Result<Vec<bytes::Bytes>, EscrowError> {
-        self.wire.catch_up_chunks(diffs, deps.cfg.catch_up_chunk)
     }
 }
 

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::attempt::{AttemptReport, AttemptVerdict};
 use super::error::EscrowError;
+pub use super::prelude::Prelude;
 use super::session::SessionError;
 use crate::{
     host::RequestSigner,
@@ -84,9 +85,9 @@ pub struct NonceGrant {
     pub host: Address,
     /// Full `…/chat/completions` URL of the host.
     pub url: String,
-    /// Catch-up chunks (encoded `InferenceRequest`s without payload) to POST first, in order,
-    /// when the host is far behind.
-    pub prelude: Vec<Bytes>,
+    /// Catch-up chunks (`InferenceRequest`s without payload) to POST first, in order, when the
+    /// host is far behind (the part below the diff window read from the store as it is sent).
+    pub prelude: Prelude,
     /// Encoded `InferenceRequest`: the last catch-up diffs ending with this nonce's diff, plus
     /// payload.
     pub request: Bytes,
@@ -127,7 +128,7 @@ pub struct ResendGrant {
 /// chunk behind), then the inference request with the nonce's payload (signed as each leaves).
 #[derive(Debug, Clone)]
 pub struct Resend {
-    pub prelude: Vec<Bytes>,
+    pub prelude: Prelude,
     pub request: Bytes,
 }
 

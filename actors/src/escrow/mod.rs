@@ -57,6 +57,7 @@ pub mod nonce_room;
 pub mod nonces;
 pub mod pending;
 mod picker;
+pub mod prelude;
 pub mod reach;
 mod repair;
 mod routing;

@@ -7,7 +7,7 @@
 use slog::{info, warn};
 
 use super::{
-    diff_log::{self, DiffPath},
+    diff_log::DiffPath,
     durable::Durable,
     routing::Routing,
     session::{Session, SessionError},
@@ -69,22 +69,14 @@ pub(super) fn plan(
         .ok_or("not a participant of this escrow")?;
     let durable_nonce = durable.durable_nonce();
     let after = session.catch_up_after(participant);
-    let diffs = diff_log::diffs_after(
-        session,
-        deps,
-        DiffPath::Repair,
-        after,
-        durable_nonce,
-        usize::MAX,
-    )
-    .map_err(|e| e.to_string())?;
-    let target_nonce = diffs
-        .last()
-        .map_or(session.host_sync(participant).min(durable_nonce), |d| {
-            d.nonce
-        });
+    let top = durable_nonce.min(session.nonce());
+    let target_nonce = if top > after {
+        top
+    } else {
+        session.host_sync(participant).min(durable_nonce)
+    };
     let chunks = durable
-        .catch_up_chunks(deps, &diffs)
+        .prelude(session, deps, DiffPath::Repair, (after, top))
         .map_err(|e| e.to_string())?;
     Ok(RepairPlan {
         chat_url: info.session_url(host, "chat/completions"),

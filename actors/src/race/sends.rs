@@ -10,12 +10,12 @@
 //! `devshard_catch_up_chunks_total{path="attempt",result}`.
 
 use bytes::Bytes;
-use slog::{debug, info};
+use slog::{debug, info, warn};
 use tokio::time::timeout;
 
 use super::attempt::AttemptTask;
 use crate::{
-    escrow::messages::{AttemptReceipt, ResendGrant},
+    escrow::messages::{AttemptReceipt, Prelude, ResendGrant},
     host::{
         client::{self, InferenceStream},
         HostError, Rejection,
@@ -86,12 +86,19 @@ impl AttemptTask {
         sent
     }
 
-    /// Catch-up chunks, in order; each receipt goes to the escrow.
-    async fn send_prelude(&self, prelude: &[Bytes]) -> Result<(), AttemptEnd> {
+    /// Catch-up chunks, in order (those below the diff window read from the store as each
+    /// leaves); each receipt goes to the escrow. A chunk the store cannot give back ends the
+    /// attempt as the escrow's failure, never the host's (log stage `catch_up_read_failed`).
+    async fn send_prelude(&self, prelude: &Prelude) -> Result<(), AttemptEnd> {
         let chunks = prelude.len();
         let started = tokio::time::Instant::now();
-        for (i, chunk) in prelude.iter().enumerate() {
-            let sent = self.catch_up(chunk).await;
+        for (i, chunk) in prelude.chunks().enumerate() {
+            let chunk = chunk.map_err(|e| {
+                warn!(self.log, "a catch-up chunk could not be read from the store"; "stage" => "catch_up_read_failed",
+                    "nonce" => self.grant.nonce, "host" => self.grant.host.short(), "error" => %e);
+                AttemptEnd::EscrowGone
+            })?;
+            let sent = self.catch_up(&chunk).await;
             count_chunk("attempt", &self.metrics, sent.as_ref().err());
             sent.map_err(|e| match e {
                 CatchUpError::Host(e) => AttemptEnd::Host(e),

@@ -192,8 +192,12 @@ async fn run_tick(
         Ok(Err(e)) => return (format!("no plan: {e}"), false),
         Err(_) => return ("escrow gone".into(), false),
     };
-    for chunk in &plan.chunks {
-        let sent = catch_up(&plan.chat_url, chunk, &plan.signer).await;
+    for chunk in plan.chunks.chunks() {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => return (format!("catch-up not read from the store: {e}"), false),
+        };
+        let sent = catch_up(&plan.chat_url, &chunk, &plan.signer).await;
         let result = crate::race::sends::chunk_result(sent.as_ref().err());
         chunks.with_label_values(&["repair", result]).inc();
         match sent {

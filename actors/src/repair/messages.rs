@@ -22,7 +22,7 @@ pub struct PlanRepair {
 pub struct RepairPlan {
     pub chat_url: String,
     pub signatures_url: String,
-    pub chunks: Vec<bytes::Bytes>,
+    pub chunks: crate::escrow::prelude::Prelude,
     pub signer: RequestSigner,
     /// Our nonce the catch-up reaches; the host must sign our root at it.
     pub target_nonce: u64,

@@ -65,7 +65,7 @@ impl EscrowActor {
             })?;
         let (prelude, request) =
             self.durable
-                .resend(&self.session, &self.deps, msg.nonce, holds, payload)?;
+                .resend(&self.session, &self.deps, (msg.nonce, holds), payload)?;
         self.reach_resend_carries(&msg.host, msg.nonce, prelude.len());
         info!(self.deps.log, "nonce sent again from what its host holds"; "stage" => "gap_resend",
             "nonce" => msg.nonce, "host" => msg.host.short(), "holds" => holds,
