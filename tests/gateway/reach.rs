@@ -7,8 +7,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use devshard_actors::{escrow::EscrowConfig, race::RaceErrorKind, store::MemoryStore};
-use devshard_gateway::sim::{Faults, Profile, SimConfig};
+use devshard_actors::{
+    directory::{AdminParticipants, ParticipantOp},
+    escrow::EscrowConfig,
+    race::RaceErrorKind,
+    store::MemoryStore,
+};
+use devshard_gateway::sim::{Faults, LatencyProfile, Profile, SimConfig};
 
 use super::harness::{Answer, Harness};
 
@@ -158,12 +163,27 @@ async fn two_hosts_of_five_refusing_get_no_nonces_and_the_others_serve_every_req
 /// `fills` requests one after another, then host `host` restarts empty (forgets its session)
 /// and 40 concurrent requests follow: their answers.
 async fn burst_after_restart(h: &Harness, fills: usize, host: usize) -> Vec<Answer> {
+    fill(h, fills).await;
+    restart_and_burst(h, host)
+        .await
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect()
+}
+
+/// `fills` requests one after another.
+async fn fill(h: &Harness, fills: usize) {
     for i in 0..fills {
         assert!(h
             .chat(Harness::body(&format!("fill {i}"), false))
             .await
             .is_success());
     }
+}
+
+/// Host `host` restarts empty (forgets its session) and 40 concurrent requests follow: their
+/// answers, each with its time from the start of the burst.
+async fn restart_and_burst(h: &Harness, host: usize) -> Vec<(Answer, Duration)> {
     h.sim
         .set_faults(
             host,
@@ -173,7 +193,13 @@ async fn burst_after_restart(h: &Harness, fills: usize, host: usize) -> Vec<Answ
             },
         )
         .unwrap();
-    let burst = (0..40).map(|i| h.chat(Harness::body(&format!("burst {i}"), i % 2 == 0)));
+    let start = tokio::time::Instant::now();
+    let burst = (0..40).map(|i| async move {
+        let a = h
+            .chat(Harness::body(&format!("burst {i}"), i % 2 == 0))
+            .await;
+        (a, start.elapsed())
+    });
     futures::future::join_all(burst).await
 }
 
@@ -257,4 +283,48 @@ async fn seed_long_1_requests_to_the_only_host_wait_for_its_catch_up_instead_of_
     );
     let refused = h.metrics.reach.with_label_values(&["resend_refused"]).get();
     assert_eq!(refused, 0, "no attempt met a catch-up in flight");
+}
+
+/// The hour-long run (seed `long-1`, 8 min in): four hosts ejected, the fifth restarted empty
+/// 122 000 nonces behind, and every request of the escrow waited for its catch-up until the
+/// limiter shed them (the recovery probe timed out). The only routable host catching up from
+/// far behind now puts the escrow in panic mode: its ejected hosts are raced meanwhile.
+#[actix_rt::test]
+async fn seed_long_1_while_the_only_routable_host_catches_up_the_ejected_ones_serve() {
+    tokio::time::pause();
+    let mut sim = five();
+    sim.hosts = 2;
+    let cfg = EscrowConfig {
+        catch_up_chunk: 20,
+        diff_window: 64,
+        ..EscrowConfig::default()
+    };
+    let h = Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await;
+    fill(&h, 300).await;
+    h.directory
+        .send(AdminParticipants {
+            address: Some(h.host(1)),
+            op: ParticipantOp::ForceEject,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    // Host 0's catch-up of 300 diffs, 15 chunks of 2 s round trips, takes 30 s.
+    let slow = LatencyProfile {
+        rtt_ms: 2_000,
+        ..LatencyProfile::zero()
+    };
+    h.sim.set_latency(0, slow).unwrap();
+    let answers = restart_and_burst(&h, 0).await;
+    let failed = answers.iter().filter(|(a, _)| !a.is_success()).count();
+    let prompt = answers
+        .iter()
+        .filter(|(a, t)| a.is_success() && *t < Duration::from_secs(3))
+        .count();
+    eprintln!("ejected stand in: {failed} failed, {prompt} of 40 served within 3 s");
+    assert_eq!(failed, 0);
+    // All but the request whose resend carries the catch-up: before, all 40 waited for it
+    // (34-42 s), and with panic mode alone the retries were served one per picker hold.
+    assert!(prompt >= 38, "{prompt} of 40 served within 3 s");
+    assert!(h.metrics.panic_mode.get() >= 1, "panic mode entered");
 }

@@ -183,6 +183,11 @@ impl Picker {
                 }
             }
             None if self.waiting.iter().all(|w| !w.params.allows(&host)) => Step::Pass,
+            // Every waiter tried this host, and it is catching up while another host could
+            // serve: no later waiter would be granted it either, so it passes over at once
+            // instead of after a hold (seed long-1: retries from the catching host were served
+            // one per `picker_hold_ms`).
+            None if reach.pass_over_catching(&host, &routing.routable_hosts()) => Step::CatchingUp,
             None => Step::Hold,
         }
     }

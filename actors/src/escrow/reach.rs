@@ -291,6 +291,19 @@ impl Reachability {
         NonceReach::Probe
     }
 
+    /// Whether `host`'s nonce, which no waiter takes, passes over it at once: it is catching up
+    /// and another of `candidates` is reachable and not (counted as withheld when so).
+    pub fn pass_over_catching(&mut self, host: &Address, candidates: &[Address]) -> bool {
+        let pass = self.catching.contains_key(host)
+            && candidates.iter().any(|h| {
+                h != host && !self.hosts.contains_key(h) && !self.catching.contains_key(h)
+            });
+        if pass {
+            self.withheld = self.withheld.saturating_add(1);
+        }
+        pass
+    }
+
     /// Waiters answered without a nonce at once (counted with [`Self::admit`]'s).
     pub fn refused_waiters(&mut self, n: usize) {
         let n = u64::try_from(n).unwrap_or(u64::MAX);

@@ -163,3 +163,19 @@ fn seed_long_1_when_no_other_host_can_stand_in_the_waiters_wait_for_the_catch_up
         "another host can stand in again: passed over"
     );
 }
+
+#[test]
+fn seed_long_1_a_catching_hosts_nonce_that_no_waiter_takes_passes_over_when_another_can_serve() {
+    let mut r = reach();
+    let all = hosts(3);
+    assert!(!r.pass_over_catching(&host(0), &all), "not catching up");
+    r.catching_up(&host(0), 10, 0);
+    assert!(r.pass_over_catching(&host(0), &all));
+    assert_eq!(r.view().withheld, 1);
+    r.connect_refused(&host(1), 0);
+    r.catching_up(&host(2), 11, 0);
+    assert!(
+        !r.pass_over_catching(&host(0), &all),
+        "nobody else could serve: the nonce is held for a taker"
+    );
+}

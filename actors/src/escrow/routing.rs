@@ -32,18 +32,24 @@ use crate::{
 /// Least time between two urgent repair rounds of an escrow with no routable host.
 const URGENT_REPAIR_GAP_MS: i64 = 500;
 
-/// Panic mode (docs/health.md §2): every host is withheld, by ejection or divergence, and at least
-/// one of them only by ejection (so there is someone to race anyway).
+/// Panic mode (docs/health.md §2): every host is withheld, by ejection or divergence, or is
+/// catching up from far behind (it serves nothing until its catch-up of thousands of diffs is
+/// through), and at least one of them is ejected and not diverged (so there is someone to race
+/// anyway). Seed long-1: four hosts ejected, the fifth restarted empty 122 000 nonces behind,
+/// and every request of the escrow waited for its catch-up (≈ 47 s at 2 600 diffs a second)
+/// until the limiter shed them and the recovery probe with them.
 fn panic_mode(
     hosts: &[Address],
-    ejected: &BTreeSet<Address>,
-    diverged: &BTreeSet<Address>,
+    (ejected, diverged): (&BTreeSet<Address>, &BTreeSet<Address>),
+    catching: &BTreeSet<Address>,
 ) -> bool {
     !hosts.is_empty()
         && hosts
             .iter()
-            .all(|h| ejected.contains(h) || diverged.contains(h))
-        && hosts.iter().any(|h| !diverged.contains(h))
+            .all(|h| ejected.contains(h) || diverged.contains(h) || catching.contains(h))
+        && hosts
+            .iter()
+            .any(|h| ejected.contains(h) && !diverged.contains(h))
 }
 
 /// What the escrow knows about one participant's health.
@@ -64,6 +70,9 @@ pub(super) struct Routing {
     withheld: BTreeSet<Address>,
     /// No participant is routable: the least-bad hosts are raced anyway.
     panic_mode: bool,
+    /// Participants catching up from far behind (`reach.rs`): routable, but counted as unable
+    /// to serve when panic mode is decided.
+    catching: BTreeSet<Address>,
     /// Hedge token bucket (docs/health.md §4).
     budget: HedgeBudget,
     /// One repair actor per diverged participant (docs/health.md §6).
@@ -88,6 +97,7 @@ impl Routing {
             health: BTreeMap::new(),
             withheld: BTreeSet::new(),
             panic_mode: false,
+            catching: BTreeSet::new(),
             budget: HedgeBudget::new(settings),
             repairs: BTreeMap::new(),
             gave_up: BTreeSet::new(),
@@ -124,11 +134,11 @@ impl Routing {
             .filter(|a| self.health.get(*a).is_some_and(|h| !h.routable))
             .cloned()
             .collect();
-        let panic = panic_mode(&self.hosts, &ejected, &diverged);
+        let panic = panic_mode(&self.hosts, (&ejected, &diverged), &self.catching);
         if panic && !self.panic_mode {
             warn!(self.log, "no routable host; racing the least-bad hosts anyway";
                 "stage" => "panic_mode_entered", "hosts" => self.hosts.len(),
-                "diverged" => diverged.len());
+                "diverged" => diverged.len(), "catching_up" => self.catching.len());
             self.metrics.panic_mode.inc();
         } else if !panic && self.panic_mode {
             info!(self.log, "a host is routable again"; "stage" => "panic_mode_left");
@@ -159,6 +169,18 @@ impl Routing {
             if !self.gave_up.contains(host) {
                 repair.do_send(RepairUrgently);
             }
+        }
+    }
+
+    /// `host` began (`true`) or ended a catch-up from far behind: panic mode follows.
+    pub(super) fn set_catching(&mut self, host: &Address, catching: bool) {
+        let changed = if catching {
+            self.catching.insert(host.clone())
+        } else {
+            self.catching.remove(host)
+        };
+        if changed {
+            self.recompute_withheld();
         }
     }
 
@@ -315,15 +337,37 @@ mod tests {
     #[test]
     fn panic_mode_counts_diverged_hosts_but_needs_an_ejected_one_to_race() {
         let hosts: Vec<Address> = (1..=4).map(addr).collect();
+        let none = set(&[]);
+        let panic = |ejected: &[u8], diverged: &[u8]| {
+            panic_mode(&hosts, (&set(ejected), &set(diverged)), &none)
+        };
         // Every host ejected: the classic panic.
-        assert!(panic_mode(&hosts, &set(&[1, 2, 3, 4]), &set(&[])));
+        assert!(panic(&[1, 2, 3, 4], &[]));
         // Two diverged, two ejected: nothing routable, the ejected two are raced.
-        assert!(panic_mode(&hosts, &set(&[3, 4]), &set(&[1, 2])));
+        assert!(panic(&[3, 4], &[1, 2]));
         // A host left routable: no panic.
-        assert!(!panic_mode(&hosts, &set(&[3]), &set(&[1, 2])));
+        assert!(!panic(&[3], &[1, 2]));
         // Every host diverged: nobody may be raced (docs/health.md §6.1); repairs are kicked.
-        assert!(!panic_mode(&hosts, &set(&[]), &set(&[1, 2, 3, 4])));
-        assert!(!panic_mode(&hosts, &set(&[1, 2]), &set(&[1, 2, 3, 4])));
-        assert!(!panic_mode(&[], &set(&[]), &set(&[])));
+        assert!(!panic(&[], &[1, 2, 3, 4]));
+        assert!(!panic(&[1, 2], &[1, 2, 3, 4]));
+        assert!(!panic_mode(&[], (&none, &none), &none));
+    }
+
+    #[test]
+    fn seed_long_1_the_only_routable_host_catching_up_from_far_behind_races_the_ejected_ones() {
+        let hosts: Vec<Address> = (1..=4).map(addr).collect();
+        let (ejected, diverged) = (set(&[2, 3]), set(&[4]));
+        // Host 1 serves alone: no panic.
+        assert!(!panic_mode(&hosts, (&ejected, &diverged), &set(&[])));
+        // Host 1 catches up from far behind: the ejected hosts are raced meanwhile.
+        assert!(panic_mode(&hosts, (&ejected, &diverged), &set(&[1])));
+        // Nobody ejected to race: no panic (the catch-up is waited for).
+        assert!(!panic_mode(
+            &hosts,
+            (&set(&[]), &set(&[2, 3, 4])),
+            &set(&[1])
+        ));
+        // Another routable host that is not catching up: no panic.
+        assert!(!panic_mode(&hosts, (&set(&[2]), &diverged), &set(&[1])));
     }
 }

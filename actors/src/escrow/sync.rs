@@ -45,7 +45,10 @@ pub(super) fn rewind(session: &mut Session, deps: &EscrowDeps, host: &Address, h
         "cause" => cause);
 }
 
-/// Every send's answer, per host, in order.
+/// Each host's last answers: to the last chunk it took, then the failure that stopped its sends
+/// (if any). Only those are kept: each answer carries the host's whole mempool, and a host restarted empty
+/// 122 000 nonces behind answers 611 chunks (seed long-1: every answer of a sync was kept until
+/// its end, and the gateway grew by 100 MB a second to 10 GB).
 pub(super) type SyncAnswers = Vec<(Address, Result<SendResult, HostError>)>;
 
 /// One host's catch-up: the part below the diff window, read from the store one chunk at a time
@@ -118,32 +121,32 @@ pub(super) fn catch_up_hosts(
                 escrow_id.clone(),
             );
             async move {
-                let mut results = Vec::new();
+                let mut last = Answers::default();
                 let mut from = plan.from;
                 while from <= plan.to {
                     let to = plan.to.min(from.saturating_add(chunk as u64 - 1));
                     let part = match store.load_diffs_range(&escrow_id, from, to) {
                         Ok(d) if !d.is_empty() => d,
-                        _ => return results,
+                        _ => return last.into_vec(),
                     };
                     metrics
                         .diffs_from_store
                         .with_label_values(&["sync"])
                         .inc_by(part.len() as u64);
-                    let ok =
-                        send_chunk(&plan, &part, (&signer, timeout), &metrics, &mut results).await;
-                    if !ok {
-                        return results;
+                    let res = send_chunk(&plan, &part, (&signer, timeout), &metrics).await;
+                    if !last.keep(&plan.addr, res) {
+                        return last.into_vec();
                     }
                     from = to.saturating_add(1);
                 }
                 for part in plan.held.chunks(chunk) {
                     let part: Vec<&Diff> = part.iter().map(|d| d.as_ref()).collect();
-                    if !send_chunk(&plan, &part, (&signer, timeout), &metrics, &mut results).await {
+                    let res = send_chunk(&plan, &part, (&signer, timeout), &metrics).await;
+                    if !last.keep(&plan.addr, res) {
                         break;
                     }
                 }
-                results
+                last.into_vec()
             }
         });
         Ok(futures::future::join_all(per_host)
@@ -154,14 +157,42 @@ pub(super) fn catch_up_hosts(
     })
 }
 
-/// Encodes and sends one chunk; `false` when the host did not take it (its sends stop).
+/// One host's answers as its sends go (see [`SyncAnswers`]).
+#[derive(Default)]
+struct Answers {
+    ok: Option<(Address, SendResult)>,
+    failed: Option<(Address, HostError)>,
+}
+
+impl Answers {
+    /// Keeps `res` in place of the previous success; `false` when it failed (sends stop).
+    fn keep(&mut self, addr: &Address, res: Result<SendResult, HostError>) -> bool {
+        match res {
+            Ok(sent) => {
+                self.ok = Some((addr.clone(), sent));
+                true
+            }
+            Err(e) => {
+                self.failed = Some((addr.clone(), e));
+                false
+            }
+        }
+    }
+
+    fn into_vec(self) -> SyncAnswers {
+        let ok = self.ok.map(|(a, s)| (a, Ok(s)));
+        let failed = self.failed.map(|(a, e)| (a, Err(e)));
+        ok.into_iter().chain(failed).collect()
+    }
+}
+
+/// Encodes and sends one chunk: the host's answer (an error stops its sends).
 async fn send_chunk<D: std::borrow::Borrow<Diff>>(
     plan: &Plan,
     part: &[D],
     (signer, timeout): (&crate::host::RequestSigner, std::time::Duration),
     metrics: &crate::metrics::ActorMetrics,
-    results: &mut SyncAnswers,
-) -> bool {
+) -> Result<SendResult, HostError> {
     let request = InferenceRequest {
         diffs: part
             .iter()
@@ -177,7 +208,31 @@ async fn send_chunk<D: std::borrow::Borrow<Diff>>(
         .catch_up_chunks
         .with_label_values(&["sync", result])
         .inc();
-    let ok = res.is_ok();
-    results.push((plan.addr.clone(), res));
-    ok
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seed long-1: a sync of a host 122 000 nonces behind kept its 611 answers, each with the
+    /// host's whole mempool, until the sync ended (the gateway grew to 10 GB).
+    #[test]
+    fn seed_long_1_a_long_sync_keeps_only_a_hosts_last_success_and_its_failure() {
+        let host = Address::unchecked("gonka1host".to_owned());
+        let sent = || SendResult {
+            receipt: None,
+            mempool: Vec::new(),
+        };
+        let mut answers = Answers::default();
+        for _ in 0..611 {
+            assert!(answers.keep(&host, Ok(sent())));
+        }
+        let timeout = HostError::Timeout(std::time::Duration::from_secs(1));
+        assert!(!answers.keep(&host, Err(timeout)));
+        let kept = answers.into_vec();
+        assert_eq!(kept.len(), 2);
+        assert!(kept[0].1.is_ok() && kept[1].1.is_err());
+        assert_eq!(Answers::default().into_vec().len(), 0);
+    }
 }

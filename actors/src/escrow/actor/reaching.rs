@@ -54,6 +54,7 @@ impl EscrowActor {
         if carried <= cfg.catch_up_window || !self.reach.catching_up(host, nonce, now) {
             return;
         }
+        self.routing.set_catching(host, true);
         info!(self.deps.log, "a host lacks more than a chunk of diffs: its other nonces pass over it until this attempt caught it up";
             "stage" => "host_catching_up", "host" => host.short(), "nonce" => nonce,
             "chunks" => grant.prelude.len());
@@ -108,6 +109,7 @@ impl EscrowActor {
         }
         let now = self.now_ms();
         if self.reach.catching_up(host, nonce, now) {
+            self.routing.set_catching(host, true);
             info!(self.deps.log, "a host lacks more than a window of diffs: its other nonces pass over it until this resend caught it up";
                 "stage" => "host_catching_up", "host" => host.short(), "nonce" => nonce,
                 "chunks" => chunks);
@@ -126,6 +128,7 @@ impl EscrowActor {
         ctx: &mut Context<Self>,
     ) {
         if self.reach.caught_up(host, nonce, answered) {
+            self.routing.set_catching(host, false);
             info!(self.deps.log, "the attempt carrying a host's catch-up is over: it takes nonces again";
                 "stage" => "host_caught_up", "host" => host.short(), "nonce" => nonce,
                 "sync" => self.session.host_sync(host), "waiting" => self.picker.len());
