@@ -254,6 +254,19 @@ async fn seed_long_1_a_host_restarted_empty_far_below_the_window_is_caught_up_by
     assert!(refused >= 1, "the concurrent catch-ups were refused");
 }
 
+/// `hosts` hosts, with catch-up chunks of 20 diffs and a window of 64, so that a host restarted
+/// empty 300 diffs behind needs many chunks from below the window.
+async fn small_catch_ups(hosts: usize) -> Harness {
+    let mut sim = five();
+    sim.hosts = hosts;
+    let cfg = EscrowConfig {
+        catch_up_chunk: 20,
+        diff_window: 64,
+        ..EscrowConfig::default()
+    };
+    Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await
+}
+
 /// The hour-long run (seed `long-1`, 16 s in): one host served alone (the others ejected or
 /// diverged) while it lacked more than a window of diffs. Every request granted to it while
 /// the first carried its catch-up met its nonce gap, had its resend refused and failed with no
@@ -262,14 +275,7 @@ async fn seed_long_1_a_host_restarted_empty_far_below_the_window_is_caught_up_by
 #[actix_rt::test]
 async fn seed_long_1_requests_to_the_only_host_wait_for_its_catch_up_instead_of_failing() {
     tokio::time::pause();
-    let mut sim = five();
-    sim.hosts = 1;
-    let cfg = EscrowConfig {
-        catch_up_chunk: 20,
-        diff_window: 64,
-        ..EscrowConfig::default()
-    };
-    let h = Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await;
+    let h = small_catch_ups(1).await;
     let failed: Vec<_> = burst_after_restart(&h, 300, 0)
         .await
         .into_iter()
@@ -292,14 +298,7 @@ async fn seed_long_1_requests_to_the_only_host_wait_for_its_catch_up_instead_of_
 #[actix_rt::test]
 async fn seed_long_1_while_the_only_routable_host_catches_up_the_ejected_ones_serve() {
     tokio::time::pause();
-    let mut sim = five();
-    sim.hosts = 2;
-    let cfg = EscrowConfig {
-        catch_up_chunk: 20,
-        diff_window: 64,
-        ..EscrowConfig::default()
-    };
-    let h = Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await;
+    let h = small_catch_ups(2).await;
     fill(&h, 300).await;
     h.directory
         .send(AdminParticipants {

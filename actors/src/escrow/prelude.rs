@@ -99,13 +99,6 @@ impl Prelude {
         self.len() == 0
     }
 
-    /// Diffs left in the store until sent (0 when the whole prelude is in memory).
-    pub fn stored_diffs(&self) -> u64 {
-        self.stored
-            .as_ref()
-            .map_or(0, |s| s.to.saturating_sub(s.from).saturating_add(1))
-    }
-
     /// The chunks in order; each stored one is read and encoded when the iterator reaches it.
     pub fn chunks(&self) -> Chunks<'_> {
         Chunks {
@@ -214,7 +207,7 @@ mod tests {
             read.clone(),
             vec![tail.clone()],
         );
-        assert_eq!((p.len(), p.stored_diffs()), (4, 20));
+        assert_eq!(p.len(), 4);
         let mut chunks = p.chunks();
         let first = chunks.next().unwrap().unwrap();
         assert_eq!(nonces(&first), (3..=10).collect::<Vec<_>>());

@@ -213,9 +213,7 @@ impl Reachability {
         let Some((_, since)) = self.catching.get(host) else {
             return false;
         };
-        let another = candidates
-            .iter()
-            .any(|h| h != host && !self.hosts.contains_key(h) && !self.catching.contains_key(h));
+        let another = self.another_can_serve(host, candidates);
         !another && now.saturating_sub(*since) < self.settings.catch_up_wait_ms
     }
 
@@ -261,9 +259,7 @@ impl Reachability {
     /// What to do with the next nonce, whose host is `host`, which a waiting race would take.
     pub fn nonce(&mut self, host: &Address, candidates: &[Address], now: i64) -> NonceReach {
         if let Some((_, since)) = self.catching.get(host) {
-            let another = candidates
-                .iter()
-                .any(|h| !self.hosts.contains_key(h) && !self.catching.contains_key(h));
+            let another = self.another_can_serve(host, candidates);
             if another {
                 self.withheld = self.withheld.saturating_add(1);
                 return NonceReach::CatchingUp;
@@ -294,14 +290,18 @@ impl Reachability {
     /// Whether `host`'s nonce, which no waiter takes, passes over it at once: it is catching up
     /// and another of `candidates` is reachable and not (counted as withheld when so).
     pub fn pass_over_catching(&mut self, host: &Address, candidates: &[Address]) -> bool {
-        let pass = self.catching.contains_key(host)
-            && candidates.iter().any(|h| {
-                h != host && !self.hosts.contains_key(h) && !self.catching.contains_key(h)
-            });
+        let pass = self.catching.contains_key(host) && self.another_can_serve(host, candidates);
         if pass {
             self.withheld = self.withheld.saturating_add(1);
         }
         pass
+    }
+
+    /// Whether one of `candidates` other than `host` is reachable and not catching up.
+    fn another_can_serve(&self, host: &Address, candidates: &[Address]) -> bool {
+        candidates
+            .iter()
+            .any(|h| h != host && !self.hosts.contains_key(h) && !self.catching.contains_key(h))
     }
 
     /// Waiters answered without a nonce at once (counted with [`Self::admit`]'s).

@@ -208,12 +208,8 @@ impl Tail {
         let Some(t) = self.escrows.get_mut(escrow_id) else {
             return Ok(());
         };
-        t.replay(&*self.deps.store, now_ms(&self.deps))
+        t.replay(&*self.deps.store, self.deps.clock.now_ms())
     }
-}
-
-fn now_ms(deps: &LedgerDeps) -> i64 {
-    deps.clock.now_ms()
 }
 
 impl EscrowTail {
@@ -234,12 +230,12 @@ impl EscrowTail {
     /// Applies `diffs` (the next ones of the log, in nonce order) and observes what they start
     /// and end.
     fn apply(&mut self, diffs: Vec<Diff>, now: i64) -> Result<(), String> {
-        let t = self;
-        let creator = t.info.creator.clone();
+        let creator = self.info.creator.clone();
         for diff in diffs {
-            t.sm.apply_diff(&diff, &creator)
+            self.sm
+                .apply_diff(&diff, &creator)
                 .map_err(|e| format!("nonce {}: {e}", diff.nonce))?;
-            t.next = diff.nonce + 1;
+            self.next = diff.nonce + 1;
             let ended: Vec<u64> = diff
                 .txs
                 .iter()
@@ -249,9 +245,9 @@ impl EscrowTail {
                     _ => None,
                 })
                 .collect();
-            t.observe(diff.nonce, true, now);
+            self.observe(diff.nonce, true, now);
             for id in ended {
-                t.observe(id, false, now);
+                self.observe(id, false, now);
             }
         }
         Ok(())
