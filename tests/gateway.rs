@@ -9,6 +9,8 @@ pub const WARM_KEYS: devshard_gateway::sim::WarmMode = devshard_gateway::sim::Wa
 mod admission;
 #[path = "gateway/adopt.rs"]
 mod adopt;
+#[path = "gateway/background.rs"]
+mod background;
 #[path = "gateway/board.rs"]
 mod board;
 #[path = "gateway/catch_up.rs"]

@@ -96,7 +96,7 @@ pub struct ActorMetrics {
     /// Verifiers below the diff window left out of a first vote round that the others could
     /// pass (`escrow/timeouts.rs`).
     pub timeout_voters_behind: IntCounter,
-    /// Host reachability (`escrow/reach.rs`), by event (`host_unreachable`, `host_reachable`,
+    /// Host reachability (`escrow/reach/mod.rs`), by event (`host_unreachable`, `host_reachable`,
     /// `gate_closed`, `gate_opened`, `probe`, `withheld`: a nonce passed over, `refused`: a
     /// request answered without a nonce).
     pub reach: IntCounterVec,

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use super::{
     http::Http,
-    lockstep::{excused, judge_host, went_back, withheld, GatewayAt, HostAt},
+    lockstep::{excused, judge_host, syncing, went_back, withheld, GatewayAt, HostAt},
     report::Report,
 };
 
@@ -208,6 +208,7 @@ impl Checker {
             self.max_nonce = self.max_nonce.max(before);
             let mut excluded = excused(snap);
             let mut lagging = withheld(snap);
+            lagging.extend(syncing(snap));
             let Some(synced) = self
                 .admin("POST", &format!("{escrow_path}/sync"), report, secrets)
                 .await
@@ -237,6 +238,7 @@ impl Checker {
             };
             excluded.extend(excused(&after["snapshot"]));
             lagging.extend(withheld(&after["snapshot"]));
+            lagging.extend(syncing(&after["snapshot"]));
             let Some(latest) = GatewayAt::of(&after["snapshot"]) else {
                 if unavailable(report, "after the hosts", deadline).await {
                     return 0;

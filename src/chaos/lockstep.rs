@@ -64,6 +64,19 @@ pub fn withheld(snap: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// The participants the escrow catches up in the background (`reach.catching_up` entries whose
+/// carrier is `sync`, `escrow/reach/mod.rs`): they lack more diffs than a request may carry, and
+/// the sync that carries them takes as long as they need, so they may lag, but must not diverge.
+pub fn syncing(snap: &Value) -> BTreeSet<String> {
+    snap["reach"]["catching_up"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["carrier"] == "sync")
+        .filter_map(|c| c["host"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// Invariant 1 for one host read between two reads of the gateway: `before` (its nonce before
 /// the sync; the sync catches every routable host up to at least it), `synced` (the sync's
 /// answer) and `latest` (read after the host). The gateway's nonce only grows, so a host beyond
@@ -189,5 +202,19 @@ mod tests {
         let behind = host(3, 0, "");
         assert!(judge_host(&behind, 3788, &synced, &synced, false).is_some());
         assert!(judge_host(&behind, 3788, &synced, &synced, true).is_none());
+    }
+
+    /// A host restarted empty far behind is caught up by a background sync (issue 12: client
+    /// attempts no longer carry it): the snapshot's `reach.catching_up` says so, and only that
+    /// carrier makes it one that may lag.
+    #[test]
+    fn a_host_caught_up_in_the_background_may_lag() {
+        let snap = serde_json::json!({"reach": {"catching_up": [
+            {"host": "gonka1a", "carrier": "sync", "since_ms": 1},
+            {"host": "gonka1b", "carrier": {"attempt": 12}, "since_ms": 1},
+        ]}});
+        let s = syncing(&snap);
+        assert!(s.contains("gonka1a") && s.len() == 1);
+        assert!(syncing(&serde_json::json!({})).is_empty());
     }
 }

@@ -127,6 +127,15 @@ fn every_race_error_kind_has_its_row() {
         ),
         (503, UNAVAILABLE, "hosts_unreachable", Some(2))
     );
+    let catching = race(K::HostsCatchingUp, Some(3));
+    assert_eq!(
+        (
+            catching.status,
+            catching.code.as_str(),
+            catching.retry_after_s
+        ),
+        (503, "hosts_catching_up", Some(3))
+    );
     assert_eq!(ApiError::RaceLost.parts().status, 502);
     let none = ApiError::NoActiveEscrow("m".into()).parts();
     assert_eq!((none.status, none.retry_after_s), (503, Some(30)));

@@ -38,9 +38,13 @@ const BEHIND: u64 = 5_000;
 /// Diffs the escrow keeps in memory: far fewer than the catch-up needs.
 const WINDOW: usize = 64;
 
+/// The diff window, and every catch-up carried by the attempt that needs it: these tests are
+/// about an attempt carrying a large one (by default one of more than
+/// `reach_background_catch_up_diffs` is a background sync's, `tests/gateway/background.rs`).
 fn small_window() -> EscrowConfig {
     EscrowConfig {
         diff_window: WINDOW,
+        reach_background_catch_up_diffs: 0,
         ..EscrowConfig::default()
     }
 }

@@ -204,7 +204,7 @@ async fn two_bad_hosts(faults: Faults, label: &str) {
     h.sim.set_faults(2, faults.clone()).unwrap();
     h.sim.set_faults(5, faults).unwrap();
     // Spread over 3 s of virtual time: a host that refuses connections gets nonces only as
-    // probes, one per `reach_probe_interval_ms` (`escrow/reach.rs`), so its strikes come at
+    // probes, one per `reach_probe_interval_ms` (`escrow/reach/mod.rs`), so its strikes come at
     // that pace.
     for i in 0..30 {
         let a = h.chat(Harness::body(&format!("{label} {i}"), true)).await;

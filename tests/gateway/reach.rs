@@ -1,4 +1,4 @@
-//! Host reachability end to end (`escrow/reach.rs`; the hour-long chaos run's invariant-4
+//! Host reachability end to end (`escrow/reach/mod.rs`; the hour-long chaos run's invariant-4
 //! finding): a host that refuses connections gets no nonces but for probes, so the others serve
 //! every request; while every host refuses, requests are answered 503 `hosts_unreachable` +
 //! `Retry-After` without taking a nonce, but for one probe per interval; the first answer after
@@ -19,7 +19,7 @@ use super::harness::{Answer, Harness};
 
 const REQUESTS: usize = 60;
 
-fn five() -> SimConfig {
+pub(super) fn five() -> SimConfig {
     let mut cfg = SimConfig::with_seed("reach");
     cfg.hosts = 5;
     cfg.profile = Profile::Zero;
@@ -172,7 +172,7 @@ async fn burst_after_restart(h: &Harness, fills: usize, host: usize) -> Vec<Answ
 }
 
 /// `fills` requests one after another.
-async fn fill(h: &Harness, fills: usize) {
+pub(super) async fn fill(h: &Harness, fills: usize) {
     for i in 0..fills {
         assert!(h
             .chat(Harness::body(&format!("fill {i}"), false))
@@ -183,7 +183,7 @@ async fn fill(h: &Harness, fills: usize) {
 
 /// Host `host` restarts empty (forgets its session) and 40 concurrent requests follow: their
 /// answers, each with its time from the start of the burst.
-async fn restart_and_burst(h: &Harness, host: usize) -> Vec<(Answer, Duration)> {
+pub(super) async fn restart_and_burst(h: &Harness, host: usize) -> Vec<(Answer, Duration)> {
     h.sim
         .set_faults(
             host,

@@ -15,7 +15,7 @@
 //! - **Timers** (named as in its stats, `GET /v1/debug/actors`): `picker_hold` (a nonce nobody
 //!   may take waits `picker_hold_ms` before it is withheld), `nonce <n>` per unsettled nonce
 //!   (finish reconciliation poll or timeout deadline), `fault_release` (held host faults confirmed
-//!   by the correlation guard), and the 1 s `sync_persist` interval (dirty host sync nonces, the
+//!   by the correlation guard), `background_catch_up_retry` (`actor/background.rs`), and the 1 s `sync_persist` interval (dirty host sync nonces, the
 //!   budget the directory's pick reads, the urgent repairs of an escrow with no routable
 //!   host, the deletion of settled nonces' refused-timeout payloads, `actor/payloads.rs`, and
 //!   the compaction of an escrow idle for 5 s: its encoded diffs dropped, its in-memory diffs
@@ -59,6 +59,7 @@ use crate::{
     store::SharedStore,
 };
 
+mod background;
 mod finalize;
 mod granting;
 mod mailbox;
@@ -106,7 +107,7 @@ pub struct EscrowActor {
     durable: Durable,
     guard: FaultGuard,
     routing: Routing,
-    /// Hosts refusing connections get no nonces but for probes (`escrow/reach.rs`).
+    /// Hosts refusing connections get no nonces but for probes (`escrow/reach/mod.rs`).
     reach: Reachability,
     /// Told when this actor stops, so the directory can respawn it.
     on_stop: Option<TrackedRecipient<Died>>,

@@ -52,7 +52,7 @@ pub struct EscrowConfig {
     /// Nonces between two state checkpoints; a restart replays only the diffs after the newest
     /// (`session/checkpoint.rs`). At least 1.
     pub checkpoint_every: u64,
-    /// Host reachability (`escrow/reach.rs`): a host that refused a connection gets no nonce
+    /// Host reachability (`escrow/reach/mod.rs`): a host that refused a connection gets no nonce
     /// until it answers, but for one probe per `reach_probe_interval_ms`, and while every host
     /// refuses, new requests get 503 + `Retry-After` without a nonce. `false`: every nonce is
     /// granted as if every host were reachable.
@@ -61,8 +61,13 @@ pub struct EscrowConfig {
     /// interval (ms).
     pub reach_probe_interval_ms: u64,
     /// How long races wait for a host's catch-up when every other host is catching up or
-    /// unreachable, before they are granted nonces to it anyway (`escrow/reach.rs`).
+    /// unreachable, before they are granted nonces to it anyway (`escrow/reach/mod.rs`).
     pub reach_catch_up_wait_ms: u64,
+    /// A host lacking more diffs than this is caught up by a background sync, never by a
+    /// client's attempt; its nonces pass over it meanwhile, and when no other host can serve,
+    /// requests are answered 503 `hosts_catching_up` after `reach_catch_up_wait_ms`
+    /// (`escrow/reach/mod.rs`, `actor/background.rs`). 0: every catch-up rides an attempt.
+    pub reach_background_catch_up_diffs: u64,
     #[serde(skip)]
     pub host_timeouts: HostTimeouts,
 }
@@ -92,18 +97,20 @@ impl Default for EscrowConfig {
             reach_tracking: true,
             reach_probe_interval_ms: 250,
             reach_catch_up_wait_ms: 5_000,
+            reach_background_catch_up_diffs: 2_000,
             host_timeouts: HostTimeouts::default(),
         }
     }
 }
 
 impl EscrowConfig {
-    /// The reachability settings (`escrow/reach.rs`).
+    /// The reachability settings (`escrow/reach/mod.rs`).
     pub fn reach(&self) -> crate::escrow::reach::ReachSettings {
         crate::escrow::reach::ReachSettings {
             enabled: self.reach_tracking,
             probe_interval_ms: i64::try_from(self.reach_probe_interval_ms).unwrap_or(i64::MAX),
             catch_up_wait_ms: i64::try_from(self.reach_catch_up_wait_ms).unwrap_or(i64::MAX),
+            background_above: self.reach_background_catch_up_diffs,
         }
     }
 

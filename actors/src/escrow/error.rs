@@ -20,13 +20,24 @@ pub enum EscrowError {
     /// Relaxed PoC: none of the hosts the request may use (the preserved ones) is routable.
     #[error("no host of escrow {0} that the chain keeps preserved during PoC can be routed to")]
     NoPreservedHost(String),
-    /// The reachability gate is closed (`escrow/reach.rs`): no nonce was taken.
+    /// The reachability gate is closed (`escrow/reach/mod.rs`): no nonce was taken.
     #[error(
         "no host of escrow {escrow} accepts connections ({refusing} refused since the last answer); the gateway keeps probing them, retry after {retry_after_s} s"
     )]
     HostsUnreachable {
         escrow: String,
         refusing: usize,
+        retry_after_s: u64,
+    },
+    /// Every host the request could use is being caught up in the background from far behind
+    /// (`escrow/reach/mod.rs`): no nonce was taken.
+    #[error(
+        "every host of escrow {escrow} that could serve this request is catching up on diffs it lacks (host {host}: {lacks} diffs behind); retry after {retry_after_s} s"
+    )]
+    HostsCatchingUp {
+        escrow: String,
+        host: String,
+        lacks: u64,
         retry_after_s: u64,
     },
     #[error("escrow {0} is saturated; retry later")]

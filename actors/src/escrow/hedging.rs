@@ -57,7 +57,7 @@ pub(super) fn hedge_due(
 }
 
 /// Upcoming nonces' hosts as hedge candidates (`skip_nonces` = position); a host that refuses
-/// connections is none (`reach.rs`).
+/// connections is none (`reach/mod.rs`).
 fn upcoming(
     (routing, reach): (&Routing, &Reachability),
     session: &Session,

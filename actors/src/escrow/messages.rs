@@ -197,7 +197,7 @@ pub struct EscrowSnapshot {
     pub warm_keys: std::collections::BTreeMap<u32, crate::protocol::crypto::Address>,
     /// Each host link's pacing (`escrow/links.rs`): its reorder horizon, bodies waiting.
     pub links: Vec<crate::escrow::links::LinkView>,
-    /// The reachability gate (`escrow/reach.rs`): closed while hosts refuse connections.
+    /// The reachability gate (`escrow/reach/mod.rs`): closed while hosts refuse connections.
     pub reach: crate::escrow::reach::ReachView,
 }
 

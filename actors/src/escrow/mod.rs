@@ -11,7 +11,7 @@
 //! | durability path | `durable.rs`, `ghost.rs`, `links.rs` | append → store ack → grant; the durable nonce; encoded bodies (signed as each leaves); each body's turn on its host's link; ghost inferences; sync-nonce persistence |
 //! | fault guard | `guard.rs` | outcome building, held faults, the correlation detector, `fault_release`, last successes |
 //! | host routing | `routing.rs` | health view, withheld hosts, panic mode, hedge budget, repair actors |
-//! | reachability gate | `reach.rs` | hosts refusing connections since the last answer, the probe interval |
+//! | reachability gate | `reach/mod.rs` | hosts refusing connections since the last answer, the probe interval |
 //!
 //! Decisions over several parts, without state of their own: `hedging.rs` (hedge and pair),
 //! `settle.rs` (what an attempt's end means), `timeouts.rs` (timeout votes), `sync.rs`

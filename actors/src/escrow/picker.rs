@@ -10,7 +10,9 @@
 //! once (a diff without inference), and a race none of whose hosts is routable is answered
 //! `NoPreservedHost`. A nonce whose host refuses connections is passed over too, but for its
 //! probe, and while every host refuses the waiters are answered `HostsUnreachable`
-//! (`reach.rs`).
+//! (`reach/mod.rs`). A nonce whose host lacks more than `reach_background_catch_up_diffs` diffs
+//! starts that host's background catch-up instead of a grant, and is then passed over (or
+//! waited on, then refused `HostsCatchingUp`, when no other host can serve).
 //! [`Picker::next_step`] says what to do with the next nonce; the actor carries it out.
 
 use std::{collections::VecDeque, sync::Arc};
@@ -46,8 +48,14 @@ pub(super) enum Step {
     Withhold,
     /// Its host refuses connections and its probe is not due: a diff without inference.
     Unreachable,
-    /// Its host is catching up in another attempt: a diff without inference.
+    /// Its host is catching up in another attempt or a background sync: a diff without inference.
     CatchingUp,
+    /// Its host lacks too many diffs for an attempt to carry: start its background catch-up,
+    /// then ask again.
+    CatchUpInBackground(Address),
+    /// Its host is caught up in the background and no other host can serve: this many waiters
+    /// were answered `HostsCatchingUp`; stop.
+    RefusedCatchingUp(usize),
     /// Every waiter tried its host, or its host is catching up and no other host can stand in:
     /// arm the hold and stop (the end of the catch-up pumps again).
     Hold,
@@ -57,6 +65,16 @@ pub(super) enum Step {
     Idle,
     /// Nothing can be handed out (waiters were answered, or the nonce has no host): stop.
     Stop,
+}
+
+/// Diffs a second a background catch-up is counted on to send (the hour-long run measured
+/// ≈ 2 600), for the `Retry-After` of a request refused while one runs.
+const CATCH_UP_DIFFS_PER_S: u64 = 2_000;
+
+/// `Retry-After` (s) of a request refused while its only host lacks `lacks` diffs: the time to
+/// send them at [`CATCH_UP_DIFFS_PER_S`], 1–30 s.
+pub(super) fn catch_up_retry_after_s(lacks: u64) -> u64 {
+    lacks.div_ceil(CATCH_UP_DIFFS_PER_S).clamp(1, 30)
 }
 
 /// See the module docs.
@@ -157,6 +175,12 @@ impl Picker {
         let takes = |w: &Waiter| !w.exclude.contains(&host) && w.params.allows(&host);
         match self.waiting.iter().position(takes) {
             Some(i) => {
+                let lacks = session
+                    .nonce()
+                    .saturating_sub(session.catch_up_after(&host));
+                if reach.is_far(lacks) && !reach.is_catching_up(&host) {
+                    return Step::CatchUpInBackground(host);
+                }
                 let verdict = if reach.is_held_back(&host) {
                     reach.nonce(&host, &routing.routable_hosts(), now)
                 } else {
@@ -179,6 +203,18 @@ impl Picker {
                         reach.refused_waiters(self.waiting.len());
                         self.fail_all(&err);
                         Step::Stop
+                    }
+                    NonceReach::RefuseCatchingUp => {
+                        let err = EscrowError::HostsCatchingUp {
+                            escrow: session.info().escrow_id.clone(),
+                            host: host.short().to_owned(),
+                            lacks,
+                            retry_after_s: catch_up_retry_after_s(lacks),
+                        };
+                        let n = self.waiting.len();
+                        reach.refused_waiters(n);
+                        self.fail_all(&err);
+                        Step::RefusedCatchingUp(n)
                     }
                 }
             }

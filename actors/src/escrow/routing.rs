@@ -70,7 +70,7 @@ pub(super) struct Routing {
     withheld: BTreeSet<Address>,
     /// No participant is routable: the least-bad hosts are raced anyway.
     panic_mode: bool,
-    /// Participants catching up from far behind (`reach.rs`): routable, but counted as unable
+    /// Participants catching up from far behind (`reach/mod.rs`): routable, but counted as unable
     /// to serve when panic mode is decided.
     catching: BTreeSet<Address>,
     /// Hedge token bucket (docs/health.md §4).

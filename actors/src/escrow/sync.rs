@@ -61,8 +61,40 @@ struct Plan {
     held: Vec<Arc<Diff>>,
 }
 
-/// The catch-up sends of every routable host (`with_ejected`: and of every ejected one, never of
-/// a diverged one), run after `ready` (if any) resolved. With
+/// Which hosts a catch-up goes to.
+pub(super) enum Targets<'a> {
+    /// Every routable host (`with_ejected`: and every ejected one, never a diverged one), but
+    /// those in `skip` (a background sync sends to them: two senders would meet each other's
+    /// nonce gaps).
+    Routable {
+        routing: &'a Routing,
+        with_ejected: bool,
+        skip: &'a [Address],
+    },
+    /// One host: its background catch-up (`actor/background.rs`).
+    One(&'a Address),
+}
+
+impl Targets<'_> {
+    fn includes(&self, host: &Address) -> bool {
+        match self {
+            Targets::One(one) => *one == host,
+            Targets::Routable {
+                routing,
+                with_ejected,
+                skip,
+            } => {
+                !skip.contains(host)
+                    && (!routing.is_withheld(host)
+                        || (*with_ejected
+                            && !routing.is_repairing(host)
+                            && !routing.has_given_up(host)))
+            }
+        }
+    }
+}
+
+/// The catch-up sends of the `targets`, run after `ready` (if any) resolved. With
 /// `resend_last`, a host that lacks nothing is sent the latest diff again (it answers with its
 /// state signature of that nonce: settlement collection). The diffs below the window are read
 /// and encoded one chunk at a time while they are sent: three hosts restarted empty 55 000
@@ -70,7 +102,7 @@ struct Plan {
 /// chaos run's gateway grew past 2 GB after restarts).
 pub(super) fn catch_up_hosts(
     session: &Session,
-    (routing, with_ejected): (&Routing, bool),
+    targets: Targets<'_>,
     deps: &EscrowDeps,
     ready: Option<Ack>,
     resend_last: bool,
@@ -79,12 +111,7 @@ pub(super) fn catch_up_hosts(
     let chunk = deps.cfg.catch_up_chunk.max(1);
     let first_held = session.first_held();
     let mut plans = Vec::new();
-    for host in info.hosts.iter().filter(|h| {
-        !routing.is_withheld(&h.address)
-            || (with_ejected
-                && !routing.is_repairing(&h.address)
-                && !routing.has_given_up(&h.address))
-    }) {
+    for host in info.hosts.iter().filter(|h| targets.includes(&h.address)) {
         let after = session.catch_up_after(&host.address);
         let (from, to) = (after.saturating_add(1), first_held.saturating_sub(1));
         let mut held = session

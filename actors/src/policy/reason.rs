@@ -122,9 +122,9 @@ reasons! {
     EmptyDiffReason {
         /// The nonce's host is withheld (ejected or diverged): it gets no work.
         HostWithheld => "host_withheld",
-        /// The nonce's host refused a connection and has not answered since (`escrow/reach.rs`).
+        /// The nonce's host refused a connection and has not answered since (`escrow/reach/mod.rs`).
         HostUnreachable => "host_unreachable",
-        /// The nonce's host is catching up in another attempt (`escrow/reach.rs`).
+        /// The nonce's host is catching up in another attempt (`escrow/reach/mod.rs`).
         HostCatchingUp => "host_catching_up",
         /// Every waiting request excludes the nonce's host.
         NoTaker => "no_taker",

@@ -144,8 +144,11 @@ pub enum RaceErrorKind {
     /// The escrow takes no request now (shutting down, restarting).
     EscrowUnavailable,
     /// The escrow's hosts refuse connections; the request took no nonce (the reachability
-    /// gate, `escrow/reach.rs`).
+    /// gate, `escrow/reach/mod.rs`).
     HostsUnreachable,
+    /// Every host the request could use is being caught up in the background from far behind;
+    /// the request took no nonce (`escrow/reach/mod.rs`).
+    HostsCatchingUp,
     /// The escrow closed while the request was placed on it (draining for settlement or later,
     /// or at its serving nonce limit): the edge places the request on another escrow of the
     /// model, or answers 503 with `Retry-After` when there is none.

@@ -19,6 +19,9 @@ pub(super) fn escrow_error(e: &EscrowError) -> RaceError {
         EscrowError::HostsUnreachable { retry_after_s, .. } => {
             (RaceErrorKind::HostsUnreachable, Some(*retry_after_s))
         }
+        EscrowError::HostsCatchingUp { retry_after_s, .. } => {
+            (RaceErrorKind::HostsCatchingUp, Some(*retry_after_s))
+        }
         EscrowError::AllHostsTried(_)
         | EscrowError::NoRoutableHost(_)
         | EscrowError::HedgeSkipped(_)

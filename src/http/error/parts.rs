@@ -47,7 +47,8 @@ pub(super) fn race_status(kind: RaceErrorKind) -> (u16, &'static str) {
         RaceErrorKind::Saturated => (429, "rate_limit_exceeded"),
         RaceErrorKind::EscrowUnavailable
         | RaceErrorKind::EscrowClosed
-        | RaceErrorKind::HostsUnreachable => (503, UNAVAILABLE),
+        | RaceErrorKind::HostsUnreachable
+        | RaceErrorKind::HostsCatchingUp => (503, UNAVAILABLE),
         RaceErrorKind::Internal => (500, "internal_error"),
         RaceErrorKind::HostsFailed => (502, UPSTREAM),
         RaceErrorKind::HostBusy => (503, UPSTREAM),
@@ -71,6 +72,7 @@ pub(super) fn race_parts(e: &RaceError) -> ErrorParts {
     let (status, kind) = race_status(e.kind);
     let code = match e.kind {
         RaceErrorKind::HostsUnreachable => "hosts_unreachable",
+        RaceErrorKind::HostsCatchingUp => "hosts_catching_up",
         _ => kind,
     };
     let mut p = parts(status, kind, code);

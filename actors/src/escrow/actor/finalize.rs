@@ -49,13 +49,12 @@ impl EscrowActor {
         ready: Option<Ack>,
         resend_last: bool,
     ) -> ResponseActFuture<Self, Result<RoundDone, String>> {
-        let sends = sync::catch_up_hosts(
-            &self.session,
-            (&self.routing, false),
-            &self.deps,
-            ready,
-            resend_last,
-        );
+        let targets = sync::Targets::Routable {
+            routing: &self.routing,
+            with_ejected: false,
+            skip: &[],
+        };
+        let sends = sync::catch_up_hosts(&self.session, targets, &self.deps, ready, resend_last);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
             for (addr, res) in res.clone().unwrap_or_default() {
                 if let Ok(sent) = res {

@@ -1,7 +1,7 @@
 //! Picking and granting nonces, one concern of the escrow actor: the pump that hands nonces to
 //! waiting races over the picker's steps (grants, withheld and ghost diffs, the hold), and each
 //! diff's durability ack. What each step means is decided by the parts (`picker.rs`,
-//! `durable.rs`, `reach.rs`); this file carries it out.
+//! `durable.rs`, `reach/mod.rs`); this file carries it out.
 
 use std::time::Duration;
 
@@ -62,6 +62,18 @@ impl EscrowActor {
                     if !self.withhold(EmptyDiffReason::HostCatchingUp, ctx) {
                         return;
                     }
+                }
+                Step::CatchUpInBackground(host) => self.start_background_catch_up(&host, ctx),
+                Step::RefusedCatchingUp(n) => {
+                    let n = u64::try_from(n).unwrap_or(u64::MAX);
+                    self.deps
+                        .metrics
+                        .reach
+                        .with_label_values(&["refused_catching_up"])
+                        .inc_by(n);
+                    slog::debug!(self.deps.log, "requests refused without a nonce: every host that could serve is catching up in the background";
+                        "stage" => "reach_refused_catching_up", "refused" => n);
+                    return;
                 }
                 Step::Pass => {
                     if !self.withhold(EmptyDiffReason::NoTaker, ctx) {

@@ -30,8 +30,8 @@ pub(super) struct ParkedResend {
 impl Handler<ResendGrant> for EscrowActor {
     type Result = ResponseFuture<Result<Resend, EscrowError>>;
 
-    fn handle(&mut self, msg: ResendGrant, _: &mut Self::Context) -> Self::Result {
-        match self.reach_resend(&msg.host, msg.nonce, msg.holds) {
+    fn handle(&mut self, msg: ResendGrant, ctx: &mut Self::Context) -> Self::Result {
+        match self.reach_resend(&msg.host, msg.nonce, msg.holds, ctx) {
             Err(e) => Box::pin(async move { Err(e) }),
             Ok(ResendReach::Send) => {
                 let built = self.build_resend(&msg, msg.holds);

@@ -1,7 +1,8 @@
 //! `SyncHosts` (docs/protocol.md §5.6), one handler of the escrow actor: pending txs sequenced and
 //! durable first, then every routable host caught up (`escrow/sync.rs` builds the sends); each
 //! answer is processed, and a host that lost its session or reports a nonce gap has its sync
-//! point moved back to what it holds (`sync::rewind`).
+//! point moved back to what it holds (`sync::rewind`). A host caught up in the background
+//! (`actor/background.rs`) is left to that sync.
 
 use actix::prelude::*;
 use slog::info;
@@ -32,34 +33,15 @@ impl EscrowActor {
             .durable
             .settle_pending(&mut self.session, &self.deps, EmptyDiffReason::SyncHosts)
             .map(|(_, ack)| ack);
-        let sends = sync::catch_up_hosts(
-            &self.session,
-            (&self.routing, with_ejected),
-            &self.deps,
-            ready,
-            false,
-        );
+        let skip = self.reach.syncing_hosts();
+        let targets = sync::Targets::Routable {
+            routing: &self.routing,
+            with_ejected,
+            skip: &skip,
+        };
+        let sends = sync::catch_up_hosts(&self.session, targets, &self.deps, ready, false);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
-            for (addr, res) in res.unwrap_or_default() {
-                match res {
-                    Ok(sent) => {
-                        if let Some(r) = sent.receipt {
-                            let _ = act.take_report(&addr, None, &r);
-                            act.durable.syncs_changed();
-                        }
-                        act.absorb_mempool(&addr, sent.mempool, ctx);
-                    }
-                    // A host that restarted empty (or missed diffs) has its sync point moved back
-                    // to what it holds, so the next send replays from there, as after an attempt
-                    // (`settle::judge`).
-                    Err(e) => {
-                        if let Some(holds) = e.rejection().and_then(|r| r.host_holds()) {
-                            sync::rewind(&mut act.session, &act.deps, &addr, holds);
-                            act.durable.syncs_changed();
-                        }
-                    }
-                }
-            }
+            act.absorb_sync_answers(res.unwrap_or_default(), ctx);
             info!(act.deps.log, "hosts synced"; "stage" => "sync_hosts", "nonce" => act.session.nonce());
             act.session
                 .host_syncs()
@@ -67,5 +49,35 @@ impl EscrowActor {
                 .map(|(a, n)| (a.clone(), *n))
                 .collect()
         }))
+    }
+
+    /// A sync's answers: each host's receipt and mempool taken; a host that restarted empty (or
+    /// missed diffs) has its sync point moved back to what it holds, so the next send replays
+    /// from there, as after an attempt (`settle::judge`). Whether every host's sends succeeded.
+    pub(super) fn absorb_sync_answers(
+        &mut self,
+        answers: sync::SyncAnswers,
+        ctx: &mut Context<Self>,
+    ) -> bool {
+        let mut all_ok = true;
+        for (addr, res) in answers {
+            match res {
+                Ok(sent) => {
+                    if let Some(r) = sent.receipt {
+                        let _ = self.take_report(&addr, None, &r);
+                        self.durable.syncs_changed();
+                    }
+                    self.absorb_mempool(&addr, sent.mempool, ctx);
+                }
+                Err(e) => {
+                    all_ok = false;
+                    if let Some(holds) = e.rejection().and_then(|r| r.host_holds()) {
+                        sync::rewind(&mut self.session, &self.deps, &addr, holds);
+                        self.durable.syncs_changed();
+                    }
+                }
+            }
+        }
+        all_ok
     }
 }

@@ -32,6 +32,15 @@
 //!   and failed with no host left (the hour-long run: one host serving alone after the others
 //!   diverged, 146 requests failed in 3 s and the recovery probe timed out).
 //!
+//! - a host that lacks more than `reach_background_catch_up_diffs` diffs (restarted empty far
+//!   behind, or back from an ejection) is caught up by a **background sync**
+//!   (`actor/background.rs`), never by a client's attempt: its nonces pass over it meanwhile
+//!   (`EmptyDiffReason::HostCatchingUp`), and when no other host can serve, waiting races wait
+//!   up to `reach_catch_up_wait_ms` and are then answered `EscrowError::HostsCatchingUp` (503 +
+//!   `Retry-After`), no nonce taken. Before, the attempt that met the host's gap carried the whole
+//!   catch-up: the hour-long run's clients waited 46 s and more behind catch-ups of ≈ 120 000
+//!   diffs (invariant 2) and its recovery probes timed out (invariant 3).
+//!
 //! This is no health judgement: nobody is struck or ejected (a fault every host shares is the
 //! correlation guard's business, docs/health.md §1); it only keeps nonces away from connections
 //! that will fail. Nothing survives a restart: a respawned escrow takes every host as
@@ -39,12 +48,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use crate::protocol::crypto::Address;
 
 /// Every `event` label of `devshard_reach_total`.
-pub const EVENTS: [&str; 11] = [
+pub const EVENTS: [&str; 15] = [
     "host_unreachable",
     "host_reachable",
     "gate_closed",
@@ -56,6 +63,10 @@ pub const EVENTS: [&str; 11] = [
     "withheld_catching_up",
     "resend_refused",
     "resend_waiting",
+    "background_started",
+    "background_done",
+    "background_failed",
+    "refused_catching_up",
 ];
 
 /// The tunables (`[escrow] reach_*`).
@@ -67,6 +78,9 @@ pub struct ReachSettings {
     pub probe_interval_ms: i64,
     /// How long waiting races wait for a catch-up that no other host can stand in for (ms).
     pub catch_up_wait_ms: i64,
+    /// A host lacking more diffs than this is caught up in the background, never by an
+    /// attempt (0: every catch-up rides an attempt).
+    pub background_above: u64,
 }
 
 /// What to do with a nonce whose host a waiting race would take.
@@ -84,6 +98,9 @@ pub enum NonceReach {
     AwaitCatchUp,
     /// Every host is unreachable and no probe is due: answer the waiters, no nonce.
     Refuse,
+    /// The host is caught up in the background, no other host can serve and the waiters waited
+    /// `catch_up_wait_ms`: answer them `HostsCatchingUp`, no nonce.
+    RefuseCatchingUp,
 }
 
 /// A change of the gate, to log and count.
@@ -94,21 +111,6 @@ pub enum GateChange {
     Opened {
         closed_ms: i64,
     },
-}
-
-/// The escrow snapshot's view.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ReachView {
-    /// Hosts that refused a connection and have not answered since.
-    pub unreachable: Vec<String>,
-    /// Hosts catching up, with the nonce of the attempt that carries their catch-up.
-    pub catching_up: Vec<(String, u64)>,
-    /// Every host the escrow could route to is unreachable since (unix ms).
-    pub gate_closed_since_ms: Option<i64>,
-    /// This actor's life: nonces passed over, requests answered without a nonce, probes.
-    pub withheld: u64,
-    pub refused: u64,
-    pub probes: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -122,8 +124,8 @@ struct Unreachable {
 pub struct Reachability {
     settings: ReachSettings,
     hosts: BTreeMap<Address, Unreachable>,
-    /// Hosts catching up: the nonce of the attempt carrying it, and since when (ms).
-    catching: BTreeMap<Address, (u64, i64)>,
+    /// Hosts catching up: what carries it, and since when (ms).
+    catching: BTreeMap<Address, (Carrier, i64)>,
     gate_next_probe_ms: i64,
     gate_closed_since_ms: Option<i64>,
     withheld: u64,
@@ -177,8 +179,49 @@ impl Reachability {
         if !self.settings.enabled || self.catching.contains_key(host) {
             return false;
         }
-        self.catching.insert(host.clone(), (nonce, now));
+        self.catching
+            .insert(host.clone(), (Carrier::Attempt(nonce), now));
         true
+    }
+
+    /// Whether a host lacking `lacks` diffs must be caught up in the background.
+    pub fn is_far(&self, lacks: u64) -> bool {
+        let above = self.settings.background_above;
+        self.settings.enabled && above > 0 && lacks > above
+    }
+
+    /// `host` is caught up by a background sync from now on; `true` when nothing carried its
+    /// catch-up until now (the caller starts the sync).
+    pub fn syncing(&mut self, host: &Address, now: i64) -> bool {
+        if !self.settings.enabled || self.catching.contains_key(host) {
+            return false;
+        }
+        self.catching.insert(host.clone(), (Carrier::Sync, now));
+        true
+    }
+
+    /// Whether a background sync carries `host`'s catch-up.
+    pub fn is_syncing(&self, host: &Address) -> bool {
+        self.catching
+            .get(host)
+            .is_some_and(|(c, _)| *c == Carrier::Sync)
+    }
+
+    /// The background sync of `host` is over; `true` when it was syncing.
+    pub fn sync_over(&mut self, host: &Address) -> bool {
+        if self.is_syncing(host) {
+            self.catching.remove(host);
+            return true;
+        }
+        false
+    }
+
+    /// Hosts caught up by a background sync (no other send may go to them meanwhile).
+    pub fn syncing_hosts(&self) -> Vec<Address> {
+        (self.catching.iter())
+            .filter(|(_, (c, _))| *c == Carrier::Sync)
+            .map(|(a, _)| a.clone())
+            .collect()
     }
 
     /// The catch-up of `host` is over (`true`) when the attempt at `nonce` that carried it ended
@@ -188,7 +231,11 @@ impl Reachability {
     /// refused resends each ended the mark, and the host's next nonces carried the catch-up
     /// again.
     pub fn caught_up(&mut self, host: &Address, nonce: u64, answered: bool) -> bool {
-        let over = |(n, _): &(u64, i64)| if answered { *n <= nonce } else { *n == nonce };
+        let over = |(c, _): &(Carrier, i64)| match c {
+            Carrier::Attempt(n) if answered => *n <= nonce,
+            Carrier::Attempt(n) => *n == nonce,
+            Carrier::Sync => false,
+        };
         if self.catching.get(host).is_some_and(over) {
             self.catching.remove(host);
             return true;
@@ -198,7 +245,7 @@ impl Reachability {
 
     /// Whether the attempt at `nonce` is the one carrying `host`'s catch-up.
     pub fn is_catching_up_at(&self, host: &Address, nonce: u64) -> bool {
-        self.catching.get(host).is_some_and(|(n, _)| *n == nonce)
+        (self.catching.get(host)).is_some_and(|(c, _)| *c == Carrier::Attempt(nonce))
     }
 
     /// Whether `host` is catching up (in any attempt).
@@ -209,8 +256,9 @@ impl Reachability {
     /// Whether a resend to `host` refused because another attempt carries its catch-up should
     /// rather wait for that catch-up: no other host could take the request, and the catch-up
     /// began less than `catch_up_wait_ms` ago.
+    /// A background sync's catch-up takes as long as the host needs, so no resend waits for it.
     pub fn resend_waits(&self, host: &Address, candidates: &[Address], now: i64) -> bool {
-        let Some((_, since)) = self.catching.get(host) else {
+        let Some((Carrier::Attempt(_), since)) = self.catching.get(host) else {
             return false;
         };
         let another = self.another_can_serve(host, candidates);
@@ -258,7 +306,7 @@ impl Reachability {
 
     /// What to do with the next nonce, whose host is `host`, which a waiting race would take.
     pub fn nonce(&mut self, host: &Address, candidates: &[Address], now: i64) -> NonceReach {
-        if let Some((_, since)) = self.catching.get(host) {
+        if let Some((carrier, since)) = self.catching.get(host) {
             let another = self.another_can_serve(host, candidates);
             if another {
                 self.withheld = self.withheld.saturating_add(1);
@@ -266,6 +314,9 @@ impl Reachability {
             }
             if now.saturating_sub(*since) < self.settings.catch_up_wait_ms {
                 return NonceReach::AwaitCatchUp;
+            }
+            if *carrier == Carrier::Sync {
+                return NonceReach::RefuseCatchingUp;
             }
         }
         let all = self.all_unreachable(candidates);
@@ -321,21 +372,11 @@ impl Reachability {
     pub fn unreachable_count(&self) -> usize {
         self.hosts.len()
     }
-
-    pub fn view(&self) -> ReachView {
-        ReachView {
-            unreachable: self.hosts.keys().map(|a| a.short().to_owned()).collect(),
-            catching_up: (self.catching.iter())
-                .map(|(a, (n, _))| (a.short().to_owned(), *n))
-                .collect(),
-            gate_closed_since_ms: self.gate_closed_since_ms,
-            withheld: self.withheld,
-            refused: self.refused,
-            probes: self.probes,
-        }
-    }
 }
 
+mod view;
+
+pub use view::{Carrier, CatchingView, ReachView};
+
 #[cfg(test)]
-#[path = "reach_tests.rs"]
 mod tests;

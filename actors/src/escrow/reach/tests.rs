@@ -13,6 +13,7 @@ fn reach() -> Reachability {
         enabled: true,
         probe_interval_ms: 250,
         catch_up_wait_ms: 5_000,
+        background_above: 2_000,
     })
 }
 
@@ -97,6 +98,7 @@ fn a_disabled_tracker_takes_every_host_as_reachable() {
         enabled: false,
         probe_interval_ms: 250,
         catch_up_wait_ms: 5_000,
+        background_above: 2_000,
     });
     let all = hosts(2);
     for h in &all {
@@ -147,7 +149,12 @@ fn seed_long_1_when_no_other_host_can_stand_in_the_waiters_wait_for_the_catch_up
         "a host catching up is reachable: the gate is open"
     );
     let v = r.view();
-    assert_eq!(v.catching_up, vec![(host(0).short().to_owned(), 10)]);
+    let carried = CatchingView {
+        host: host(0).to_string(),
+        carrier: Carrier::Attempt(10),
+        since_ms: 1_000,
+    };
+    assert_eq!(v.catching_up, vec![carried]);
     assert_eq!(v.withheld, 0, "waiting withholds nothing");
     assert_eq!(
         r.nonce(&host(0), &all, 6_000),
@@ -178,4 +185,50 @@ fn seed_long_1_a_catching_hosts_nonce_that_no_waiter_takes_passes_over_when_anot
         !r.pass_over_catching(&host(0), &all),
         "nobody else could serve: the nonce is held for a taker"
     );
+}
+
+/// Seed long-1 (invariants 2 and 3): a host restarted empty ≈ 120 000 diffs behind was caught up
+/// by client attempts, each held for 46 s and more. Past `background_above` diffs the catch-up
+/// is a background sync's: the host's nonces pass over it, and when no other host can serve,
+/// the waiters wait `catch_up_wait_ms` and are then refused, never granted it.
+#[test]
+fn seed_long_1_a_far_host_is_caught_up_in_the_background_and_never_granted_meanwhile() {
+    let mut r = reach();
+    let all = hosts(2);
+    assert!(!r.is_far(2_000) && r.is_far(2_001));
+    assert!(r.syncing(&host(0), 1_000));
+    assert!(!r.syncing(&host(0), 1_000), "already syncing");
+    assert!(!r.catching_up(&host(0), 7, 1_000), "the sync carries it");
+    assert!(r.is_syncing(&host(0)) && r.is_held_back(&host(0)));
+    assert_eq!(r.syncing_hosts(), vec![host(0)]);
+    assert_eq!(r.nonce(&host(0), &all, 1_001), NonceReach::CatchingUp);
+    assert!(
+        !r.caught_up(&host(0), 50, true),
+        "an answer does not end a sync"
+    );
+    assert!(!r.is_catching_up_at(&host(0), 0));
+    assert!(
+        !r.resend_waits(&host(0), &[host(0)], 1_001),
+        "no resend waits for a sync"
+    );
+    // Host 1 refuses connections: nobody else can serve.
+    r.connect_refused(&host(1), 1_000);
+    assert_eq!(r.nonce(&host(0), &all, 5_999), NonceReach::AwaitCatchUp);
+    assert_eq!(r.nonce(&host(0), &all, 6_000), NonceReach::RefuseCatchingUp);
+    assert_eq!(r.view().catching_up[0].carrier, Carrier::Sync);
+    assert!(!r.sync_over(&host(1)), "host 1 was not syncing");
+    assert!(r.sync_over(&host(0)));
+    assert!(!r.is_held_back(&host(0)));
+    assert_eq!(r.nonce(&host(0), &all, 6_001), NonceReach::Grant);
+}
+
+#[test]
+fn without_a_bound_or_tracking_no_host_is_far() {
+    let mut off = reach();
+    off.settings.background_above = 0;
+    assert!(!off.is_far(u64::MAX));
+    let mut disabled = reach();
+    disabled.settings.enabled = false;
+    assert!(!disabled.is_far(u64::MAX));
+    assert!(!disabled.syncing(&host(0), 0));
 }

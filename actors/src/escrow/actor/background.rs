@@ -1,0 +1,107 @@
+//! Background catch-up, one concern of the escrow actor: a host that lacks more than
+//! `reach_background_catch_up_diffs` diffs (restarted empty far behind, or back after an
+//! ejection) is sent payload-less chunks by the escrow itself (`sync::catch_up_hosts` with that
+//! one target), round after round, until it lacks at most that many. Meanwhile its nonces pass
+//! over it, and no client's attempt carries its catch-up (`escrow/reach/mod.rs` decides; the
+//! hour-long chaos run's clients waited 46 s and more behind catch-ups of ≈ 120 000 diffs that
+//! their attempts carried).
+//!
+//! Owns nothing but the host's reachability mark (`Reachability::syncing`), which its last round
+//! clears. Nothing survives a restart: a respawned escrow finds the far host again at its next
+//! nonce or nonce gap. Timers: `background_catch_up_retry` (a round that failed is run again
+//! `reach_probe_interval_ms` later).
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use slog::{info, warn};
+
+use super::{super::sync, EscrowActor};
+use crate::{protocol::crypto::Address, protocol::state::Phase, stats::timers};
+
+impl EscrowActor {
+    /// Diffs `host` lacks, by its sync point.
+    pub(super) fn lacks(&self, host: &Address) -> u64 {
+        (self.session.nonce()).saturating_sub(self.session.catch_up_after(host))
+    }
+
+    /// Starts `host`'s background catch-up, unless something already carries it.
+    pub(super) fn start_background_catch_up(&mut self, host: &Address, ctx: &mut Context<Self>) {
+        let now = self.now_ms();
+        if !self.reach.syncing(host, now) {
+            return;
+        }
+        self.routing.set_catching(host, true);
+        info!(self.deps.log, "a host lacks more diffs than a request may carry: it is caught up in the background and its nonces pass over it";
+            "stage" => "background_catch_up_started", "host" => host.short(),
+            "lacks" => self.lacks(host), "sync" => self.session.host_sync(host));
+        self.count_reach("background_started");
+        self.background_round(host.clone(), ctx);
+    }
+
+    /// One round: every diff the host lacks now, once durable (the store's flush covers every
+    /// diff composed so far), chunk by chunk.
+    fn background_round(&mut self, host: Address, ctx: &mut Context<Self>) {
+        let ready = Some(self.deps.store.flush());
+        let sends = sync::catch_up_hosts(
+            &self.session,
+            sync::Targets::One(&host),
+            &self.deps,
+            ready,
+            false,
+        );
+        let from = self.session.host_sync(&host);
+        ctx.spawn(sends.into_actor(self).map(move |res, act, ctx| {
+            let ok = match res {
+                Ok(answers) => act.absorb_sync_answers(answers, ctx),
+                Err(_) => false,
+            };
+            act.background_round_done(host, from, ok, ctx);
+        }));
+    }
+
+    /// After a round: another while the host still lacks too many (and the last one moved it),
+    /// a retry after the probe interval when it failed, else the catch-up is over and the host
+    /// takes nonces again.
+    fn background_round_done(
+        &mut self,
+        host: Address,
+        from: u64,
+        ok: bool,
+        ctx: &mut Context<Self>,
+    ) {
+        if !self.reach.is_syncing(&host) {
+            return;
+        }
+        if ok {
+            self.reach_answered(&host);
+        }
+        let lacks = self.lacks(&host);
+        let sync = self.session.host_sync(&host);
+        let active = self.session.state().phase() == Phase::Active;
+        let routable = !self.routing.is_withheld(&host);
+        if active && routable && ok && self.reach.is_far(lacks) && sync > from {
+            return self.background_round(host, ctx);
+        }
+        if active && routable && !ok {
+            warn!(self.deps.log, "a background catch-up round failed: it runs again after the probe interval";
+                "stage" => "background_catch_up_failed", "host" => host.short(),
+                "lacks" => lacks, "sync" => sync);
+            self.count_reach("background_failed");
+            let wait = Duration::from_millis(self.deps.cfg.reach_probe_interval_ms.max(1));
+            let name = "background_catch_up_retry";
+            timers::run_later(&self.stats, ctx, name, wait, move |act, ctx| {
+                act.background_round(host, ctx);
+            });
+            return;
+        }
+        self.reach.sync_over(&host);
+        self.routing.set_catching(&host, false);
+        info!(self.deps.log, "a host's background catch-up is over: it takes nonces again";
+            "stage" => "background_catch_up_done", "host" => host.short(), "lacks" => lacks,
+            "sync" => sync, "waiting" => self.picker.len());
+        self.count_reach("background_done");
+        self.release_resends(&host);
+        self.pump(ctx);
+    }
+}
