@@ -78,6 +78,35 @@ fn fill_log(
     (diffs, acks)
 }
 
+/// Sends diffs straight to host `index`, as another gateway would have (chunks of 200).
+fn feed(
+    sim: &SimNetwork,
+    info: &EscrowInfo,
+    index: usize,
+) -> impl FnOnce(Vec<Arc<Diff>>) -> futures::future::LocalBoxFuture<'static, ()> {
+    let url = sim.session_url(index, &info.escrow_id).unwrap() + "/chat/completions";
+    let signer = RequestSigner::new(
+        Arc::new(sim.gateway_key().clone()),
+        &info.escrow_id,
+        devshard_actors::clock::TokioClock::new().shared(),
+    );
+    move |diffs| {
+        Box::pin(async move {
+            for part in diffs.chunks(200) {
+                let request = InferenceRequest {
+                    diffs: part.iter().map(|d| DiffJson::from_diff(d)).collect(),
+                    nonce: part.last().unwrap().nonce,
+                    payload: None,
+                    stream: None,
+                };
+                client::send_diffs(&url, &request, &signer, Duration::from_secs(30))
+                    .await
+                    .unwrap();
+            }
+        })
+    }
+}
+
 /// The simulator index of the host that executes `nonce`.
 fn executor(sim: &SimNetwork, info: &EscrowInfo, nonce: u64) -> (usize, Address) {
     let addr = info.host_for_nonce(nonce).unwrap().address.clone();
@@ -198,27 +227,12 @@ async fn a_nonce_gap_sends_the_same_nonce_again_from_what_the_host_holds() {
         // The executor of the next nonce got the first HOLDS diffs; our persisted sync point
         // says it has them all (as after the host rolled back to an older snapshot).
         let (index, addr) = executor(sim, &info, BEHIND + 1);
-        let url = sim.session_url(index, &info.escrow_id).unwrap() + "/chat/completions";
-        let signer = RequestSigner::new(
-            Arc::new(sim.gateway_key().clone()),
-            &info.escrow_id,
-            devshard_actors::clock::TokioClock::new().shared(),
-        );
+        let feed = feed(sim, &info, index);
         async move {
             for ack in acks {
                 ack.await.unwrap();
             }
-            for part in diffs[..HOLDS as usize].chunks(200) {
-                let request = InferenceRequest {
-                    diffs: part.iter().map(|d| DiffJson::from_diff(d)).collect(),
-                    nonce: part.last().unwrap().nonce,
-                    payload: None,
-                    stream: None,
-                };
-                client::send_diffs(&url, &request, &signer, Duration::from_secs(30))
-                    .await
-                    .unwrap();
-            }
+            feed(diffs[..HOLDS as usize].to_vec()).await;
             let record = serde_json::json!({ "host_sync": { addr.to_string(): BEHIND } });
             store
                 .put(ns::SESSIONS, &info.escrow_id, record)
@@ -270,4 +284,56 @@ async fn a_nonce_gap_sends_the_same_nonce_again_from_what_the_host_holds() {
     let view = h.sim.host_view(index, "42").unwrap();
     assert_eq!(view.latest_nonce, BEHIND + 1);
     assert!(from_store(&h, "resend") >= BEHIND - HOLDS - WINDOW as u64);
+}
+
+/// The hour-long run (2026-12-04): after each restart of the gateway, a host's catch-up started
+/// from its persisted sync point, which lagged what the host held (tens of thousands of diffs),
+/// and every diff it already held was sent again and skipped. A host that answers a chunk with
+/// a nonce beyond it is now skipped forward (upstream's `sendCatchUp`): one host holding all
+/// 5 000 diffs while the gateway's sync point says 0 is synced in at most two chunks, not 25.
+#[actix_rt::test]
+async fn a_sync_skips_forward_past_what_the_host_says_it_holds() {
+    tokio::time::pause();
+    let mut one = sim("skip-forward");
+    one.hosts = 1;
+    let store: SharedStore = Arc::new(MemoryStore::new());
+    let filled = store.clone();
+    let h = Harness::start_mapped(one, store, small_window(), |sim, info| {
+        let (diffs, acks) = fill_log(sim, &info, &filled);
+        let feed = feed(sim, &info, 0);
+        async move {
+            for ack in acks {
+                ack.await.unwrap();
+            }
+            feed(diffs).await;
+            info
+        }
+    })
+    .await;
+    assert_eq!(h.sim.host_view(0, "42").unwrap().latest_nonce, BEHIND);
+    let chunks = || {
+        ["ok", "failed"]
+            .iter()
+            .map(|r| {
+                h.metrics
+                    .catch_up_chunks
+                    .with_label_values(&["sync", r])
+                    .get()
+            })
+            .sum::<u64>()
+    };
+    let escrow = h.escrow_addr("42").await;
+    let synced = escrow
+        .send(devshard_actors::escrow::messages::SyncHosts)
+        .await
+        .unwrap();
+    assert!(
+        synced.iter().all(|(_, n)| *n >= BEHIND),
+        "the host is known to hold every diff: {synced:?}"
+    );
+    assert!(
+        chunks() <= 2,
+        "{} chunks sent for a host that held them",
+        chunks()
+    );
 }

@@ -52,11 +52,11 @@ impl EscrowActor {
         );
         let from = self.session.host_sync(&host);
         ctx.spawn(sends.into_actor(self).map(move |res, act, ctx| {
-            let ok = match res {
-                Ok(answers) => act.absorb_sync_answers(answers, ctx),
-                Err(_) => false,
+            let failed = match res {
+                Ok(answers) => act.absorb_sync_answers(answers, ctx).map(|e| e.to_string()),
+                Err(e) => Some(format!("the store did not flush: {e}")),
             };
-            act.background_round_done(host, from, ok, ctx);
+            act.background_round_done(host, from, failed, ctx);
         }));
     }
 
@@ -67,12 +67,13 @@ impl EscrowActor {
         &mut self,
         host: Address,
         from: u64,
-        ok: bool,
+        failed: Option<String>,
         ctx: &mut Context<Self>,
     ) {
         if !self.reach.is_syncing(&host) {
             return;
         }
+        let ok = failed.is_none();
         if ok {
             self.reach_answered(&host);
         }
@@ -83,10 +84,10 @@ impl EscrowActor {
         if active && routable && ok && self.reach.is_far(lacks) && sync > from {
             return self.background_round(host, ctx);
         }
-        if active && routable && !ok {
+        if let Some(error) = failed.filter(|_| active && routable) {
             warn!(self.deps.log, "a background catch-up round failed: it runs again after the probe interval";
                 "stage" => "background_catch_up_failed", "host" => host.short(),
-                "lacks" => lacks, "sync" => sync);
+                "lacks" => lacks, "sync" => sync, "error" => error);
             self.count_reach("background_failed");
             let wait = Duration::from_millis(self.deps.cfg.reach_probe_interval_ms.max(1));
             let name = "background_catch_up_retry";

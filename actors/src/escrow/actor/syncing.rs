@@ -9,7 +9,7 @@ use slog::info;
 
 use super::super::{messages::SyncHosts, sync};
 use super::EscrowActor;
-use crate::{policy::reason::EmptyDiffReason, protocol::crypto::Address};
+use crate::{host::HostError, policy::reason::EmptyDiffReason, protocol::crypto::Address};
 
 impl Handler<SyncHosts> for EscrowActor {
     type Result = ResponseActFuture<Self, Vec<(Address, u64)>>;
@@ -41,7 +41,7 @@ impl EscrowActor {
         };
         let sends = sync::catch_up_hosts(&self.session, targets, &self.deps, ready, false);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
-            act.absorb_sync_answers(res.unwrap_or_default(), ctx);
+            let _ = act.absorb_sync_answers(res.unwrap_or_default(), ctx);
             info!(act.deps.log, "hosts synced"; "stage" => "sync_hosts", "nonce" => act.session.nonce());
             act.session
                 .host_syncs()
@@ -53,13 +53,14 @@ impl EscrowActor {
 
     /// A sync's answers: each host's receipt and mempool taken; a host that restarted empty (or
     /// missed diffs) has its sync point moved back to what it holds, so the next send replays
-    /// from there, as after an attempt (`settle::judge`). Whether every host's sends succeeded.
+    /// from there, as after an attempt (`settle::judge`). The first failure, if any host's sends
+    /// stopped on one.
     pub(super) fn absorb_sync_answers(
         &mut self,
         answers: sync::SyncAnswers,
         ctx: &mut Context<Self>,
-    ) -> bool {
-        let mut all_ok = true;
+    ) -> Option<HostError> {
+        let mut failed = None;
         for (addr, res) in answers {
             match res {
                 Ok(sent) => {
@@ -70,14 +71,14 @@ impl EscrowActor {
                     self.absorb_mempool(&addr, sent.mempool, ctx);
                 }
                 Err(e) => {
-                    all_ok = false;
                     if let Some(holds) = e.rejection().and_then(|r| r.host_holds()) {
                         sync::rewind(&mut self.session, &self.deps, &addr, holds);
                         self.durable.syncs_changed();
                     }
+                    failed.get_or_insert(e);
                 }
             }
         }
-        all_ok
+        failed
     }
 }
