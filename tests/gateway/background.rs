@@ -78,14 +78,25 @@ async fn seed_long_1_a_catch_up_beyond_the_bound_is_a_background_sync_and_no_cli
     let started = h.metrics.reach.with_label_values(&["background_started"]);
     assert!(started.get() >= 1, "a background catch-up started");
     // The sync finishes on its own (virtual time), and the host takes nonces again.
+    // Rounds of 10 chunks (200 diffs here) each take their answers in: the host's sync point
+    // moves while the catch-up still runs, not once at its end.
     let host = h.host(2).to_string();
     let done = h.metrics.reach.with_label_values(&["background_done"]);
-    for _ in 0..120 {
+    let mut moved_midway = false;
+    for _ in 0..240 {
         if done.get() >= 1 {
             break;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let snap = h.snapshot("42").await;
+        let sync = snap
+            .host_sync
+            .iter()
+            .find(|(a, _)| *a == host)
+            .map_or(0, |(_, n)| *n);
+        moved_midway |= !snap.reach.catching_up.is_empty() && sync > 0 && sync < behind;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    assert!(moved_midway, "the sync point moved between rounds");
     assert!(done.get() >= 1, "the background catch-up ended");
     assert!(
         chunks(&h, "sync") >= 300 / 20,

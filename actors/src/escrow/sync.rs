@@ -72,14 +72,23 @@ pub(super) enum Targets<'a> {
         with_ejected: bool,
         skip: &'a [Address],
     },
-    /// One host: its background catch-up (`actor/background.rs`).
-    One(&'a Address),
+    /// One host, at most `round` diffs past its sync point: a round of its background catch-up
+    /// (`actor/background.rs`).
+    One { host: &'a Address, round: u64 },
 }
 
 impl Targets<'_> {
+    /// The last nonce a host's sends go up to, when it holds `after`.
+    fn end(&self, after: u64) -> u64 {
+        match self {
+            Targets::One { round, .. } => after.saturating_add(*round),
+            Targets::Routable { .. } => u64::MAX,
+        }
+    }
+
     fn includes(&self, host: &Address) -> bool {
         match self {
-            Targets::One(one) => *one == host,
+            Targets::One { host: one, .. } => *one == host,
             Targets::Routable {
                 routing,
                 with_ejected,
@@ -114,9 +123,13 @@ pub(super) fn catch_up_hosts(
     let mut plans = Vec::new();
     for host in info.hosts.iter().filter(|h| targets.includes(&h.address)) {
         let after = session.catch_up_after(&host.address);
-        let (from, to) = (after.saturating_add(1), first_held.saturating_sub(1));
+        let end = targets.end(after);
+        let (from, to) = (
+            after.saturating_add(1),
+            first_held.saturating_sub(1).min(end),
+        );
         let mut held = session
-            .held_after(after.max(to), u64::MAX, usize::MAX)
+            .held_after(after.max(to), end, usize::MAX)
             .unwrap_or_default();
         if from > to && held.is_empty() && resend_last {
             held.extend(session.diff(session.nonce()).cloned());

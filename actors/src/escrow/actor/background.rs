@@ -1,7 +1,8 @@
 //! Background catch-up, one concern of the escrow actor: a host that lacks more than
 //! `reach_background_catch_up_diffs` diffs (restarted empty far behind, or back after an
 //! ejection) is sent payload-less chunks by the escrow itself (`sync::catch_up_hosts` with that
-//! one target), round after round, until it lacks at most that many. Meanwhile its nonces pass
+//! one target), in rounds of 10 chunks whose answers are taken in as each ends, until it lacks
+//! at most that many. Meanwhile its nonces pass
 //! over it, and no client's attempt carries its catch-up (`escrow/reach/mod.rs` decides; the
 //! hour-long chaos run's clients waited 46 s and more behind catch-ups of ≈ 120 000 diffs that
 //! their attempts carried).
@@ -18,6 +19,9 @@ use slog::{info, warn};
 
 use super::{super::sync, EscrowActor};
 use crate::{protocol::crypto::Address, protocol::state::Phase, stats::timers};
+
+/// Catch-up chunks in one background round (2 000 diffs at the default chunk of 200).
+const ROUND_CHUNKS: u64 = 10;
 
 impl EscrowActor {
     /// Diffs `host` lacks, by its sync point.
@@ -39,13 +43,17 @@ impl EscrowActor {
         self.background_round(host.clone(), ctx);
     }
 
-    /// One round: every diff the host lacks now, once durable (the store's flush covers every
-    /// diff composed so far), chunk by chunk.
+    /// One round: the next [`ROUND_CHUNKS`] chunks of diffs the host lacks, once durable (the
+    /// store's flush covers every diff composed so far). Its answers are taken in at its end, so
+    /// the host's sync point (what votes judge a verifier's distance by, and what a restart
+    /// resumes from) moves every round, not once at the end of a catch-up of a minute or more.
     fn background_round(&mut self, host: Address, ctx: &mut Context<Self>) {
         let ready = Some(self.deps.store.flush());
+        let chunk = u64::try_from(self.deps.cfg.catch_up_chunk.max(1)).unwrap_or(u64::MAX);
+        let round = chunk.saturating_mul(ROUND_CHUNKS);
         let sends = sync::catch_up_hosts(
             &self.session,
-            sync::Targets::One(&host),
+            sync::Targets::One { host: &host, round },
             &self.deps,
             ready,
             false,
