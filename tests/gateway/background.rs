@@ -4,28 +4,50 @@
 //! hosts meanwhile, or, when none can serve, are answered 503 `hosts_catching_up` within
 //! `reach_catch_up_wait_ms`.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
-use devshard_actors::{escrow::EscrowConfig, race::RaceErrorKind, store::MemoryStore};
+use devshard_actors::race::RaceErrorKind;
 use devshard_gateway::sim::LatencyProfile;
 
 use super::{
     harness::{Answer, Harness},
-    reach::{fill, five, restart_and_burst},
+    reach::{catch_ups, fill, restart_and_burst},
 };
 
 /// `hosts` hosts, catch-up chunks of 20 diffs, a window of 64, and any catch-up of more than
-/// 100 diffs carried by a background sync.
-async fn background_catch_ups(hosts: usize) -> Harness {
-    let mut sim = five();
-    sim.hosts = hosts;
-    let cfg = EscrowConfig {
-        catch_up_chunk: 20,
-        diff_window: 64,
-        reach_background_catch_up_diffs: 100,
-        ..EscrowConfig::default()
+/// 100 diffs carried by a background sync; 300 requests served, then host `slow`'s link set to
+/// round trips of `rtt_ms`.
+async fn far_host_on_a_slow_link(hosts: usize, slow: usize, rtt_ms: u64) -> Harness {
+    let h = catch_ups(hosts, 100).await;
+    fill(&h, 300).await;
+    let link = LatencyProfile {
+        rtt_ms,
+        ..LatencyProfile::zero()
     };
-    Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await
+    h.sim.set_latency(slow, link).unwrap();
+    h
+}
+
+/// Waits (virtual time, at most 2 min) for a background catch-up to end; `each` runs every
+/// half second meanwhile.
+async fn background_done(h: &Harness, mut each: impl AsyncFnMut()) {
+    let done = h.metrics.reach.with_label_values(&["background_done"]);
+    for _ in 0..240 {
+        if done.get() >= 1 {
+            return;
+        }
+        each().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("the background catch-up did not end");
+}
+
+/// `host`'s sync point in the escrow's snapshot.
+fn sync_of(snap: &devshard_actors::escrow::messages::EscrowSnapshot, host: &str) -> u64 {
+    snap.host_sync
+        .iter()
+        .find(|(a, _)| a == host)
+        .map_or(0, |(_, n)| *n)
 }
 
 /// Catch-up chunks sent on `path` (`attempt`, `sync`).
@@ -49,15 +71,9 @@ fn chunks(h: &Harness, path: &str) -> u64 {
 #[actix_rt::test]
 async fn seed_long_1_a_catch_up_beyond_the_bound_is_a_background_sync_and_no_client_waits_for_it() {
     tokio::time::pause();
-    let h = background_catch_ups(5).await;
-    fill(&h, 300).await;
     // Host 2's catch-up of 300 diffs, 15 chunks of 300 ms round trips, takes 4.5 s; its
     // first answers (the gaps) come before a hedge would win.
-    let slow = LatencyProfile {
-        rtt_ms: 300,
-        ..LatencyProfile::zero()
-    };
-    h.sim.set_latency(2, slow).unwrap();
+    let h = far_host_on_a_slow_link(5, 2, 300).await;
     let behind = h.snapshot("42").await.nonce;
     let resent = h.metrics.catch_up_diffs.with_label_values(&["resend"]);
     let answers = restart_and_burst(&h, 2).await;
@@ -81,37 +97,21 @@ async fn seed_long_1_a_catch_up_beyond_the_bound_is_a_background_sync_and_no_cli
     // Rounds of 10 chunks (200 diffs here) each take their answers in: the host's sync point
     // moves while the catch-up still runs, not once at its end.
     let host = h.host(2).to_string();
-    let done = h.metrics.reach.with_label_values(&["background_done"]);
     let mut moved_midway = false;
-    for _ in 0..240 {
-        if done.get() >= 1 {
-            break;
-        }
+    background_done(&h, async || {
         let snap = h.snapshot("42").await;
-        let sync = snap
-            .host_sync
-            .iter()
-            .find(|(a, _)| *a == host)
-            .map_or(0, |(_, n)| *n);
+        let sync = sync_of(&snap, &host);
         moved_midway |= !snap.reach.catching_up.is_empty() && sync > 0 && sync < behind;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await;
     assert!(moved_midway, "the sync point moved between rounds");
-    assert!(done.get() >= 1, "the background catch-up ended");
     assert!(
         chunks(&h, "sync") >= 300 / 20,
         "the sync carried the catch-up"
     );
     let snap = h.snapshot("42").await;
-    let sync = snap
-        .host_sync
-        .iter()
-        .find(|(a, _)| *a == host)
-        .map(|(_, n)| *n);
-    assert!(
-        sync.unwrap_or(0) >= behind,
-        "host 2 caught up: {sync:?} of {behind}"
-    );
+    let sync = sync_of(&snap, &host);
+    assert!(sync >= behind, "host 2 caught up: {sync:?} of {behind}");
     assert!(
         snap.reach.catching_up.is_empty(),
         "{:?}",
@@ -127,13 +127,7 @@ async fn seed_long_1_a_catch_up_beyond_the_bound_is_a_background_sync_and_no_cli
 #[actix_rt::test]
 async fn seed_long_1_with_no_other_host_requests_get_a_bounded_503_while_it_catches_up() {
     tokio::time::pause();
-    let h = background_catch_ups(1).await;
-    fill(&h, 300).await;
-    let slow = LatencyProfile {
-        rtt_ms: 2_000,
-        ..LatencyProfile::zero()
-    };
-    h.sim.set_latency(0, slow).unwrap();
+    let h = far_host_on_a_slow_link(1, 0, 2_000).await;
     let answers = restart_and_burst(&h, 0).await;
     let slowest = answers.iter().map(|(_, t)| *t).max().unwrap_or_default();
     assert!(slowest < Duration::from_secs(10), "slowest {slowest:?}");
@@ -150,13 +144,6 @@ async fn seed_long_1_with_no_other_host_requests_get_a_bounded_503_while_it_catc
         other => panic!("served while catching up: {other:?}"),
     }
     assert!(waited <= Duration::from_secs(6), "waited {waited:?}");
-    let done = h.metrics.reach.with_label_values(&["background_done"]);
-    for _ in 0..120 {
-        if done.get() >= 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    assert!(done.get() >= 1, "the background catch-up ended");
+    background_done(&h, async || {}).await;
     assert!(h.chat(Harness::body("after", false)).await.is_success());
 }

@@ -257,11 +257,21 @@ async fn seed_long_1_a_host_restarted_empty_far_below_the_window_is_caught_up_by
 /// `hosts` hosts, with catch-up chunks of 20 diffs and a window of 64, so that a host restarted
 /// empty 300 diffs behind needs many chunks from below the window.
 async fn small_catch_ups(hosts: usize) -> Harness {
+    catch_ups(
+        hosts,
+        EscrowConfig::default().reach_background_catch_up_diffs,
+    )
+    .await
+}
+
+/// [`small_catch_ups`] with catch-ups of more than `background` diffs sent in the background.
+pub(super) async fn catch_ups(hosts: usize, background: u64) -> Harness {
     let mut sim = five();
     sim.hosts = hosts;
     let cfg = EscrowConfig {
         catch_up_chunk: 20,
         diff_window: 64,
+        reach_background_catch_up_diffs: background,
         ..EscrowConfig::default()
     };
     Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await
