@@ -388,6 +388,20 @@ impl Checker {
         );
     }
 
+    /// The hosts the escrow catches up in the background now (`lockstep::syncing`); `None` when
+    /// its snapshot could not be read.
+    pub async fn background_catch_ups(
+        &self,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> Option<usize> {
+        let path = format!("/v1/admin/escrows/{}", self.escrow);
+        let escrow = self.admin("GET", &path, report, secrets).await?;
+        escrow["snapshot"]
+            .is_object()
+            .then(|| syncing(&escrow["snapshot"]).len())
+    }
+
     /// `{address: (state, ejections)}` from `GET /v1/admin/participants`.
     pub async fn participants(
         &self,
