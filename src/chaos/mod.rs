@@ -10,6 +10,7 @@
 //! - `apply.rs` — applying a step through the control API.
 //! - `load.rs` — the client loops and their per-request verdicts (invariant 2).
 //! - `checks.rs` — invariants 1, 3, 4; `lockstep.rs` — invariant 1's judgement of one host.
+//! - `finish.rs` — the end of a run: drain, waits, the judged final lockstep (invariant 1);
 //! - `spared.rs` — which hosts invariant 3's shared-fault half judges after a round;
 //! - `secrets.rs` — invariant 5's scan; `payouts.rs` — invariants 6 and 7 (settle, then chain payouts
 //!   = the final state's host costs).
@@ -17,6 +18,7 @@
 
 mod apply;
 mod checks;
+mod finish;
 mod http;
 pub mod load;
 pub mod lockstep;
@@ -97,15 +99,6 @@ const REFUSAL_TIMEOUT_S: i64 = 10;
 const EXECUTION_TIMEOUT_S: i64 = 30;
 /// The gateway's timeout buffer (5 s), vote collection, the next diff and ±40 s clock skew.
 const SETTLEMENT_SLACK_S: i64 = 60;
-/// Longest wait at the end for a host's ejection to end before the final lockstep (a second
-/// ejection lasts 60 s ± 20 %).
-const EJECTION_WAIT: Duration = Duration::from_secs(150);
-/// Longest wait at the end for the background catch-ups the escrow reports: a host restarted
-/// empty late in a long run lacks 100 000–200 000 diffs, sent at ≈ 1 600 a second per host on
-/// 2 shared cores (the evening run of 2026-12-04 ended with all five so, and its judged
-/// lockstep found none converged).
-const CATCH_UP_WAIT: Duration = Duration::from_secs(600);
-
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -284,7 +277,7 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
     for l in loops {
         let _ = l.await;
     }
-    final_checks(&mut checker, &applier, &report, &secrets).await;
+    finish::final_checks(&mut checker, &applier, &report, &secrets).await;
     let payouts = payouts::Payouts {
         http: &http,
         gateway: &checker.gateway,
@@ -324,98 +317,6 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    }
-}
-
-/// After the schedule: faults cleared, load stopped. Repairs are ticked, every open inference is
-/// given its protocol deadline, then the hosts must all be in lockstep with nothing left open.
-/// Invariant 6 follows (`payouts.rs`): the escrow is settled and the chain's payouts compared.
-async fn final_checks(
-    checker: &mut Checker,
-    applier: &Applier,
-    report: &Rc<RefCell<Report>>,
-    secrets: &Secrets,
-) {
-    applier.wait_hosts_up(Duration::from_secs(5)).await;
-    checker.recovery(report, secrets).await;
-    // Convergence attempts report into a scratch record: only the last lockstep counts.
-    let scratch = RefCell::new(Report::scratch(report.borrow().seed));
-    for _ in 0..6 {
-        applier.trigger_repairs(&checker.gateway).await;
-        if checker
-            .lockstep(Duration::from_secs(10), true, &scratch, secrets)
-            .await
-            >= applier.hosts()
-        {
-            break;
-        }
-    }
-    let granted = checker.last_nonce;
-    while let Some(left) = checker
-        .last_open_deadline(granted)
-        .await
-        .filter(|left| *left > 0)
-    {
-        report
-            .borrow()
-            .note("draining", json!({"seconds_to_last_deadline": left}));
-        // A diff carries the timeout txs: keep one request a second flowing.
-        checker.recovery(report, secrets).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    // An ejected host gets no diffs until its ejection ends (a host's own fault may eject it
-    // during the drain, e.g. seed 9457917586553865090): wait for it, bounded, with traffic.
-    let waited = tokio::time::Instant::now();
-    while waited.elapsed() < EJECTION_WAIT {
-        let participants = checker.participants(report, secrets).await;
-        if !participants.values().any(|(state, _)| state == "ejected") {
-            break;
-        }
-        checker.recovery(report, secrets).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    // Hosts restarted empty far behind are caught up by the escrow in the background: the final
-    // lockstep is judged once the escrow reports none left, within a bound (a catch-up that
-    // never ends still fails it).
-    let waited = tokio::time::Instant::now();
-    while waited.elapsed() < CATCH_UP_WAIT {
-        match checker.background_catch_ups(report, secrets).await {
-            Some(0) => break,
-            Some(n) => report.borrow().note(
-                "catching_up",
-                json!({"hosts": n, "waited_s": waited.elapsed().as_secs()}),
-            ),
-            None => {}
-        }
-        checker.recovery(report, secrets).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    // Repairs of hosts that diverged during the drain take their own rounds (a debug build on a
-    // loaded machine: several seconds each): give them the same bounded rounds as after the
-    // schedule, unreported, before the one lockstep that is judged.
-    for _ in 0..6 {
-        applier.trigger_repairs(&checker.gateway).await;
-        checker.quiesce(Duration::from_secs(10)).await;
-        if checker
-            .lockstep(Duration::from_secs(10), true, &scratch, secrets)
-            .await
-            >= applier.hosts()
-        {
-            break;
-        }
-    }
-    let in_step = checker
-        .lockstep(Duration::from_secs(20), true, report, secrets)
-        .await;
-    report.borrow().note(
-        "final_lockstep",
-        json!({"hosts_in_lockstep": in_step, "hosts": applier.hosts()}),
-    );
-    if in_step < applier.hosts() {
-        report.borrow_mut().violation(1, format!(
-            "only {in_step} of {} hosts converged to the gateway's nonce and root after the faults cleared and repairs ran",
-            applier.hosts()
-        ));
     }
 }
 
