@@ -33,6 +33,8 @@ use super::{
 
 pub use super::secrets::Secrets;
 
+mod reads;
+
 /// Protocol timing of the simulated escrow (what the chaos network is configured with).
 #[derive(Debug, Clone, Copy)]
 pub struct Deadlines {
@@ -107,58 +109,6 @@ impl Checker {
             last_nonce: 0,
             overdue: BTreeSet::new(),
         }
-    }
-
-    async fn admin(
-        &self,
-        method: &str,
-        path: &str,
-        report: &std::cell::RefCell<Report>,
-        secrets: &Secrets,
-    ) -> Option<Value> {
-        match self
-            .http
-            .call(method, &format!("{}{path}", self.gateway), None)
-            .await
-        {
-            Ok(v) => {
-                secrets.scan(v.to_string().as_bytes(), path, report);
-                Some(v)
-            }
-            Err(e) => {
-                report
-                    .borrow()
-                    .note("admin_call_failed", json!(e.to_string()));
-                None
-            }
-        }
-    }
-
-    async fn sessions(&self) -> Vec<HostSession> {
-        let hosts = self
-            .http
-            .call("GET", &format!("{}/sim/hosts", self.control), None)
-            .await
-            .ok()
-            .and_then(|v| v.as_array().map(Vec::len))
-            .unwrap_or(0);
-        let mut out = Vec::new();
-        for index in 0..hosts {
-            let url = format!(
-                "{}/sim/hosts/{index}/sessions/{}",
-                self.control, self.escrow
-            );
-            if let Ok(v) = self.http.call("GET", &url, None).await {
-                out.push(HostSession {
-                    index,
-                    nonce: v["latest_nonce"].as_u64().unwrap_or(0),
-                    root: v["state_root"].as_str().unwrap_or_default().to_owned(),
-                    forked: !v["forked_at"].is_null(),
-                    open: v["open_inferences"].as_array().cloned().unwrap_or_default(),
-                });
-            }
-        }
-        out
     }
 
     /// Waits (bounded) until the escrow has no attempt in flight and no race waiting for a
@@ -280,25 +230,6 @@ impl Checker {
         }
     }
 
-    async fn addresses(&self) -> BTreeMap<usize, String> {
-        let hosts = self
-            .http
-            .call("GET", &format!("{}/sim/hosts", self.control), None)
-            .await;
-        hosts
-            .ok()
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|h| {
-                Some((
-                    usize::try_from(h["index"].as_u64()?).ok()?,
-                    h["address"].as_str()?.to_owned(),
-                ))
-            })
-            .collect()
-    }
-
     /// Invariant 4 on one host in lockstep: no open inference past its deadline.
     fn settlement(&mut self, s: &HostSession, report: &std::cell::RefCell<Report>) {
         let now = now_s();
@@ -328,23 +259,6 @@ impl Checker {
                 );
             }
         }
-    }
-
-    /// Seconds until the last deadline (+ slack) of an inference started at or before `nonce`
-    /// that some host still holds open (for the final drain).
-    pub async fn last_open_deadline(&self, nonce: u64) -> Option<i64> {
-        let d = self.deadlines;
-        self.sessions()
-            .await
-            .iter()
-            .flat_map(|s| s.open.iter())
-            .filter(|r| r["id"].as_u64().is_some_and(|id| id <= nonce))
-            .map(|r| match r["status"].as_str() {
-                Some("started") => r["confirmed_at"].as_i64().unwrap_or(0) + d.execution_s,
-                _ => r["started_at"].as_i64().unwrap_or(0) + d.refusal_s,
-            })
-            .max()
-            .map(|due| due + d.slack_s - now_s())
     }
 
     /// Invariant 3, first half: a request succeeds within 2 s of the faults clearing.
@@ -386,46 +300,6 @@ impl Checker {
             3,
             format!("no request succeeded within 2 s of the faults clearing (last: {last})"),
         );
-    }
-
-    /// The hosts the escrow catches up in the background now (`lockstep::syncing`); `None` when
-    /// its snapshot could not be read.
-    pub async fn background_catch_ups(
-        &self,
-        report: &std::cell::RefCell<Report>,
-        secrets: &Secrets,
-    ) -> Option<usize> {
-        let path = format!("/v1/admin/escrows/{}", self.escrow);
-        let escrow = self.admin("GET", &path, report, secrets).await?;
-        escrow["snapshot"]
-            .is_object()
-            .then(|| syncing(&escrow["snapshot"]).len())
-    }
-
-    /// `{address: (state, ejections)}` from `GET /v1/admin/participants`.
-    pub async fn participants(
-        &self,
-        report: &std::cell::RefCell<Report>,
-        secrets: &Secrets,
-    ) -> BTreeMap<String, (String, u64)> {
-        let list = self
-            .admin("GET", "/v1/admin/participants", report, secrets)
-            .await;
-        list.as_ref()
-            .and_then(|v| v["data"].as_array().or_else(|| v.as_array()))
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|p| {
-                Some((
-                    p["participant_key"].as_str()?.to_owned(),
-                    (
-                        p["state"].as_str().unwrap_or_default().to_owned(),
-                        p["ejections"].as_u64().unwrap_or(0),
-                    ),
-                ))
-            })
-            .collect()
     }
 
     /// Invariant 3, second half: hosts healthy before a shared fault are not ejected by it.

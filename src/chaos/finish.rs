@@ -54,32 +54,12 @@ pub(super) async fn final_checks(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     // An ejected host gets no diffs until its ejection ends (a host's own fault may eject it
-    // during the drain, e.g. seed 9457917586553865090): wait for it, bounded, with traffic.
-    let waited = tokio::time::Instant::now();
-    while waited.elapsed() < EJECTION_WAIT {
-        let participants = checker.participants(report, secrets).await;
-        if !participants.values().any(|(state, _)| state == "ejected") {
-            break;
-        }
-        checker.recovery(report, secrets).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    // Hosts restarted empty far behind are caught up by the escrow in the background: the final
-    // lockstep is judged once the escrow reports none left, within a bound (a catch-up that
-    // never ends still fails it).
-    let waited = tokio::time::Instant::now();
-    while waited.elapsed() < CATCH_UP_WAIT {
-        match checker.background_catch_ups(report, secrets).await {
-            Some(0) => break,
-            Some(n) => report.borrow().note(
-                "catching_up",
-                json!({"hosts": n, "waited_s": waited.elapsed().as_secs()}),
-            ),
-            None => {}
-        }
-        checker.recovery(report, secrets).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    // during the drain, e.g. seed 9457917586553865090); hosts restarted empty far behind are
+    // caught up by the escrow in the background. The final lockstep is judged once neither is
+    // left, each wait bounded (a catch-up that never ends still fails it).
+    wait_with_traffic(checker, Until::NoEjection, EJECTION_WAIT, report, secrets).await;
+    let catch_ups = Until::NoBackgroundCatchUp;
+    wait_with_traffic(checker, catch_ups, CATCH_UP_WAIT, report, secrets).await;
     // Repairs of hosts that diverged during the drain take their own rounds (a debug build on a
     // loaded machine: several seconds each): give them the same bounded rounds as after the
     // schedule, unreported, before the one lockstep that is judged.
@@ -106,5 +86,46 @@ pub(super) async fn final_checks(
             "only {in_step} of {} hosts converged to the gateway's nonce and root after the faults cleared and repairs ran",
             applier.hosts()
         ));
+    }
+}
+
+/// What a bounded wait at the end of a run waits for.
+#[derive(Clone, Copy)]
+enum Until {
+    /// No participant ejected.
+    NoEjection,
+    /// No background catch-up reported by the escrow (a note `catching_up` a second meanwhile).
+    NoBackgroundCatchUp,
+}
+
+/// Waits at most `bound` until `until` holds, one request a second flowing as in the drain.
+async fn wait_with_traffic(
+    checker: &Checker,
+    until: Until,
+    bound: Duration,
+    report: &Rc<RefCell<Report>>,
+    secrets: &Secrets,
+) {
+    let waited = tokio::time::Instant::now();
+    while waited.elapsed() < bound {
+        let done = match until {
+            Until::NoEjection => !(checker.participants(report, secrets).await)
+                .values()
+                .any(|(state, _)| state == "ejected"),
+            Until::NoBackgroundCatchUp => {
+                let n = checker.background_catch_ups(report, secrets).await;
+                if let Some(hosts) = n.filter(|n| *n > 0) {
+                    let waited_s = waited.elapsed().as_secs();
+                    let note = json!({"hosts": hosts, "waited_s": waited_s});
+                    report.borrow().note("catching_up", note);
+                }
+                n == Some(0)
+            }
+        };
+        if done {
+            return;
+        }
+        checker.recovery(report, secrets).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

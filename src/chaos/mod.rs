@@ -9,7 +9,8 @@
 //! - `schedule.rs` — the pure, seeded schedule (same seed → same steps).
 //! - `apply.rs` — applying a step through the control API.
 //! - `load.rs` — the client loops and their per-request verdicts (invariant 2).
-//! - `checks.rs` — invariants 1, 3, 4; `lockstep.rs` — invariant 1's judgement of one host.
+//! - `checks.rs` — invariants 1, 3, 4 (its HTTP reads in `checks/reads.rs`); `lockstep.rs` —
+//!   invariant 1's judgement of one host.
 //! - `finish.rs` — the end of a run: drain, waits, the judged final lockstep (invariant 1);
 //! - `spared.rs` — which hosts invariant 3's shared-fault half judges after a round;
 //! - `secrets.rs` — invariant 5's scan; `payouts.rs` — invariants 6 and 7 (settle, then chain payouts

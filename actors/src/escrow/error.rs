@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::session::SessionError;
-use crate::store::StoreError;
+use crate::{protocol::crypto::Address, store::StoreError};
 
 /// Why the escrow could not serve a request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize)]
@@ -57,6 +57,23 @@ pub enum EscrowError {
     /// Ask for the hedge again at this time (unix ms).
     #[error("hedge not due before {0}")]
     HedgeWait(i64),
+}
+
+/// Diffs a second a background catch-up is counted on to send (the hour-long run measured
+/// 1 600–2 600), for the `Retry-After` of a request refused while one runs.
+const CATCH_UP_DIFFS_PER_S: u64 = 2_000;
+
+impl EscrowError {
+    /// Every host that could serve is caught up in the background; `host` lacks `lacks` diffs.
+    /// `Retry-After`: the time to send them at [`CATCH_UP_DIFFS_PER_S`], 1–30 s.
+    pub fn hosts_catching_up(escrow: String, host: &Address, lacks: u64) -> EscrowError {
+        EscrowError::HostsCatchingUp {
+            escrow,
+            host: host.short().to_owned(),
+            lacks,
+            retry_after_s: lacks.div_ceil(CATCH_UP_DIFFS_PER_S).clamp(1, 30),
+        }
+    }
 }
 
 impl From<StoreError> for EscrowError {

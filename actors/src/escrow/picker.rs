@@ -67,16 +67,6 @@ pub(super) enum Step {
     Stop,
 }
 
-/// Diffs a second a background catch-up is counted on to send (the hour-long run measured
-/// ≈ 2 600), for the `Retry-After` of a request refused while one runs.
-const CATCH_UP_DIFFS_PER_S: u64 = 2_000;
-
-/// `Retry-After` (s) of a request refused while its only host lacks `lacks` diffs: the time to
-/// send them at [`CATCH_UP_DIFFS_PER_S`], 1–30 s.
-pub(super) fn catch_up_retry_after_s(lacks: u64) -> u64 {
-    lacks.div_ceil(CATCH_UP_DIFFS_PER_S).clamp(1, 30)
-}
-
 /// See the module docs.
 pub(super) struct Picker {
     /// Races waiting for a nonce, in arrival order.
@@ -175,9 +165,7 @@ impl Picker {
         let takes = |w: &Waiter| !w.exclude.contains(&host) && w.params.allows(&host);
         match self.waiting.iter().position(takes) {
             Some(i) => {
-                let lacks = session
-                    .nonce()
-                    .saturating_sub(session.catch_up_after(&host));
+                let lacks = session.lacks(&host);
                 if reach.is_far(lacks) && !reach.is_catching_up(&host) {
                     return Step::CatchUpInBackground(host);
                 }
@@ -205,12 +193,8 @@ impl Picker {
                         Step::Stop
                     }
                     NonceReach::RefuseCatchingUp => {
-                        let err = EscrowError::HostsCatchingUp {
-                            escrow: session.info().escrow_id.clone(),
-                            host: host.short().to_owned(),
-                            lacks,
-                            retry_after_s: catch_up_retry_after_s(lacks),
-                        };
+                        let escrow = session.info().escrow_id.clone();
+                        let err = EscrowError::hosts_catching_up(escrow, &host, lacks);
                         let n = self.waiting.len();
                         reach.refused_waiters(n);
                         self.fail_all(&err);

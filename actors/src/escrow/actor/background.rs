@@ -24,11 +24,6 @@ use crate::{protocol::crypto::Address, protocol::state::Phase, stats::timers};
 const ROUND_CHUNKS: u64 = 10;
 
 impl EscrowActor {
-    /// Diffs `host` lacks, by its sync point.
-    pub(super) fn lacks(&self, host: &Address) -> u64 {
-        (self.session.nonce()).saturating_sub(self.session.catch_up_after(host))
-    }
-
     /// Starts `host`'s background catch-up, unless something already carries it.
     pub(super) fn start_background_catch_up(&mut self, host: &Address, ctx: &mut Context<Self>) {
         let now = self.now_ms();
@@ -38,7 +33,7 @@ impl EscrowActor {
         self.routing.set_catching(host, true);
         info!(self.deps.log, "a host lacks more diffs than a request may carry: it is caught up in the background and its nonces pass over it";
             "stage" => "background_catch_up_started", "host" => host.short(),
-            "lacks" => self.lacks(host), "sync" => self.session.host_sync(host));
+            "lacks" => self.session.lacks(host), "sync" => self.session.host_sync(host));
         self.count_reach("background_started");
         self.background_round(host.clone(), ctx);
     }
@@ -85,7 +80,7 @@ impl EscrowActor {
         if ok {
             self.reach_answered(&host);
         }
-        let lacks = self.lacks(&host);
+        let lacks = self.session.lacks(&host);
         let sync = self.session.host_sync(&host);
         let active = self.session.state().phase() == Phase::Active;
         let routable = !self.routing.is_withheld(&host);

@@ -56,16 +56,11 @@ impl EscrowActor {
         };
         let sends = sync::catch_up_hosts(&self.session, targets, &self.deps, ready, resend_last);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
-            for (addr, res) in res.clone().unwrap_or_default() {
-                if let Ok(sent) = res {
-                    if let Some(r) = sent.receipt {
-                        let _ = act.take_report(&addr, None, &r);
-                        act.durable.syncs_changed();
-                    }
-                    act.absorb_mempool(&addr, sent.mempool, ctx);
-                }
-            }
-            res.map(|_| act.round_done())
+            res.map(|answers| {
+                // A host that answered a gap is caught up from what it holds next round.
+                let _ = act.absorb_sync_answers(answers, ctx);
+                act.round_done()
+            })
         }))
     }
 }

@@ -66,11 +66,7 @@ impl EscrowActor {
                 Step::CatchUpInBackground(host) => self.start_background_catch_up(&host, ctx),
                 Step::RefusedCatchingUp(n) => {
                     let n = u64::try_from(n).unwrap_or(u64::MAX);
-                    self.deps
-                        .metrics
-                        .reach
-                        .with_label_values(&["refused_catching_up"])
-                        .inc_by(n);
+                    self.count_reach_by("refused_catching_up", n);
                     slog::debug!(self.deps.log, "requests refused without a nonce: every host that could serve is catching up in the background";
                         "stage" => "reach_refused_catching_up", "refused" => n);
                     return;

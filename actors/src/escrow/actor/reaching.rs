@@ -124,13 +124,7 @@ impl EscrowActor {
         info!(self.deps.log, "resend refused: the host lacks more diffs than a request may carry, a background sync catches it up";
             "stage" => "resend_refused_far", "host" => host.short(), "nonce" => nonce,
             "holds" => holds);
-        let lacks = self.lacks(host);
-        EscrowError::HostsCatchingUp {
-            escrow: self.escrow_id().to_string(),
-            host: host.short().to_owned(),
-            lacks,
-            retry_after_s: super::super::picker::catch_up_retry_after_s(lacks),
-        }
+        EscrowError::hosts_catching_up(self.escrow_id().to_string(), host, self.session.lacks(host))
     }
 
     /// A resend of `nonce` to `host` carries `chunks` catch-up chunks: when they are more than a
@@ -227,7 +221,15 @@ impl EscrowActor {
     }
 
     pub(super) fn count_reach(&self, event: &str) {
-        self.deps.metrics.reach.with_label_values(&[event]).inc();
+        self.count_reach_by(event, 1);
+    }
+
+    pub(super) fn count_reach_by(&self, event: &str, n: u64) {
+        self.deps
+            .metrics
+            .reach
+            .with_label_values(&[event])
+            .inc_by(n);
     }
 }
 

@@ -61,6 +61,11 @@ impl Session {
         self.host_sync(host)
     }
 
+    /// Diffs `host` lacks by its sync point.
+    pub fn lacks(&self, host: &Address) -> u64 {
+        self.nonce().saturating_sub(self.catch_up_after(host))
+    }
+
     /// An inference request for `nonce` carries the diffs above this (see the module docs).
     pub fn windowed_after(&self, host: &Address, nonce: u64, window: usize) -> u64 {
         let sent = self.host_sent.get(host).copied().unwrap_or(0);

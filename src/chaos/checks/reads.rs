@@ -1,0 +1,140 @@
+//! The checker's reads, all through HTTP: the gateway's admin routes (escrow snapshot,
+//! participants) and the simulator's control API (host sessions and addresses, open inference
+//! deadlines). The judgements on what they return are in the parent module.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use super::{now_s, Checker, HostSession, Report, Secrets};
+use crate::chaos::lockstep::syncing;
+
+impl Checker {
+    pub(super) async fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> Option<Value> {
+        match self
+            .http
+            .call(method, &format!("{}{path}", self.gateway), None)
+            .await
+        {
+            Ok(v) => {
+                secrets.scan(v.to_string().as_bytes(), path, report);
+                Some(v)
+            }
+            Err(e) => {
+                report
+                    .borrow()
+                    .note("admin_call_failed", json!(e.to_string()));
+                None
+            }
+        }
+    }
+
+    pub(super) async fn sessions(&self) -> Vec<HostSession> {
+        let hosts = self
+            .http
+            .call("GET", &format!("{}/sim/hosts", self.control), None)
+            .await
+            .ok()
+            .and_then(|v| v.as_array().map(Vec::len))
+            .unwrap_or(0);
+        let mut out = Vec::new();
+        for index in 0..hosts {
+            let url = format!(
+                "{}/sim/hosts/{index}/sessions/{}",
+                self.control, self.escrow
+            );
+            if let Ok(v) = self.http.call("GET", &url, None).await {
+                out.push(HostSession {
+                    index,
+                    nonce: v["latest_nonce"].as_u64().unwrap_or(0),
+                    root: v["state_root"].as_str().unwrap_or_default().to_owned(),
+                    forked: !v["forked_at"].is_null(),
+                    open: v["open_inferences"].as_array().cloned().unwrap_or_default(),
+                });
+            }
+        }
+        out
+    }
+
+    pub(super) async fn addresses(&self) -> BTreeMap<usize, String> {
+        let hosts = self
+            .http
+            .call("GET", &format!("{}/sim/hosts", self.control), None)
+            .await;
+        hosts
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|h| {
+                Some((
+                    usize::try_from(h["index"].as_u64()?).ok()?,
+                    h["address"].as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Seconds until the last deadline (+ slack) of an inference started at or before `nonce`
+    /// that some host still holds open (for the final drain).
+    pub async fn last_open_deadline(&self, nonce: u64) -> Option<i64> {
+        let d = self.deadlines;
+        self.sessions()
+            .await
+            .iter()
+            .flat_map(|s| s.open.iter())
+            .filter(|r| r["id"].as_u64().is_some_and(|id| id <= nonce))
+            .map(|r| match r["status"].as_str() {
+                Some("started") => r["confirmed_at"].as_i64().unwrap_or(0) + d.execution_s,
+                _ => r["started_at"].as_i64().unwrap_or(0) + d.refusal_s,
+            })
+            .max()
+            .map(|due| due + d.slack_s - now_s())
+    }
+
+    /// The hosts the escrow catches up in the background now (`lockstep::syncing`); `None` when
+    /// its snapshot could not be read.
+    pub async fn background_catch_ups(
+        &self,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> Option<usize> {
+        let path = format!("/v1/admin/escrows/{}", self.escrow);
+        let escrow = self.admin("GET", &path, report, secrets).await?;
+        escrow["snapshot"]
+            .is_object()
+            .then(|| syncing(&escrow["snapshot"]).len())
+    }
+
+    /// `{address: (state, ejections)}` from `GET /v1/admin/participants`.
+    pub async fn participants(
+        &self,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> BTreeMap<String, (String, u64)> {
+        let list = self
+            .admin("GET", "/v1/admin/participants", report, secrets)
+            .await;
+        list.as_ref()
+            .and_then(|v| v["data"].as_array().or_else(|| v.as_array()))
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p["participant_key"].as_str()?.to_owned(),
+                    (
+                        p["state"].as_str().unwrap_or_default().to_owned(),
+                        p["ejections"].as_u64().unwrap_or(0),
+                    ),
+                ))
+            })
+            .collect()
+    }
+}
