@@ -21,7 +21,8 @@ pub type Health = BTreeMap<String, (String, u64)>;
 pub struct Applier {
     http: Http,
     control: String,
-    escrow: String,
+    /// The escrows the checks follow now (`checks/escrows.rs`).
+    escrows: Vec<String>,
     addresses: Vec<String>,
     latencies: Vec<Value>,
     baseline: Option<Health>,
@@ -47,11 +48,18 @@ impl Applier {
             latencies: hosts.iter().map(|h| h["latency"].clone()).collect(),
             http,
             control,
-            escrow,
+            escrows: vec![escrow],
             baseline: None,
             shared: BTreeSet::new(),
             excluded: BTreeSet::new(),
             shared_strikes: false,
+        }
+    }
+
+    /// Follows these escrows from now on (the checker's list, after a rotation).
+    pub fn set_escrows(&mut self, escrows: &[String]) {
+        if !escrows.is_empty() {
+            self.escrows = escrows.to_vec();
         }
     }
 
@@ -105,14 +113,16 @@ impl Applier {
                 }
             }
             Event::Fork { host, ahead } => {
-                let url = format!("{}/sim/hosts/{host}/sessions/{}", self.control, self.escrow);
-                let nonce = self
-                    .http
-                    .call("GET", &url, None)
-                    .await
-                    .ok()
-                    .and_then(|v| v["latest_nonce"].as_u64())
-                    .unwrap_or(0);
+                // The knob forks whichever session reaches the nonce first: the lowest of the
+                // escrows followed, so that it trips soon after a rotation too.
+                let mut nonce = None;
+                for escrow in &self.escrows {
+                    let url = format!("{}/sim/hosts/{host}/sessions/{escrow}", self.control);
+                    let at = self.http.call("GET", &url, None).await.ok();
+                    let at = at.and_then(|v| v["latest_nonce"].as_u64()).unwrap_or(0);
+                    nonce = Some(nonce.map_or(at, |n: u64| n.min(at)));
+                }
+                let nonce = nonce.unwrap_or(0);
                 errors += &self
                     .put(
                         &format!("/sim/hosts/{host}/faults"),
@@ -160,12 +170,12 @@ impl Applier {
     pub async fn clear(&self) {
         let c = &self.control;
         for i in 0..self.hosts() {
-            let url = format!("{c}/sim/hosts/{i}/sessions/{}", self.escrow);
-            let forked = self
-                .http
-                .call("GET", &url, None)
-                .await
-                .is_ok_and(|v| !v["forked_at"].is_null());
+            let mut forked = false;
+            for escrow in &self.escrows {
+                let url = format!("{c}/sim/hosts/{i}/sessions/{escrow}");
+                let session = self.http.call("GET", &url, None).await;
+                forked |= session.is_ok_and(|v| !v["forked_at"].is_null());
+            }
             if forked {
                 let _ = self
                     .put(
@@ -225,20 +235,17 @@ impl Applier {
 
     /// A repair tick now for every participant the gateway is repairing.
     pub async fn trigger_repairs(&self, gateway: &str) {
-        let escrow = format!("{gateway}/v1/admin/escrows/{}", self.escrow);
-        let Ok(e) = self.http.call("GET", &escrow, None).await else {
-            return;
-        };
-        for a in e["snapshot"]["repairs"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-        {
-            if let Some(a) = a.as_str() {
-                let _ = self
-                    .http
-                    .call("POST", &format!("{escrow}/participants/{a}/repair"), None)
-                    .await;
+        for id in &self.escrows {
+            let escrow = format!("{gateway}/v1/admin/escrows/{id}");
+            let Ok(e) = self.http.call("GET", &escrow, None).await else {
+                continue;
+            };
+            let repairs = e["snapshot"]["repairs"].as_array().cloned();
+            for a in repairs.unwrap_or_default() {
+                if let Some(a) = a.as_str() {
+                    let repair = format!("{escrow}/participants/{a}/repair");
+                    let _ = self.http.call("POST", &repair, None).await;
+                }
             }
         }
     }

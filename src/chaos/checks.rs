@@ -33,6 +33,7 @@ use super::{
 
 pub use super::secrets::Secrets;
 
+mod escrows;
 mod reads;
 
 /// Protocol timing of the simulated escrow (what the chaos network is configured with).
@@ -49,15 +50,17 @@ pub struct Checker {
     pub http: Http,
     pub gateway: String,
     pub control: String,
-    pub escrow: String,
+    /// The escrows the checks follow now: those still serving or draining (`escrows.rs`).
+    pub escrows: Vec<String>,
     pub deadlines: Deadlines,
     pub log: PathBuf,
     log_offset: u64,
-    max_nonce: u64,
-    /// The gateway's nonce at the last lockstep check.
-    pub last_nonce: u64,
+    /// Each escrow's highest nonce read (a nonce must never go back, across `kill -9`).
+    max_nonce: BTreeMap<String, u64>,
+    /// Each escrow's nonce at its last lockstep check.
+    pub last_nonce: BTreeMap<String, u64>,
     /// Inferences already reported open past their deadline (reported once, not per host).
-    overdue: BTreeSet<u64>,
+    overdue: BTreeSet<(String, u64)>,
 }
 
 /// A read of the gateway's nonce found no snapshot (the escrow actor did not answer in time):
@@ -101,12 +104,12 @@ impl Checker {
             http,
             gateway,
             control,
-            escrow,
+            escrows: vec![escrow],
             deadlines,
             log,
             log_offset: 0,
-            max_nonce: 0,
-            last_nonce: 0,
+            max_nonce: BTreeMap::new(),
+            last_nonce: BTreeMap::new(),
             overdue: BTreeSet::new(),
         }
     }
@@ -115,22 +118,25 @@ impl Checker {
     /// nonce (the load is paused): then a sync must bring every host to the gateway's nonce.
     pub async fn quiesce(&self, limit: Duration) -> bool {
         let started = Instant::now();
-        let url = format!("{}/v1/admin/escrows/{}", self.gateway, self.escrow);
         while started.elapsed() < limit {
-            if let Ok(e) = self.http.call("GET", &url, None).await {
-                let s = &e["snapshot"];
-                if s["attempts_in_flight"] == 0 && s["waiting_races"] == 0 {
-                    return true;
-                }
+            let mut quiet = true;
+            for escrow in &self.escrows {
+                let url = format!("{}/v1/admin/escrows/{escrow}", self.gateway);
+                quiet &= self.http.call("GET", &url, None).await.is_ok_and(|e| {
+                    let s = &e["snapshot"];
+                    s["attempts_in_flight"] == 0 && s["waiting_races"] == 0
+                });
+            }
+            if quiet {
+                return true;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         false
     }
 
-    /// Invariant 1 (and 4 on the hosts found in lockstep). `patience` bounds the wait for hosts
-    /// that are still catching up; `quiet` says the escrow was quiesced, so that a host behind
-    /// the gateway after a sync is a violation. Returns the hosts in lockstep.
+    /// Invariant 1 (and 4) over every escrow followed, after reading which those are now: the
+    /// fewest hosts in lockstep on any of them.
     pub async fn lockstep(
         &mut self,
         patience: Duration,
@@ -138,9 +144,31 @@ impl Checker {
         report: &std::cell::RefCell<Report>,
         secrets: &Secrets,
     ) -> usize {
+        self.refresh_escrows(report, secrets).await;
+        let mut fewest = None;
+        for escrow in self.escrows.clone() {
+            let n = self
+                .lockstep_of(&escrow, patience, quiet, report, secrets)
+                .await;
+            fewest = Some(fewest.map_or(n, |f: usize| f.min(n)));
+        }
+        fewest.unwrap_or(0)
+    }
+
+    /// Invariant 1 (and 4 on the hosts found in lockstep). `patience` bounds the wait for hosts
+    /// that are still catching up; `quiet` says the escrow was quiesced, so that a host behind
+    /// the gateway after a sync is a violation. Returns the hosts in lockstep.
+    async fn lockstep_of(
+        &mut self,
+        escrow_id: &str,
+        patience: Duration,
+        quiet: bool,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> usize {
         let deadline = Instant::now() + patience;
         loop {
-            let escrow_path = format!("/v1/admin/escrows/{}", self.escrow);
+            let escrow_path = format!("/v1/admin/escrows/{escrow_id}");
             let Some(escrow) = self.admin("GET", &escrow_path, report, secrets).await else {
                 return 0;
             };
@@ -151,11 +179,14 @@ impl Checker {
                 }
                 continue;
             };
-            self.last_nonce = before;
-            if let Some(p) = went_back(self.max_nonce, before) {
-                report.borrow_mut().violation(1, p);
+            self.last_nonce.insert(escrow_id.to_owned(), before);
+            let highest = self.max_nonce.entry(escrow_id.to_owned()).or_insert(0);
+            if let Some(p) = went_back(*highest, before) {
+                report
+                    .borrow_mut()
+                    .violation(1, format!("escrow {escrow_id}: {p}"));
             }
-            self.max_nonce = self.max_nonce.max(before);
+            *highest = (*highest).max(before);
             let mut excluded = excused(snap);
             let mut lagging = withheld(snap);
             lagging.extend(syncing(snap));
@@ -180,7 +211,7 @@ impl Checker {
                 .filter(|(_, (state, _))| state == "ejected")
                 .map(|(a, _)| a)
                 .collect();
-            let sessions = self.sessions().await;
+            let sessions = self.sessions(escrow_id).await;
             // Read again after the hosts: a diff composed meanwhile (a confirmed timeout is sent
             // at once) is then known, so a host holding it is not "beyond" the gateway.
             let Some(after) = self.admin("GET", &escrow_path, report, secrets).await else {
@@ -195,7 +226,7 @@ impl Checker {
                 }
                 continue;
             };
-            self.last_nonce = latest.nonce;
+            self.last_nonce.insert(escrow_id.to_owned(), latest.nonce);
             let mut problems = Vec::new();
             let mut in_step = Vec::new();
             for s in sessions {
@@ -219,10 +250,12 @@ impl Checker {
             }
             if problems.is_empty() || Instant::now() >= deadline {
                 for p in problems {
-                    report.borrow_mut().violation(1, p);
+                    report
+                        .borrow_mut()
+                        .violation(1, format!("escrow {escrow_id}: {p}"));
                 }
                 for s in &in_step {
-                    self.settlement(s, report);
+                    self.settlement(escrow_id, s, report);
                 }
                 return in_step.len();
             }
@@ -231,7 +264,7 @@ impl Checker {
     }
 
     /// Invariant 4 on one host in lockstep: no open inference past its deadline.
-    fn settlement(&mut self, s: &HostSession, report: &std::cell::RefCell<Report>) {
+    fn settlement(&mut self, escrow: &str, s: &HostSession, report: &std::cell::RefCell<Report>) {
         let now = now_s();
         let d = self.deadlines;
         for r in &s.open {
@@ -246,11 +279,11 @@ impl Checker {
                 ),
             };
             let id = r["id"].as_u64().unwrap_or(0);
-            if now > due + d.slack_s && self.overdue.insert(id) {
+            if now > due + d.slack_s && self.overdue.insert((escrow.to_owned(), id)) {
                 report.borrow_mut().violation(
                     4,
                     format!(
-                        "inference {} is still {} {} s after its {what} deadline (host {})",
+                        "escrow {escrow}: inference {} is still {} {} s after its {what} deadline (host {})",
                         r["id"],
                         r["status"].as_str().unwrap_or("?"),
                         now - due,

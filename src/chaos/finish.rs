@@ -40,12 +40,8 @@ pub(super) async fn final_checks(
             break;
         }
     }
-    let granted = checker.last_nonce;
-    while let Some(left) = checker
-        .last_open_deadline(granted)
-        .await
-        .filter(|left| *left > 0)
-    {
+    let granted = checker.last_nonce.clone();
+    while let Some(left) = last_open_deadline(checker, &granted).await {
         report
             .borrow()
             .note("draining", json!({"seconds_to_last_deadline": left}));
@@ -87,6 +83,21 @@ pub(super) async fn final_checks(
             applier.hosts()
         ));
     }
+}
+
+/// Seconds to the last deadline of an inference granted by the last lockstep, over every escrow
+/// followed; `None` once all have passed.
+async fn last_open_deadline(
+    checker: &Checker,
+    granted: &std::collections::BTreeMap<String, u64>,
+) -> Option<i64> {
+    let mut last = None;
+    for escrow in &checker.escrows {
+        let nonce = granted.get(escrow).copied().unwrap_or(0);
+        let left = checker.last_open_deadline(escrow, nonce).await;
+        last = last.max(left.filter(|left| *left > 0));
+    }
+    last
 }
 
 /// What a bounded wait at the end of a run waits for.

@@ -41,6 +41,7 @@ use self::{
     checks::{Checker, Deadlines, Secrets},
     http::Http,
     load::{LoadShared, LoadStats},
+    payouts::Payouts,
     process::{Gateway, GatewaySpec},
     report::Report,
     schedule::{Event, Step},
@@ -76,6 +77,12 @@ pub struct ChaosArgs {
     /// for known, reported defects owned elsewhere; the README lists which and why.
     #[arg(long, value_delimiter = ',')]
     pub tolerate: Vec<u8>,
+    /// Each escrow's `max_nonce` (the gateway's default is 20 000): the gateway then rotates
+    /// escrows as production does, creating a replacement before the serving limit and settling
+    /// the old one, and the checks follow every escrow. Without it one escrow serves the whole
+    /// run (`max_nonce` 600 a second of the run).
+    #[arg(long)]
+    pub max_nonce: Option<u64>,
 }
 
 /// `30s`, `2m`, `1h`, `500ms` or plain seconds.
@@ -122,11 +129,11 @@ pub fn run(args: &ChaosArgs) -> ExitCode {
     actix_web::rt::System::new().block_on(chaos(args.clone(), seed, steps))
 }
 
-fn sim_config(seed: u64, hosts: usize, profile: Profile, duration: Duration) -> SimConfig {
+fn sim_config(seed: u64, args: &ChaosArgs) -> SimConfig {
     let mut cfg = SimConfig::with_seed(&format!("chaos-{seed}"));
-    cfg.hosts = hosts.max(2);
-    cfg.max_nonce = max_nonce_for(duration);
-    cfg.profile = profile;
+    cfg.hosts = args.hosts.max(2);
+    cfg.max_nonce = max_nonce_for(args);
+    cfg.profile = args.profile.clone();
     cfg.output_tokens = 8;
     // No PoC during a run: its 503s are correct behaviour, not faults to recover from.
     cfg.epochs.epoch_length = 10_000_000;
@@ -142,8 +149,26 @@ fn sim_config(seed: u64, hosts: usize, profile: Profile, duration: Duration) -> 
 /// nonce and its timeout diff, withheld nonces): the hour-long run at 100 streams sequenced
 /// 150–460 a second (a 60 s run reached 18 500). 600 a second of the run, at least the
 /// simulator's 20 000.
-fn max_nonce_for(duration: Duration) -> u64 {
-    duration.as_secs().saturating_mul(600).max(20_000)
+fn max_nonce_for(args: &ChaosArgs) -> u64 {
+    args.max_nonce
+        .unwrap_or_else(|| args.duration.as_secs().saturating_mul(600).max(20_000))
+}
+
+/// The gateway's `[rotation]` with `--max-nonce`: one escrow kept active, the replacement created
+/// a tenth of `max_nonce` before the serving limit (a creation is a chain tx, under chain
+/// faults too), checked every second.
+fn rotation_config(args: &ChaosArgs, sim: &SimConfig) -> String {
+    let Some(max_nonce) = args.max_nonce else {
+        return String::new();
+    };
+    format!(
+        "[rotation]\ncheck_interval_ms = 1000\n[[rotation.models]]\nmodel = \"{}\"\n\
+         target_count = 1\namount = {}\nmax_deposit_per_day = {}\nnonce_margin = {}\n",
+        sim.model,
+        sim.amount,
+        sim.amount.saturating_mul(1_000),
+        (max_nonce / 10).max(20)
+    )
 }
 
 async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
@@ -153,14 +178,9 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         "schedule",
         json!({"steps": steps.len(), "kills": kills,
         "duration_s": args.duration.as_secs(), "streams": args.streams, "hosts": args.hosts,
-        "max_nonce": max_nonce_for(args.duration)}),
+        "max_nonce": max_nonce_for(&args), "rotation": args.max_nonce.is_some()}),
     );
-    let sim = match SimNetwork::start(
-        sim_config(seed, args.hosts, args.profile.clone(), args.duration),
-        TokioClock::new().shared(),
-    )
-    .await
-    {
+    let sim = match SimNetwork::start(sim_config(seed, &args), TokioClock::new().shared()).await {
         Ok(s) => s,
         Err(e) => return fatal(&report, &format!("simulator: {e}")),
     };
@@ -187,6 +207,7 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         admin_key,
         chain_url: sim.chain_url().to_owned(),
         escrows: sim.config().escrow_ids.clone(),
+        extra_config: rotation_config(&args, sim.config()),
     };
     let mut gateway = match Gateway::new(spec) {
         Ok(g) => g,
@@ -209,7 +230,14 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         deadlines,
         gateway.spec().log_path(),
     );
-    let mut applier = Applier::new(http.clone(), sim.control_url().to_owned(), escrow).await;
+    let mut applier =
+        Applier::new(http.clone(), sim.control_url().to_owned(), escrow.clone()).await;
+    let urls = [
+        gateway.spec().url(),
+        sim.control_url().to_owned(),
+        sim.chain_url().to_owned(),
+    ];
+    let mut payouts = Payouts::new(http.clone(), urls, applier.hosts()).await;
     let shared = Rc::new(LoadShared {
         http: http.clone(),
         url: gateway.spec().url(),
@@ -255,6 +283,8 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
                     .lockstep(Duration::from_secs(5), quiet, &report, &secrets)
                     .await;
                 shared.pause.set(false);
+                applier.set_escrows(&checker.escrows);
+                payouts.check_settled(&report).await;
                 checker.scan_log(&secrets, &report);
             }
             _ => {
@@ -279,16 +309,7 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         let _ = l.await;
     }
     finish::final_checks(&mut checker, &applier, &report, &secrets).await;
-    let payouts = payouts::Payouts {
-        http: &http,
-        gateway: &checker.gateway,
-        control: &checker.control,
-        chain: sim.chain_url(),
-        escrow: &checker.escrow,
-        hosts: applier.hosts(),
-    };
-    let before = payouts.balances().await;
-    payouts.check(&before, &report).await;
+    payouts.settle_all(&report).await;
     let stats = shared.stats.borrow().clone();
     let (tolerated, violations): (Vec<_>, Vec<_>) = report
         .borrow()

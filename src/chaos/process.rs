@@ -31,6 +31,8 @@ pub struct GatewaySpec {
     pub admin_key: String,
     pub chain_url: String,
     pub escrows: Vec<String>,
+    /// TOML appended to the fixed config (the rotation of `--max-nonce`).
+    pub extra_config: String,
 }
 
 /// A running (or killed) gateway child.
@@ -68,7 +70,8 @@ pub enum ProcessError {
 impl Gateway {
     pub fn new(spec: GatewaySpec) -> Result<Gateway, ProcessError> {
         std::fs::create_dir_all(&spec.data_dir)?;
-        File::create(spec.config_path())?.write_all(CONFIG.as_bytes())?;
+        let config = format!("{CONFIG}{}", spec.extra_config);
+        File::create(spec.config_path())?.write_all(config.as_bytes())?;
         Ok(Gateway {
             spec,
             child: None,

@@ -8,6 +8,7 @@
 //! | `PUT /sim/faults` / `DELETE /sim/faults` | the same for every host |
 //! | `PUT /sim/hosts/{i}/latency` | replaces the host's latency profile |
 //! | `GET /sim/hosts/{i}/sessions/{escrow}` | the host's nonce, roots, mempool size, signed nonces, open (pending/started) inferences, each slot's cost |
+//! | `GET /sim/escrows` | every escrow the chain holds: `[{id, max_nonce, status}]`, `status` `open` or `settled` with the tx, final nonce, fees, refund and what each validator address was `paid` |
 //! | `GET /sim/escrows/{id}` | the chain's escrow record (creator, slots, amount, session config) |
 //! | `GET /sim/chain/requests` | request counts per path / client / server and the last 1 000 requests |
 //! | `POST /sim/chain/requests/reset` | clears the request log |
@@ -127,6 +128,16 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
             host_route(host, &method, rest, req).await
         }
         (_, ["warm", rest @ ..]) => super::warm_api::control(core, &method, rest, req).await,
+        (&Method::GET, ["escrows"]) => {
+            let books: Vec<Value> = core
+                .chain
+                .ledger()
+                .escrows
+                .iter()
+                .map(|(id, b)| json!({"id": id, "max_nonce": b.max_nonce, "status": b.status}))
+                .collect();
+            server::json(StatusCode::OK, &books)
+        }
         (&Method::GET, ["escrows", id]) => match core.chain.escrow(id) {
             Some(e) => server::json(StatusCode::OK, &e),
             None => server::message(StatusCode::NOT_FOUND, "escrow not found"),

@@ -35,7 +35,7 @@ impl Checker {
         }
     }
 
-    pub(super) async fn sessions(&self) -> Vec<HostSession> {
+    pub(super) async fn sessions(&self, escrow: &str) -> Vec<HostSession> {
         let hosts = self
             .http
             .call("GET", &format!("{}/sim/hosts", self.control), None)
@@ -45,10 +45,7 @@ impl Checker {
             .unwrap_or(0);
         let mut out = Vec::new();
         for index in 0..hosts {
-            let url = format!(
-                "{}/sim/hosts/{index}/sessions/{}",
-                self.control, self.escrow
-            );
+            let url = format!("{}/sim/hosts/{index}/sessions/{escrow}", self.control);
             if let Ok(v) = self.http.call("GET", &url, None).await {
                 out.push(HostSession {
                     index,
@@ -81,11 +78,11 @@ impl Checker {
             .collect()
     }
 
-    /// Seconds until the last deadline (+ slack) of an inference started at or before `nonce`
-    /// that some host still holds open (for the final drain).
-    pub async fn last_open_deadline(&self, nonce: u64) -> Option<i64> {
+    /// Seconds until the last deadline (+ slack) of an inference of `escrow` started at or
+    /// before `nonce` that some host still holds open (for the final drain).
+    pub async fn last_open_deadline(&self, escrow: &str, nonce: u64) -> Option<i64> {
         let d = self.deadlines;
-        self.sessions()
+        self.sessions(escrow)
             .await
             .iter()
             .flat_map(|s| s.open.iter())
@@ -98,18 +95,21 @@ impl Checker {
             .map(|due| due + d.slack_s - now_s())
     }
 
-    /// The hosts the escrow catches up in the background now (`lockstep::syncing`); `None` when
-    /// its snapshot could not be read.
+    /// The hosts the escrows followed catch up in the background now (`lockstep::syncing`),
+    /// summed; `None` when a snapshot could not be read.
     pub async fn background_catch_ups(
         &self,
         report: &std::cell::RefCell<Report>,
         secrets: &Secrets,
     ) -> Option<usize> {
-        let path = format!("/v1/admin/escrows/{}", self.escrow);
-        let escrow = self.admin("GET", &path, report, secrets).await?;
-        escrow["snapshot"]
-            .is_object()
-            .then(|| syncing(&escrow["snapshot"]).len())
+        let mut hosts = 0;
+        for id in &self.escrows {
+            let path = format!("/v1/admin/escrows/{id}");
+            let escrow = self.admin("GET", &path, report, secrets).await?;
+            let snapshot = &escrow["snapshot"];
+            hosts += snapshot.is_object().then(|| syncing(snapshot).len())?;
+        }
+        Some(hosts)
     }
 
     /// `{address: (state, ejections)}` from `GET /v1/admin/participants`.
