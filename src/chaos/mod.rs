@@ -154,23 +154,6 @@ fn max_nonce_for(args: &ChaosArgs) -> u64 {
         .unwrap_or_else(|| args.duration.as_secs().saturating_mul(600).max(20_000))
 }
 
-/// The gateway's `[rotation]` with `--max-nonce`: one escrow kept active, the replacement created
-/// a tenth of `max_nonce` before the serving limit (a creation is a chain tx, under chain
-/// faults too), checked every second.
-fn rotation_config(args: &ChaosArgs, sim: &SimConfig) -> String {
-    let Some(max_nonce) = args.max_nonce else {
-        return String::new();
-    };
-    format!(
-        "[rotation]\ncheck_interval_ms = 1000\n[[rotation.models]]\nmodel = \"{}\"\n\
-         target_count = 1\namount = {}\nmax_deposit_per_day = {}\nnonce_margin = {}\n",
-        sim.model,
-        sim.amount,
-        sim.amount.saturating_mul(1_000),
-        (max_nonce / 10).max(20)
-    )
-}
-
 async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
     let report = Rc::new(RefCell::new(Report::new(seed)));
     let kills = steps.iter().filter(|s| s.event == Event::Kill9).count();
@@ -207,7 +190,7 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         admin_key,
         chain_url: sim.chain_url().to_owned(),
         escrows: sim.config().escrow_ids.clone(),
-        extra_config: rotation_config(&args, sim.config()),
+        extra_config: process::rotation_config(args.max_nonce, sim.config()),
     };
     let mut gateway = match Gateway::new(spec) {
         Ok(g) => g,

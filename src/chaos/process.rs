@@ -12,6 +12,7 @@ use std::{
 };
 
 use super::http::Http;
+use crate::sim::SimConfig;
 
 /// Short race timeouts so that every request ends well within the client deadline.
 const CONFIG: &str = "\
@@ -20,6 +21,23 @@ receipt_timeout_ms = 8000
 stall_timeout_ms = 8000
 meta_drain_ms = 5000
 ";
+
+/// The gateway's `[rotation]` with `--max-nonce`: one escrow kept active, the replacement created
+/// a tenth of `max_nonce` before the serving limit (a creation is a chain tx, under chain
+/// faults too), checked every second.
+pub fn rotation_config(max_nonce: Option<u64>, sim: &SimConfig) -> String {
+    let Some(max_nonce) = max_nonce else {
+        return String::new();
+    };
+    format!(
+        "[rotation]\ncheck_interval_ms = 1000\n[[rotation.models]]\nmodel = \"{}\"\n\
+         target_count = 1\namount = {}\nmax_deposit_per_day = {}\nnonce_margin = {}\n",
+        sim.model,
+        sim.amount,
+        sim.amount.saturating_mul(1_000),
+        (max_nonce / 10).max(20)
+    )
+}
 
 /// How to start the gateway (fixed for a run).
 #[derive(Debug, Clone)]
@@ -131,5 +149,27 @@ impl Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn max_nonce_gives_the_gateway_one_rotated_escrow_of_the_simulated_model() {
+        let sim = SimConfig::with_seed("rotation-config");
+        assert_eq!(rotation_config(None, &sim), "");
+        let toml = format!("{CONFIG}{}", rotation_config(Some(20_000), &sim));
+        let raw = Config::from_toml_str(&toml, Path::new("chaos.toml")).unwrap();
+        assert!(raw.rotation.active());
+        let model = &raw.rotation.models[0];
+        assert_eq!(model.model, sim.model);
+        assert_eq!((model.target_count, model.amount), (1, sim.amount));
+        assert_eq!(model.nonce_margin, 2_000);
+        assert_eq!(raw.rotation.check_interval_ms, 1_000);
     }
 }
