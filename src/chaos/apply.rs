@@ -26,10 +26,13 @@ pub struct Applier {
     addresses: Vec<String>,
     latencies: Vec<Value>,
     baseline: Option<Health>,
-    shared: BTreeSet<String>,
+    /// The round's shared fault events: their hosts, and whether the knob can carry a strike
+    /// (`spared.rs`). Judged one by one: a host of a later event answered while an earlier one
+    /// failed.
+    shared: Vec<(BTreeSet<String>, bool)>,
     excluded: BTreeSet<String>,
-    /// A shared knob of the round can carry a strike (`spared.rs`).
-    shared_strikes: bool,
+    /// How long the round's knobs still act after the clear (`residual_ms`).
+    residual_ms: u64,
 }
 
 impl Applier {
@@ -50,9 +53,9 @@ impl Applier {
             control,
             escrows: vec![escrow],
             baseline: None,
-            shared: BTreeSet::new(),
+            shared: Vec::new(),
             excluded: BTreeSet::new(),
-            shared_strikes: false,
+            residual_ms: 0,
         }
     }
 
@@ -99,14 +102,16 @@ impl Applier {
                 faults,
                 shared,
             } => {
+                self.residual_ms = self.residual_ms.max(residual_ms(faults));
                 if *shared {
-                    self.shared_strikes |= super::spared::knob_can_strike(faults);
+                    let can_strike = super::spared::knob_can_strike(faults);
+                    self.shared.push((BTreeSet::new(), can_strike));
                 }
                 for h in hosts {
                     errors += &self.put(&format!("/sim/hosts/{h}/faults"), faults).await;
                     let address = self.address(*h);
-                    if *shared {
-                        self.shared.insert(address);
+                    if let (true, Some((event, _))) = (*shared, self.shared.last_mut()) {
+                        event.insert(address);
                     } else {
                         self.excluded.insert(address);
                     }
@@ -202,17 +207,20 @@ impl Applier {
     /// the round.
     pub fn take_shared_round(&mut self) -> (Health, Vec<String>) {
         let baseline = self.baseline.take().unwrap_or_default();
-        let hosts = super::spared::judged_after_shared(
+        let hosts = super::spared::judged_after_round(
             &self.shared,
             &self.excluded,
             &self.addresses,
             &baseline,
-            self.shared_strikes,
         );
         self.shared.clear();
         self.excluded.clear();
-        self.shared_strikes = false;
         (baseline, hosts)
+    }
+
+    /// How long the round's knobs still act on requests the hosts took before the clear; reset.
+    pub fn take_residual(&mut self) -> Duration {
+        Duration::from_millis(std::mem::take(&mut self.residual_ms))
     }
 
     /// Waits (bounded) until every simulated host listens again (`down_for_ms` ended).
@@ -248,5 +256,63 @@ impl Applier {
                 }
             }
         }
+    }
+}
+
+/// The race's stall timeout in the chaos gateway's config (`process.rs`): a stream stalled for
+/// good is cut after it.
+const STALL_TIMEOUT_MS: u64 = 8_000;
+
+/// How long a knob keeps acting after it is cleared, on the requests a host took before: a
+/// stall before the receipt or the first token, a stall mid-stream (for good without
+/// `stall_ms`: until the race's stall timeout). Invariant 3's "once the faults
+/// clear" starts when they stopped acting (the rotating hour-long run, clear at 454 s: every host
+/// stalled 2.6 s before its receipt, the in-flight requests held the whole concurrency limit
+/// until 2.6 s after the clear, and the recovery probe queued behind them).
+pub fn residual_ms(knob: &Value) -> u64 {
+    let ms = |name: &str| knob[name].as_u64().unwrap_or(0);
+    let stall = if knob["stall_after_chunks"].is_u64() {
+        knob["stall_ms"].as_u64().unwrap_or(STALL_TIMEOUT_MS)
+    } else {
+        0
+    };
+    [
+        ms("stall_before_receipt_ms"),
+        ms("first_token_delay_ms"),
+        stall,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn seed_long_1_a_stall_acts_past_the_clear_for_its_length() {
+        assert_eq!(
+            residual_ms(&json!({"stall_before_receipt_ms": 2_556})),
+            2_556
+        );
+        assert_eq!(
+            residual_ms(&json!({"first_token_delay_ms": 900, "times": 2})),
+            900
+        );
+        let mid = json!({"stall_after_chunks": 2, "stall_ms": 5_000});
+        assert_eq!(residual_ms(&mid), 5_000);
+        assert_eq!(
+            residual_ms(&json!({"stall_after_chunks": 0})),
+            STALL_TIMEOUT_MS
+        );
+        assert_eq!(
+            residual_ms(&json!({"late_finish_ms": 2_000})),
+            0,
+            "the answer is out"
+        );
+        assert_eq!(residual_ms(&json!({"refuse_connections": true})), 0);
     }
 }

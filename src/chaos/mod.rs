@@ -256,6 +256,8 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
             Event::Clear => {
                 applier.clear().await;
                 applier.wait_hosts_up(Duration::from_secs(5)).await;
+                // Stalls the hosts took on before the clear still act (`apply::residual_ms`).
+                tokio::time::sleep(applier.take_residual()).await;
                 checker.recovery(&report, &secrets).await;
                 let after = checker.participants(&report, &secrets).await;
                 let (before, hosts) = applier.take_shared_round();

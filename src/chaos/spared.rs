@@ -45,6 +45,31 @@ pub fn judged_after_shared(
     shared.difference(excluded).cloned().collect()
 }
 
+/// The hosts to judge after a round: each shared event judged on its own
+/// ([`judged_after_shared`]), so that the hosts of another shared event count as peers. The
+/// rotating hour-long run (seed long-1, clear at 292 s): two hosts down for 880 ms, and 120 ms
+/// later two others refusing connections, judged as one shared fault of four hosts; the two
+/// refusing hosts had served while the first two failed, so the gateway rightly struck the
+/// first two (relative evidence), and the runner reported the designed ejection as a violation.
+pub fn judged_after_round(
+    events: &[(BTreeSet<String>, bool)],
+    excluded: &BTreeSet<String>,
+    all: &[String],
+    baseline: &Health,
+) -> Vec<String> {
+    let mut judged = BTreeSet::new();
+    for (hosts, can_strike) in events {
+        judged.extend(judged_after_shared(
+            hosts,
+            excluded,
+            all,
+            baseline,
+            *can_strike,
+        ));
+    }
+    judged.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -127,5 +152,30 @@ mod tests {
         let excluded = set(&["c", "e"]);
         let judged = judged_after_shared(&shared, &excluded, &all(), &base, true);
         assert_eq!(judged, vec!["a".to_owned(), "b".to_owned(), "d".to_owned()]);
+    }
+
+    #[test]
+    fn rotating_long_run_two_shared_events_of_a_round_are_judged_apart() {
+        // a ejected before the round; b, e down (can strike), then c, d refusing (can strike).
+        let mut base = healthy(&["b", "c", "d", "e"]);
+        base.insert("a".to_owned(), ("ejected".to_owned(), 3));
+        let none = BTreeSet::new();
+        let events = vec![(set(&["b", "e"]), true), (set(&["c", "d"]), true)];
+        assert!(
+            judged_after_round(&events, &none, &all(), &base).is_empty(),
+            "c and d answered while b and e failed, and the other way round"
+        );
+        let union = set(&["b", "c", "d", "e"]);
+        assert_eq!(
+            judged_after_shared(&union, &none, &all(), &base, true).len(),
+            4,
+            "judged as one event, all four (the runner's old, too strict reading)"
+        );
+        let quiet = vec![(set(&["b", "e"]), false), (set(&["c", "d"]), true)];
+        assert_eq!(
+            judged_after_round(&quiet, &none, &all(), &base),
+            vec!["b".to_owned(), "e".to_owned()],
+            "a 503 never strikes, whoever answered"
+        );
     }
 }

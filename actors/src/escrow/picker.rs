@@ -207,7 +207,9 @@ impl Picker {
             // serve: no later waiter would be granted it either, so it passes over at once
             // instead of after a hold (seed long-1: retries from the catching host were served
             // one per `picker_hold_ms`).
-            None if reach.pass_over_catching(&host, &routing.routable_hosts()) => Step::CatchingUp,
+            None if reach.pass_over_catching(&host, &routing.routable_hosts(), now) => {
+                Step::CatchingUp
+            }
             None => Step::Hold,
         }
     }

@@ -193,7 +193,7 @@ fn carries_work(diffs: &[Diff]) -> bool {
 }
 
 async fn prepare(
-    core: &NetCore,
+    core: &Arc<NetCore>,
     host: &Arc<HostState>,
     escrow_id: &str,
     req: Request<Incoming>,
@@ -214,11 +214,46 @@ async fn prepare(
     if availability_disabled(core, host) && (request.payload.is_some() || carries_work(&diffs)) {
         return Err(requests_disabled());
     }
+    let input = ChatInput {
+        escrow,
+        escrow_id: escrow_id.to_owned(),
+        request,
+        diffs,
+        faults: faults.clone(),
+        now,
+    };
+    let (core, host) = (Arc::clone(core), Arc::clone(host));
+    super::off_thread(move || apply_and_receipt(&core, &host, &input)).await
+}
+
+/// What a chat request brings to the host's lock.
+struct ChatInput {
+    escrow: EscrowInfo,
+    escrow_id: String,
+    request: InferenceRequest,
+    diffs: Vec<Diff>,
+    faults: Faults,
+    /// The host's clock (unix seconds).
+    now: i64,
+}
+
+/// Steps 1–3 of §3.2 under the host's lock: the diffs applied (every signature verified), the
+/// receipt when this host executes the nonce, the state signature.
+fn apply_and_receipt(core: &NetCore, host: &HostState, input: &ChatInput) -> Result<Plan, Reject> {
+    let ChatInput {
+        escrow,
+        escrow_id,
+        request,
+        diffs,
+        faults,
+        now,
+    } = input;
+    let (escrow_id, now) = (escrow_id.as_str(), *now);
     let mut inner = host.lock();
     if !inner.sessions.contains_key(escrow_id) {
         let inc = HostState::next_incarnation(&mut inner);
         let session = HostSession::new(
-            &escrow,
+            escrow,
             host.key.address(),
             inc,
             host.session_seed(escrow_id, inc),
@@ -233,13 +268,13 @@ async fn prepare(
         .ok_or_else(|| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, "session not found"))?;
     session
         .apply_diffs(
-            &diffs,
+            diffs,
             faults.fork_from_nonce,
             core.cfg.validation_rate,
             host.signer(faults),
         )
         .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
-    let exec = receipt(session, host, host.signer(faults), &request, &diffs, now)
+    let exec = receipt(session, host, host.signer(faults), request, diffs, now)
         .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?;
     let reported = session.reported_root();
     let mut root = reported;

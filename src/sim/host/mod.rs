@@ -35,7 +35,7 @@ use super::{
     faults::{AtomicCounters, Faults},
     network::NetCore,
     profile::{Jitter, LatencyProfile},
-    server::{self, Listener, Resp},
+    server::{self, Listener, Reject, Resp},
 };
 
 /// Mutable part of a host.
@@ -73,6 +73,22 @@ pub(crate) struct HostState {
     seed: String,
     listener: OnceLock<Listener>,
     inner: Mutex<HostInner>,
+}
+
+/// Runs `f` on the blocking pool. Applying diffs verifies every signature: a catch-up of
+/// thousands of diffs held the runtime thread that every simulated host, the chain API and (in
+/// `chaos`) the runner's load and checks share, so one host catching up stalled all of them for
+/// seconds, a fault no network of separate machines has (the rotating hour-long run: the gateway's
+/// log silent for a second after a restart while every host's answer waited).
+pub(crate) async fn off_thread<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Reject> + Send + 'static,
+) -> Result<T, Reject> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        Reject::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("host task failed: {e}"),
+        )
+    })?
 }
 
 impl HostState {

@@ -65,7 +65,7 @@ struct Local {
 }
 
 async fn decide(
-    core: &NetCore,
+    core: &Arc<NetCore>,
     host: &Arc<HostState>,
     escrow_id: &str,
     req: Request<Incoming>,
@@ -83,43 +83,47 @@ async fn decide(
     let diffs = decode_diffs(request.diffs.as_deref().unwrap_or_default())?;
     let faults = host.faults();
     let fork_from = faults.fork_from_nonce;
+    let inference_id = request.inference_id;
     let local = {
-        let mut inner = host.lock();
-        if !inner.sessions.contains_key(escrow_id) {
-            let inc = HostState::next_incarnation(&mut inner);
-            let seed = host.session_seed(escrow_id, inc);
-            let s = HostSession::new(&escrow, host.key.address(), inc, seed, core.host_grants())
-                .map_err(|e| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-            inner.sessions.insert(escrow_id.to_owned(), s);
-        }
-        let Some(session) = inner.sessions.get_mut(escrow_id) else {
-            return Err(Reject::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "session not found",
-            ));
-        };
-        for d in &diffs {
-            let step = session.apply_diffs(
-                std::slice::from_ref(d),
-                fork_from,
-                core.cfg.validation_rate,
-                host.signer(&faults),
-            );
-            if step.is_err() {
-                break;
+        let (core, host) = (Arc::clone(core), Arc::clone(host));
+        let (escrow_id, signer) = (escrow_id.to_owned(), host.signer(&faults).clone());
+        let escrow = escrow.clone();
+        super::off_thread(move || {
+            let mut inner = host.lock();
+            if !inner.sessions.contains_key(&escrow_id) {
+                let inc = HostState::next_incarnation(&mut inner);
+                let seed = host.session_seed(&escrow_id, inc);
+                let grants = core.host_grants();
+                let s = HostSession::new(&escrow, host.key.address(), inc, seed, grants)
+                    .map_err(|e| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+                inner.sessions.insert(escrow_id.clone(), s);
             }
-        }
-        check_local(session, &request, reason, now)
-            .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))?
+            let Some(session) = inner.sessions.get_mut(&escrow_id) else {
+                return Err(Reject::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "session not found",
+                ));
+            };
+            for d in &diffs {
+                let one = std::slice::from_ref(d);
+                let rate = core.cfg.validation_rate;
+                if session.apply_diffs(one, fork_from, rate, &signer).is_err() {
+                    break;
+                }
+            }
+            check_local(session, &request, reason, now)
+                .map_err(|text| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, text))
+        })
+        .await?
     };
     let mut accept = local.accept;
     if let (true, Some(slot)) = (accept, local.executor_slot) {
-        accept = !executor_has_finish(core, escrow_id, &escrow.slots, slot, request.inference_id);
+        accept = !executor_has_finish(core, escrow_id, &escrow.slots, slot, inference_id);
     }
     let signature = accept.then(|| {
         sign_timeout_vote(
             escrow_id,
-            request.inference_id,
+            inference_id,
             local.reason,
             local.voter_slot,
             host.signer(&faults),

@@ -261,7 +261,7 @@ impl Reachability {
         let Some((Carrier::Attempt(_), since)) = self.catching.get(host) else {
             return false;
         };
-        let another = self.another_can_serve(host, candidates);
+        let another = self.another_can_serve(host, candidates, now);
         !another && now.saturating_sub(*since) < self.settings.catch_up_wait_ms
     }
 
@@ -307,7 +307,7 @@ impl Reachability {
     /// What to do with the next nonce, whose host is `host`, which a waiting race would take.
     pub fn nonce(&mut self, host: &Address, candidates: &[Address], now: i64) -> NonceReach {
         if let Some((carrier, since)) = self.catching.get(host) {
-            let another = self.another_can_serve(host, candidates);
+            let another = self.another_can_serve(host, candidates, now);
             if another {
                 self.withheld = self.withheld.saturating_add(1);
                 return NonceReach::CatchingUp;
@@ -339,20 +339,27 @@ impl Reachability {
     }
 
     /// Whether `host`'s nonce, which no waiter takes, passes over it at once: it is catching up
-    /// and another of `candidates` is reachable and not (counted as withheld when so).
-    pub fn pass_over_catching(&mut self, host: &Address, candidates: &[Address]) -> bool {
-        let pass = self.catching.contains_key(host) && self.another_can_serve(host, candidates);
+    /// and another of `candidates` can serve (counted as withheld when so).
+    pub fn pass_over_catching(&mut self, host: &Address, candidates: &[Address], now: i64) -> bool {
+        let pass =
+            self.catching.contains_key(host) && self.another_can_serve(host, candidates, now);
         if pass {
             self.withheld = self.withheld.saturating_add(1);
         }
         pass
     }
 
-    /// Whether one of `candidates` other than `host` is reachable and not catching up.
-    fn another_can_serve(&self, host: &Address, candidates: &[Address]) -> bool {
-        candidates
-            .iter()
-            .any(|h| h != host && !self.hosts.contains_key(h) && !self.catching.contains_key(h))
+    /// Whether one of `candidates` other than `host` could take a request now: reachable and not
+    /// catching up, or unreachable with its probe due (the nonce passing over the catching host
+    /// reaches it as its probe). Waiting for a catch-up while another host's probe was due held
+    /// every request after a clear until the catching host's next nonce moved (the rotating
+    /// hour-long run: the recovery probe timed out with two hosts back from refusing).
+    fn another_can_serve(&self, host: &Address, candidates: &[Address], now: i64) -> bool {
+        candidates.iter().any(|h| {
+            h != host
+                && !self.catching.contains_key(h)
+                && self.hosts.get(h).is_none_or(|u| now >= u.next_probe_ms)
+        })
     }
 
     /// Waiters answered without a nonce at once (counted with [`Self::admit`]'s).

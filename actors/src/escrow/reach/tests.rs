@@ -143,6 +143,8 @@ fn seed_long_1_when_no_other_host_can_stand_in_the_waiters_wait_for_the_catch_up
     r.catching_up(&host(0), 10, 1_000);
     r.connect_refused(&host(1), 1_000);
     assert_eq!(r.nonce(&host(0), &all, 1_001), NonceReach::AwaitCatchUp);
+    // Host 1's probe taken: nobody else can serve until the next is due.
+    assert_eq!(r.nonce(&host(1), &all, 5_999), NonceReach::Probe);
     assert_eq!(r.nonce(&host(0), &all, 5_999), NonceReach::AwaitCatchUp);
     assert!(
         r.admit(&all, 1_001),
@@ -175,16 +177,56 @@ fn seed_long_1_when_no_other_host_can_stand_in_the_waiters_wait_for_the_catch_up
 fn seed_long_1_a_catching_hosts_nonce_that_no_waiter_takes_passes_over_when_another_can_serve() {
     let mut r = reach();
     let all = hosts(3);
-    assert!(!r.pass_over_catching(&host(0), &all), "not catching up");
+    assert!(!r.pass_over_catching(&host(0), &all, 0), "not catching up");
     r.catching_up(&host(0), 10, 0);
-    assert!(r.pass_over_catching(&host(0), &all));
+    assert!(r.pass_over_catching(&host(0), &all, 0));
     assert_eq!(r.view().withheld, 1);
     r.connect_refused(&host(1), 0);
     r.catching_up(&host(2), 11, 0);
     assert!(
-        !r.pass_over_catching(&host(0), &all),
+        !r.pass_over_catching(&host(0), &all, 0),
         "nobody else could serve: the nonce is held for a taker"
     );
+    assert!(
+        r.pass_over_catching(&host(0), &all, 250),
+        "host 1's probe is due: the nonce passes over towards it"
+    );
+}
+
+/// The rotating hour-long run (seed long-1, `--max-nonce 20000`), invariant 3 after the clear at
+/// 292 s: one host caught up in the background, two ejected, two back from refusing connections.
+/// Every request waited for the catching host's nonce, which held the sequence, so the probes of
+/// the hosts back from refusing never went out: nothing was granted for 0.7 s after the last
+/// sync, and the recovery probe timed out. A probe due elsewhere now passes the catching host's
+/// nonce over (a diff without inference), at most once per probe interval per such host.
+#[test]
+fn rotating_long_run_a_probe_due_elsewhere_is_not_held_behind_a_catch_up() {
+    let mut r = reach();
+    let all = hosts(3);
+    assert!(r.syncing(&host(0), 1_000));
+    r.connect_refused(&host(1), 1_000);
+    r.connect_refused(&host(2), 1_100);
+    assert_eq!(
+        r.nonce(&host(0), &all, 1_200),
+        NonceReach::AwaitCatchUp,
+        "no probe due yet: the waiters wait for the catch-up"
+    );
+    assert_eq!(r.nonce(&host(0), &all, 1_250), NonceReach::CatchingUp);
+    assert_eq!(r.nonce(&host(1), &all, 1_250), NonceReach::Probe);
+    assert_eq!(r.nonce(&host(2), &all, 1_250), NonceReach::Withhold);
+    assert_eq!(
+        r.nonce(&host(0), &all, 1_349),
+        NonceReach::AwaitCatchUp,
+        "host 1's probe was just taken and host 2's is due at 1 350"
+    );
+    assert_eq!(r.nonce(&host(0), &all, 1_350), NonceReach::CatchingUp);
+    assert_eq!(r.nonce(&host(2), &all, 1_350), NonceReach::Probe);
+    assert!(
+        !r.resend_waits(&host(0), &all, 1_350),
+        "a sync's catch-up never makes a resend wait"
+    );
+    assert_eq!(r.answered(&host(1), 1_400), Some(400));
+    assert_eq!(r.nonce(&host(0), &all, 1_400), NonceReach::CatchingUp);
 }
 
 /// Seed long-1 (invariants 2 and 3): a host restarted empty ≈ 120 000 diffs behind was caught up
@@ -211,8 +253,9 @@ fn seed_long_1_a_far_host_is_caught_up_in_the_background_and_never_granted_meanw
         !r.resend_waits(&host(0), &[host(0)], 1_001),
         "no resend waits for a sync"
     );
-    // Host 1 refuses connections: nobody else can serve.
+    // Host 1 refuses connections (its probe just taken): nobody else can serve.
     r.connect_refused(&host(1), 1_000);
+    assert_eq!(r.nonce(&host(1), &all, 5_999), NonceReach::Probe);
     assert_eq!(r.nonce(&host(0), &all, 5_999), NonceReach::AwaitCatchUp);
     assert_eq!(r.nonce(&host(0), &all, 6_000), NonceReach::RefuseCatchingUp);
     assert_eq!(r.view().catching_up[0].carrier, Carrier::Sync);
