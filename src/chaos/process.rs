@@ -160,14 +160,14 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::config::Config;
+    use crate::config::RawConfig;
 
     #[test]
     fn max_nonce_gives_the_gateway_one_rotated_escrow_of_the_simulated_model() {
         let sim = SimConfig::with_seed("rotation-config");
         assert_eq!(rotation_config(None, &sim), "");
         let toml = format!("{CONFIG}{}", rotation_config(Some(20_000), &sim));
-        let raw = Config::from_toml_str(&toml, Path::new("chaos.toml")).unwrap();
+        let raw = RawConfig::from_toml_str(&toml, Path::new("chaos.toml")).unwrap();
         assert!(raw.rotation.active());
         let model = &raw.rotation.models[0];
         assert_eq!(model.model, sim.model);
