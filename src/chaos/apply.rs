@@ -14,8 +14,9 @@ use super::{
     schedule::{Event, Step},
 };
 
-/// `{address: (state, ejections)}` as `GET /v1/admin/participants` reports it.
-pub type Health = BTreeMap<String, (String, u64)>;
+/// `{address: (state, ejections, ejected_until unix ms or 0)}` as `GET /v1/admin/participants`
+/// reports it.
+pub type Health = BTreeMap<String, (String, u64, i64)>;
 
 /// Steers the simulator; remembers what a clear must undo.
 pub struct Applier {
@@ -212,6 +213,7 @@ impl Applier {
             &self.excluded,
             &self.addresses,
             &baseline,
+            super::checks::now_ms(),
         );
         self.shared.clear();
         self.excluded.clear();

@@ -76,10 +76,15 @@ async fn unavailable(report: &std::cell::RefCell<Report>, read: &str, deadline: 
     false
 }
 
-fn now_s() -> i64 {
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn now_s() -> i64 {
+    now_ms().div_euclid(1_000)
 }
 
 /// One host's session as the control API reports it.
@@ -208,7 +213,7 @@ impl Checker {
                 .participants(report, secrets)
                 .await
                 .into_iter()
-                .filter(|(_, (state, _))| state == "ejected")
+                .filter(|(_, (state, _, _))| state == "ejected")
                 .map(|(a, _)| a)
                 .collect();
             let sessions = self.sessions(escrow_id).await;
@@ -337,13 +342,13 @@ impl Checker {
 
     /// Invariant 3, second half: hosts healthy before a shared fault are not ejected by it.
     pub fn shared_fault_spared(
-        before: &BTreeMap<String, (String, u64)>,
-        after: &BTreeMap<String, (String, u64)>,
+        before: &BTreeMap<String, (String, u64, i64)>,
+        after: &BTreeMap<String, (String, u64, i64)>,
         hosts: &[String],
         report: &std::cell::RefCell<Report>,
     ) {
         for h in hosts {
-            let (Some((was, ej0)), Some((now, ej1))) = (before.get(h), after.get(h)) else {
+            let (Some((was, ej0, _)), Some((now, ej1, _))) = (before.get(h), after.get(h)) else {
                 continue;
             };
             if was == "healthy" && (ej1 > ej0 || now == "ejected" || now == "probation") {

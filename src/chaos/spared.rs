@@ -26,18 +26,24 @@ pub fn knob_can_strike(faults: &Value) -> bool {
 /// The hosts to judge: those that suffered only shared faults in the round (`shared` less
 /// `excluded`), unless a knob of the round can strike and a host outside the round was routable
 /// before it (healthy, suspect or on probation: it kept answering, so the faulted hosts'
-/// failures are their own).
+/// failures are their own) or came back from its ejection before `now_ms` (the judgement, at the
+/// clear: the rotating hour-long run, clear at 346 s, 401 on four hosts while the fifth, ejected
+/// when the round began, came back on probation and served, so the gateway struck one of the
+/// four on relative evidence).
 pub fn judged_after_shared(
     shared: &BTreeSet<String>,
     excluded: &BTreeSet<String>,
     all: &[String],
     baseline: &Health,
     can_strike: bool,
+    now_ms: i64,
 ) -> Vec<String> {
     let peer_answered = all.iter().any(|a| {
         !shared.contains(a)
             && !excluded.contains(a)
-            && baseline.get(a).is_some_and(|(state, _)| state != "ejected")
+            && baseline
+                .get(a)
+                .is_some_and(|(state, _, until)| state != "ejected" || *until <= now_ms)
     });
     if can_strike && peer_answered {
         return Vec::new();
@@ -56,6 +62,7 @@ pub fn judged_after_round(
     excluded: &BTreeSet<String>,
     all: &[String],
     baseline: &Health,
+    now_ms: i64,
 ) -> Vec<String> {
     let mut judged = BTreeSet::new();
     for (hosts, can_strike) in events {
@@ -65,6 +72,7 @@ pub fn judged_after_round(
             all,
             baseline,
             *can_strike,
+            now_ms,
         ));
     }
     judged.into_iter().collect()
@@ -86,7 +94,7 @@ mod tests {
 
     fn healthy(xs: &[&str]) -> Health {
         xs.iter()
-            .map(|s| ((*s).to_owned(), ("healthy".to_owned(), 0)))
+            .map(|s| ((*s).to_owned(), ("healthy".to_owned(), 0, 0)))
             .collect()
     }
 
@@ -111,16 +119,16 @@ mod tests {
         let base = healthy(&["a", "b", "c", "d", "e"]);
         let shared = set(&["d", "e"]);
         let none = BTreeSet::new();
-        assert!(judged_after_shared(&shared, &none, &all(), &base, true).is_empty());
+        assert!(judged_after_shared(&shared, &none, &all(), &base, true, 0).is_empty());
         // The same 401 on every host: nobody could answer, both are judged.
         let every = set(&["a", "b", "c", "d", "e"]);
         assert_eq!(
-            judged_after_shared(&every, &none, &all(), &base, true).len(),
+            judged_after_shared(&every, &none, &all(), &base, true, 0).len(),
             5
         );
         // A 503 on two hosts never strikes: judged whoever answered.
         assert_eq!(
-            judged_after_shared(&shared, &none, &all(), &base, false),
+            judged_after_shared(&shared, &none, &all(), &base, false, 0),
             vec!["d".to_owned(), "e".to_owned()]
         );
     }
@@ -128,12 +136,12 @@ mod tests {
     #[test]
     fn seed_long_1_a_suspect_host_outside_the_round_still_answered() {
         let mut base = healthy(&["a", "b", "d", "e"]);
-        base.insert("c".to_owned(), ("suspect".to_owned(), 0));
+        base.insert("c".to_owned(), ("suspect".to_owned(), 0, 0));
         for h in ["a", "b"] {
-            base.insert(h.to_owned(), ("ejected".to_owned(), 1));
+            base.insert(h.to_owned(), ("ejected".to_owned(), 1, i64::MAX));
         }
         let shared = set(&["d", "e"]);
-        assert!(judged_after_shared(&shared, &BTreeSet::new(), &all(), &base, true).is_empty());
+        assert!(judged_after_shared(&shared, &BTreeSet::new(), &all(), &base, true, 0).is_empty());
     }
 
     #[test]
@@ -141,16 +149,16 @@ mod tests {
         // a, b, c ejected before the round: nobody healthy answered for d and e.
         let mut base = healthy(&["d", "e"]);
         for h in ["a", "b", "c"] {
-            base.insert(h.to_owned(), ("ejected".to_owned(), 1));
+            base.insert(h.to_owned(), ("ejected".to_owned(), 1, i64::MAX));
         }
         let shared = set(&["d", "e"]);
-        let judged = judged_after_shared(&shared, &BTreeSet::new(), &all(), &base, true);
+        let judged = judged_after_shared(&shared, &BTreeSet::new(), &all(), &base, true, 0);
         assert_eq!(judged.len(), 2);
         // c healthy but given a fault of its own in the round; e excluded too.
         let base = healthy(&["a", "b", "c", "d", "e"]);
         let shared = set(&["a", "b", "d", "e"]);
         let excluded = set(&["c", "e"]);
-        let judged = judged_after_shared(&shared, &excluded, &all(), &base, true);
+        let judged = judged_after_shared(&shared, &excluded, &all(), &base, true, 0);
         assert_eq!(judged, vec!["a".to_owned(), "b".to_owned(), "d".to_owned()]);
     }
 
@@ -158,24 +166,41 @@ mod tests {
     fn rotating_long_run_two_shared_events_of_a_round_are_judged_apart() {
         // a ejected before the round; b, e down (can strike), then c, d refusing (can strike).
         let mut base = healthy(&["b", "c", "d", "e"]);
-        base.insert("a".to_owned(), ("ejected".to_owned(), 3));
+        base.insert("a".to_owned(), ("ejected".to_owned(), 3, i64::MAX));
         let none = BTreeSet::new();
         let events = vec![(set(&["b", "e"]), true), (set(&["c", "d"]), true)];
         assert!(
-            judged_after_round(&events, &none, &all(), &base).is_empty(),
+            judged_after_round(&events, &none, &all(), &base, 0).is_empty(),
             "c and d answered while b and e failed, and the other way round"
         );
         let union = set(&["b", "c", "d", "e"]);
         assert_eq!(
-            judged_after_shared(&union, &none, &all(), &base, true).len(),
+            judged_after_shared(&union, &none, &all(), &base, true, 0).len(),
             4,
             "judged as one event, all four (the runner's old, too strict reading)"
         );
         let quiet = vec![(set(&["b", "e"]), false), (set(&["c", "d"]), true)];
         assert_eq!(
-            judged_after_round(&quiet, &none, &all(), &base),
+            judged_after_round(&quiet, &none, &all(), &base, 0),
             vec!["b".to_owned(), "e".to_owned()],
             "a 503 never strikes, whoever answered"
+        );
+    }
+
+    #[test]
+    fn rotating_long_run_a_peer_back_from_its_ejection_during_the_round_answered() {
+        let mut base = healthy(&["a", "b", "c", "d"]);
+        base.insert("e".to_owned(), ("ejected".to_owned(), 3, 5_000));
+        let four = set(&["a", "b", "c", "d"]);
+        let none = BTreeSet::new();
+        assert!(
+            judged_after_shared(&four, &none, &all(), &base, true, 5_000).is_empty(),
+            "e's ejection ended before the clear: it served while the four failed"
+        );
+        assert_eq!(
+            judged_after_shared(&four, &none, &all(), &base, true, 4_999).len(),
+            4,
+            "still ejected at the clear: nobody answered for the four"
         );
     }
 }

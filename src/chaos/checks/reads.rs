@@ -112,12 +112,12 @@ impl Checker {
         Some(hosts)
     }
 
-    /// `{address: (state, ejections)}` from `GET /v1/admin/participants`.
+    /// `{address: (state, ejections, ejected_until)}` from `GET /v1/admin/participants`.
     pub async fn participants(
         &self,
         report: &std::cell::RefCell<Report>,
         secrets: &Secrets,
-    ) -> BTreeMap<String, (String, u64)> {
+    ) -> BTreeMap<String, (String, u64, i64)> {
         let list = self
             .admin("GET", "/v1/admin/participants", report, secrets)
             .await;
@@ -132,6 +132,7 @@ impl Checker {
                     (
                         p["state"].as_str().unwrap_or_default().to_owned(),
                         p["ejections"].as_u64().unwrap_or(0),
+                        p["ejected_until"].as_i64().unwrap_or(0),
                     ),
                 ))
             })
