@@ -14,9 +14,19 @@ use super::{
     schedule::{Event, Step},
 };
 
-/// `{address: (state, ejections, ejected_until unix ms or 0)}` as `GET /v1/admin/participants`
-/// reports it.
-pub type Health = BTreeMap<String, (String, u64, i64)>;
+/// One participant as `GET /v1/admin/participants` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerHealth {
+    pub state: String,
+    pub ejections: u64,
+    /// Unix ms (0 when never ejected).
+    pub ejected_until: i64,
+    /// Its attempts that succeeded, ever (`outcomes.success`).
+    pub successes: u64,
+}
+
+/// `{address: health}`.
+pub type Health = BTreeMap<String, PeerHealth>;
 
 /// Steers the simulator; remembers what a clear must undo.
 pub struct Applier {
@@ -204,17 +214,18 @@ impl Applier {
             .await;
     }
 
-    /// The round's baseline and the hosts its shared-fault check judges (`spared.rs`); resets
-    /// the round.
-    pub fn take_shared_round(&mut self) -> (Health, Vec<String>) {
+    /// The round's baseline and the hosts its shared-fault check judges (`spared.rs`), with the
+    /// participants read at the clear; resets the round.
+    pub fn take_shared_round(&mut self, at_clear: &Health) -> (Health, Vec<String>) {
         let baseline = self.baseline.take().unwrap_or_default();
-        let hosts = super::spared::judged_after_round(
-            &self.shared,
-            &self.excluded,
-            &self.addresses,
-            &baseline,
-            super::checks::now_ms(),
-        );
+        let round = super::spared::Round {
+            excluded: &self.excluded,
+            all: &self.addresses,
+            baseline: &baseline,
+            at_clear,
+            now_ms: super::checks::now_ms(),
+        };
+        let hosts = round.judged(&self.shared);
         self.shared.clear();
         self.excluded.clear();
         (baseline, hosts)

@@ -26,6 +26,7 @@ use std::{
 use serde_json::{json, Value};
 
 use super::{
+    apply::Health,
     http::Http,
     lockstep::{excused, judge_host, syncing, went_back, withheld, GatewayAt, HostAt},
     report::Report,
@@ -213,7 +214,7 @@ impl Checker {
                 .participants(report, secrets)
                 .await
                 .into_iter()
-                .filter(|(_, (state, _, _))| state == "ejected")
+                .filter(|(_, h)| h.state == "ejected")
                 .map(|(a, _)| a)
                 .collect();
             let sessions = self.sessions(escrow_id).await;
@@ -342,18 +343,19 @@ impl Checker {
 
     /// Invariant 3, second half: hosts healthy before a shared fault are not ejected by it.
     pub fn shared_fault_spared(
-        before: &BTreeMap<String, (String, u64, i64)>,
-        after: &BTreeMap<String, (String, u64, i64)>,
+        before: &Health,
+        after: &Health,
         hosts: &[String],
         report: &std::cell::RefCell<Report>,
     ) {
         for h in hosts {
-            let (Some((was, ej0, _)), Some((now, ej1, _))) = (before.get(h), after.get(h)) else {
+            let (Some(was), Some(now)) = (before.get(h), after.get(h)) else {
                 continue;
             };
-            if was == "healthy" && (ej1 > ej0 || now == "ejected" || now == "probation") {
+            let (ej0, ej1, state) = (was.ejections, now.ejections, &now.state);
+            if was.state == "healthy" && (ej1 > ej0 || state == "ejected" || state == "probation") {
                 report.borrow_mut().violation(3, format!(
-                    "host {h} was ejected for a fault several hosts shared (now {now}, ejections {ej0} → {ej1})"
+                    "host {h} was ejected for a fault several hosts shared (now {state}, ejections {ej0} → {ej1})"
                 ));
             }
         }

@@ -122,7 +122,7 @@ async fn wait_with_traffic(
         let done = match until {
             Until::NoEjection => !(checker.participants(report, secrets).await)
                 .values()
-                .any(|(state, _, _)| state == "ejected"),
+                .any(|h| h.state == "ejected"),
             Until::NoBackgroundCatchUp => {
                 let n = checker.background_catch_ups(report, secrets).await;
                 if let Some(hosts) = n.filter(|n| *n > 0) {

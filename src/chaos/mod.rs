@@ -254,13 +254,15 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
                 restarts += 1;
             }
             Event::Clear => {
+                // Who answered during the round (invariant 3's peers, `spared.rs`).
+                let at_clear = checker.participants(&report, &secrets).await;
                 applier.clear().await;
                 applier.wait_hosts_up(Duration::from_secs(5)).await;
                 // Stalls the hosts took on before the clear still act (`apply::residual_ms`).
                 tokio::time::sleep(applier.take_residual()).await;
                 checker.recovery(&report, &secrets).await;
                 let after = checker.participants(&report, &secrets).await;
-                let (before, hosts) = applier.take_shared_round();
+                let (before, hosts) = applier.take_shared_round(&at_clear);
                 Checker::shared_fault_spared(&before, &after, &hosts, &report);
                 shared.pause.set(true);
                 let quiet = checker.quiesce(Duration::from_secs(12)).await;

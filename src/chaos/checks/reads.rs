@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use super::{now_s, Checker, HostSession, Report, Secrets};
-use crate::chaos::lockstep::syncing;
+use crate::chaos::{
+    apply::{Health, PeerHealth},
+    lockstep::syncing,
+};
 
 impl Checker {
     pub(super) async fn admin(
@@ -112,12 +115,12 @@ impl Checker {
         Some(hosts)
     }
 
-    /// `{address: (state, ejections, ejected_until)}` from `GET /v1/admin/participants`.
+    /// `{address: health}` from `GET /v1/admin/participants`.
     pub async fn participants(
         &self,
         report: &std::cell::RefCell<Report>,
         secrets: &Secrets,
-    ) -> BTreeMap<String, (String, u64, i64)> {
+    ) -> Health {
         let list = self
             .admin("GET", "/v1/admin/participants", report, secrets)
             .await;
@@ -127,14 +130,13 @@ impl Checker {
             .unwrap_or_default()
             .iter()
             .filter_map(|p| {
-                Some((
-                    p["participant_key"].as_str()?.to_owned(),
-                    (
-                        p["state"].as_str().unwrap_or_default().to_owned(),
-                        p["ejections"].as_u64().unwrap_or(0),
-                        p["ejected_until"].as_i64().unwrap_or(0),
-                    ),
-                ))
+                let health = PeerHealth {
+                    state: p["state"].as_str().unwrap_or_default().to_owned(),
+                    ejections: p["ejections"].as_u64().unwrap_or(0),
+                    ejected_until: p["ejected_until"].as_i64().unwrap_or(0),
+                    successes: p["outcomes"]["success"].as_u64().unwrap_or(0),
+                };
+                Some((p["participant_key"].as_str()?.to_owned(), health))
             })
             .collect()
     }
