@@ -107,6 +107,31 @@ pub(super) enum Op {
     Flush(Sender<()>),
 }
 
+impl Op {
+    /// The rows it writes, which a batch counts against [`MAX_BATCH`].
+    fn weight(&self) -> usize {
+        match self {
+            Op::Settle(s) => s.len().max(1),
+            _ => 1,
+        }
+    }
+}
+
+/// Settlements as ops of at most [`MAX_BATCH`] rows each. The ledger shares the SQLite file with
+/// the escrows' diff logs: one transaction of every settlement held its write lock for seconds
+/// (the rotating hour-long run: 442 517 at once after the final escrows settled, and an escrow's
+/// durable write waited the 5 s busy timeout and failed with "database is locked").
+fn settle_ops(settled: Vec<Settlement>) -> Vec<Op> {
+    let mut ops = Vec::with_capacity(settled.len().div_ceil(MAX_BATCH));
+    let mut rest = settled;
+    while !rest.is_empty() {
+        let tail = rest.split_off(rest.len().min(MAX_BATCH));
+        ops.push(Op::Settle(rest));
+        rest = tail;
+    }
+    ops
+}
+
 /// Batches ended, by `result`: `committed`, `dropped` (the database refused the transaction).
 pub(super) fn batch_counter() -> Result<IntCounterVec, StoreError> {
     let c = IntCounterVec::new(
@@ -129,7 +154,7 @@ pub(super) fn count_batch(batches: &IntCounterVec, committed: bool) {
     batches.with_label_values(&[result]).inc();
 }
 
-/// Up to [`MAX_BATCH`] queued ops, `first` included, applied in one transaction; then
+/// Queued ops up to [`MAX_BATCH`] rows, `first` included, applied in one transaction; then
 /// [`Batch::done`] answers the flushes among them.
 pub(super) struct Batch {
     pub ops: Vec<Op>,
@@ -143,12 +168,14 @@ pub(super) fn next_batch(first: Op, rx: &mut UnboundedReceiver<Op>) -> Batch {
         flushed: Vec::new(),
     };
     let mut next = Ok(first);
+    let mut weight = 0;
     while let Ok(op) = next {
+        weight += op.weight();
         match op {
             Op::Flush(done) => batch.flushed.push(done),
             op => batch.ops.push(op),
         }
-        if batch.ops.len() + batch.flushed.len() >= MAX_BATCH {
+        if weight >= MAX_BATCH {
             break;
         }
         next = rx.try_recv();
@@ -356,8 +383,8 @@ impl LedgerStore {
     /// Queues settlements (each applies once; a request's cost columns are completed when its
     /// last attempt settles).
     pub fn settle(&self, settled: Vec<Settlement>) {
-        if !settled.is_empty() {
-            self.send(Op::Settle(settled));
+        for op in settle_ops(settled) {
+            self.send(op);
         }
     }
 
@@ -424,3 +451,7 @@ impl Drop for LedgerStore {
         self.close();
     }
 }
+
+#[cfg(test)]
+#[path = "ledger_batch_tests.rs"]
+mod batch_tests;

@@ -1,0 +1,51 @@
+//! The ledger's write batches stay short whatever is queued at once.
+
+use tokio::sync::mpsc::unbounded_channel;
+
+use super::*;
+
+fn settlement(nonce: u64) -> Settlement {
+    Settlement {
+        escrow_id: "7".into(),
+        nonce,
+        inference: String::new(),
+        input_tokens: 1,
+        output_tokens: 1,
+        reserved_cost: 2,
+        actual_cost: 2,
+        fee: 1,
+        settled_ms: 0,
+    }
+}
+
+/// The rotating hour-long run: 442 517 settlements queued at once became one transaction that
+/// held the shared SQLite file's write lock for seconds, and an escrow's durable write failed
+/// with "database is locked" after the 5 s busy timeout.
+#[test]
+fn rotating_long_run_a_settle_of_thousands_is_written_in_transactions_of_at_most_max_batch_rows() {
+    let ops = settle_ops((0..1_000).map(settlement).collect());
+    let sizes: Vec<usize> = ops.iter().map(Op::weight).collect();
+    assert_eq!(
+        sizes,
+        vec![MAX_BATCH, MAX_BATCH, MAX_BATCH, 1_000 - 3 * MAX_BATCH]
+    );
+    assert!(settle_ops(Vec::new()).is_empty());
+
+    let (tx, mut rx) = unbounded_channel();
+    let mut ops = ops.into_iter();
+    let first = ops.next().unwrap();
+    for op in ops {
+        tx.send(op).unwrap();
+    }
+    tx.send(Op::Prune(0)).unwrap();
+    let rows = |b: &Batch| b.ops.iter().map(Op::weight).sum::<usize>();
+    let mut batches = vec![rows(&next_batch(first, &mut rx))];
+    while let Ok(op) = rx.try_recv() {
+        batches.push(rows(&next_batch(op, &mut rx)));
+    }
+    assert_eq!(
+        batches,
+        vec![MAX_BATCH, MAX_BATCH, MAX_BATCH, 1_000 - 3 * MAX_BATCH + 1],
+        "each full chunk its own transaction; the last chunk and the prune together"
+    );
+}
