@@ -1,10 +1,11 @@
 //! Settlement edges through the running gateway: an escrow created by another key is refused
 //! with a clear 403, and a settlement started while streams run drains them first (every
-//! stream completes with 200 and `[DONE]`, then the escrow settles).
+//! stream completes with 200 and `[DONE]`, then the escrow settles), and an escrow settles while
+//! most of its hosts are ejected.
 
 use devshard_gateway::sim::{EscrowStatus, LatencyProfile, Profile, SimConfig};
 
-use crate::live::{self, chat};
+use crate::live::{self, admin_get, chat};
 use crate::settle::{admin_post, wait_record, CHAT};
 
 #[actix_rt::test]
@@ -91,5 +92,55 @@ async fn settling_while_requests_stream_drains_them_first() {
         "{record}"
     );
     assert_eq!(live.sim.settlement_tx_hashes("42").len(), 1);
+    live.stop().await;
+}
+
+/// The rotating hour-long run ended with three of five hosts ejected for another 20–28 minutes
+/// and two escrows stuck in `retrying` at "insufficient signatures: 2/4 weight": the
+/// settlement's catch-up left ejected hosts out, so they never reached the final state to sign
+/// it. Ejection keeps inference away from a host; its signature on the final state is still
+/// owed, so the settlement catches ejected hosts up too.
+#[actix_rt::test]
+async fn rotating_long_run_an_escrow_settles_while_three_of_five_hosts_are_ejected() {
+    let live = live::start("settle-ejected", 5, &[], |_| {}).await;
+    let url = live.url().to_string();
+    for _ in 0..10 {
+        let (status, _, body) = chat(&url, CHAT).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+    let mut hosts = live.sim.escrow("42").unwrap().slots.clone();
+    hosts.dedup();
+    for a in &hosts[..3] {
+        let body = serde_json::json!({ "participant_key": a.to_string() }).to_string();
+        let (status, r) = live::admin_post(&url, "/v1/admin/participants/eject", &body).await;
+        assert_eq!(status, 200, "{r}");
+    }
+    // The other two serve; the ejected three fall behind.
+    for _ in 0..10 {
+        let (status, _, body) = chat(&url, CHAT).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+    let (status, body) = admin_post(&url, "/v1/admin/escrows/42/settle").await;
+    assert_eq!(status, 202, "{body}");
+    let record = wait_record(&url, "42", |r| {
+        r["state"] == "settled" || r["last_error"].as_str().is_some_and(|e| e.contains("2/4"))
+    })
+    .await;
+    assert_eq!(record["state"], "settled", "{record}");
+    let (_, parts) = admin_get(&url, "/v1/admin/participants").await;
+    let ejected = parts["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["state"] == "ejected")
+        .count();
+    assert_eq!(
+        ejected, 3,
+        "settled while the three were still ejected: {parts}"
+    );
+    assert!(matches!(
+        live.sim.escrow_status("42").unwrap(),
+        EscrowStatus::Settled { .. }
+    ));
     live.stop().await;
 }

@@ -44,6 +44,9 @@ impl EscrowActor {
     }
 
     /// Catch-up of every host after `ready`, absorbing answers (sync nonces, signatures).
+    /// Ejected hosts too: ejection keeps inference away from a host, but the settlement needs
+    /// its signature on the final state (the rotating hour-long run ended with three of five
+    /// hosts ejected for 20–28 more minutes and two settlements stuck at 2/4 weight).
     fn catch_up_then(
         &mut self,
         ready: Option<Ack>,
@@ -51,7 +54,7 @@ impl EscrowActor {
     ) -> ResponseActFuture<Self, Result<RoundDone, String>> {
         let targets = sync::Targets::Routable {
             routing: &self.routing,
-            with_ejected: false,
+            with_ejected: true,
             skip: &[],
         };
         let sends = sync::catch_up_hosts(&self.session, targets, &self.deps, ready, resend_last);
