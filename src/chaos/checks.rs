@@ -210,13 +210,7 @@ impl Checker {
             };
             let addresses = self.addresses().await;
             // An ejected host gets no traffic and may lag until it is back; it must not diverge.
-            let ejected: BTreeSet<String> = self
-                .participants(report, secrets)
-                .await
-                .into_iter()
-                .filter(|(_, h)| h.state == "ejected")
-                .map(|(a, _)| a)
-                .collect();
+            let ejected = self.ejected(report, secrets).await;
             let sessions = self.sessions(escrow_id).await;
             // Read again after the hosts: a diff composed meanwhile (a confirmed timeout is sent
             // at once) is then known, so a host holding it is not "beyond" the gateway.

@@ -108,13 +108,7 @@ async fn last_open_deadline(
 /// any wait, so the final lockstep judged only two. Their state is what the final check is
 /// about; ejection is routing, and invariant 3 judges it during the run.
 async fn unquarantine_the_rest(checker: &Checker, report: &Rc<RefCell<Report>>, secrets: &Secrets) {
-    let ejected: Vec<String> = checker
-        .participants(report, secrets)
-        .await
-        .into_iter()
-        .filter(|(_, h)| h.state == "ejected")
-        .map(|(a, _)| a)
-        .collect();
+    let ejected = checker.ejected(report, secrets).await;
     if ejected.is_empty() {
         return;
     }
@@ -147,9 +141,7 @@ async fn wait_with_traffic(
     let waited = tokio::time::Instant::now();
     while waited.elapsed() < bound {
         let done = match until {
-            Until::NoEjection => !(checker.participants(report, secrets).await)
-                .values()
-                .any(|h| h.state == "ejected"),
+            Until::NoEjection => checker.ejected(report, secrets).await.is_empty(),
             Until::NoBackgroundCatchUp => {
                 let n = checker.background_catch_ups(report, secrets).await;
                 if let Some(hosts) = n.filter(|n| *n > 0) {

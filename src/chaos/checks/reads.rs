@@ -115,6 +115,19 @@ impl Checker {
         Some(hosts)
     }
 
+    /// The participants ejected now.
+    pub async fn ejected(
+        &self,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> std::collections::BTreeSet<String> {
+        let all = self.participants(report, secrets).await;
+        all.into_iter()
+            .filter(|(_, h)| h.state == "ejected")
+            .map(|(a, _)| a)
+            .collect()
+    }
+
     /// `{address: health}` from `GET /v1/admin/participants`.
     pub async fn participants(
         &self,
