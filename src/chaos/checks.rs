@@ -37,6 +37,8 @@ pub use super::secrets::Secrets;
 mod escrows;
 mod reads;
 
+pub use self::escrows::escrow_ids;
+
 /// Protocol timing of the simulated escrow (what the chaos network is configured with).
 #[derive(Debug, Clone, Copy)]
 pub struct Deadlines {

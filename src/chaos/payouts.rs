@@ -152,13 +152,8 @@ impl Payouts {
                 .note("rotation_off_failed", json!(e.to_string()));
         }
         let list = format!("{}/v1/admin/escrows", self.gateway);
-        let ids: Vec<String> = match self.http.call("GET", &list, None).await {
-            Ok(v) => v["data"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e["escrow_id"].as_str().map(str::to_owned))
-                .collect(),
+        let ids = match self.http.call("GET", &list, None).await {
+            Ok(v) => super::checks::escrow_ids(&v),
             Err(e) => {
                 let failed = format!("the escrow list could not be read: {e}");
                 return report.borrow_mut().violation(LIVENESS, failed);

@@ -4,8 +4,8 @@
 //! PostgreSQL database the replicas share, so any replica answers for any request.
 //!
 //! Writes go through one thread per process, `ledger-writer`, with its own connection. It drains
-//! whatever is queued (up to [`MAX_BATCH`] ops) into one transaction ([`next_batch`], the same for
-//! both databases). SQLite (`super::ledger_writer`, reads in `super::ledger_sqlite`): the writer's
+//! whatever is queued (up to [`MAX_BATCH`] rows) into one transaction (`super::ledger_batch`, the
+//! same for both databases). SQLite (`super::ledger_writer`, reads in `super::ledger_sqlite`): the writer's
 //! connection runs `synchronous=NORMAL` (the ledger is an account of what happened, not protocol
 //! state, so it does not take the diff log's fsync per commit; WAL keeps it consistent and a clean
 //! shutdown flushes it); reads open their own read-only connection. PostgreSQL
@@ -19,18 +19,15 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::{
-        mpsc::{channel, Sender},
-        Mutex,
-    },
+    sync::{mpsc::channel, Mutex},
     thread::JoinHandle,
 };
 
 use devshard_actors::store::StoreError;
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{IntCounterVec, Registry};
 use serde::Serialize;
 use slog::Logger;
-use tokio::sync::mpsc::{error::TryRecvError, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::postgres::ledger::PgLedgerReads;
 
@@ -100,100 +97,8 @@ pub struct Settlement {
     pub settled_ms: i64,
 }
 
-pub(super) enum Op {
-    Insert(Box<RequestRow>),
-    Settle(Vec<Settlement>),
-    Prune(i64),
-    Flush(Sender<()>),
-}
-
-impl Op {
-    /// The rows it writes, which a batch counts against [`MAX_BATCH`].
-    fn weight(&self) -> usize {
-        match self {
-            Op::Settle(s) => s.len().max(1),
-            _ => 1,
-        }
-    }
-}
-
-/// Settlements as ops of at most [`MAX_BATCH`] rows each. The ledger shares the SQLite file with
-/// the escrows' diff logs: one transaction of every settlement held its write lock for seconds
-/// (the rotating hour-long run: 442 517 at once after the final escrows settled, and an escrow's
-/// durable write waited the 5 s busy timeout and failed with "database is locked").
-fn settle_ops(settled: Vec<Settlement>) -> Vec<Op> {
-    let mut ops = Vec::with_capacity(settled.len().div_ceil(MAX_BATCH));
-    let mut rest = settled;
-    while !rest.is_empty() {
-        let tail = rest.split_off(rest.len().min(MAX_BATCH));
-        ops.push(Op::Settle(rest));
-        rest = tail;
-    }
-    ops
-}
-
-/// Batches ended, by `result`: `committed`, `dropped` (the database refused the transaction).
-pub(super) fn batch_counter() -> Result<IntCounterVec, StoreError> {
-    let c = IntCounterVec::new(
-        Opts::new(
-            "ledger_batches_total",
-            "Cost ledger write batches, committed or dropped",
-        ),
-        &["result"],
-    )
-    .map_err(|e| StoreError::Io(format!("ledger metrics: {e}")))?;
-    for r in ["committed", "dropped"] {
-        c.with_label_values(&[r]);
-    }
-    Ok(c)
-}
-
-/// Counts one batch's end.
-pub(super) fn count_batch(batches: &IntCounterVec, committed: bool) {
-    let result = if committed { "committed" } else { "dropped" };
-    batches.with_label_values(&[result]).inc();
-}
-
-/// Queued ops up to [`MAX_BATCH`] rows, `first` included, applied in one transaction; then
-/// [`Batch::done`] answers the flushes among them.
-pub(super) struct Batch {
-    pub ops: Vec<Op>,
-    flushed: Vec<Sender<()>>,
-}
-
-/// Takes `first` and whatever else is queued, without waiting.
-pub(super) fn next_batch(first: Op, rx: &mut UnboundedReceiver<Op>) -> Batch {
-    let mut batch = Batch {
-        ops: Vec::new(),
-        flushed: Vec::new(),
-    };
-    let mut next = Ok(first);
-    let mut weight = 0;
-    while let Ok(op) = next {
-        weight += op.weight();
-        match op {
-            Op::Flush(done) => batch.flushed.push(done),
-            op => batch.ops.push(op),
-        }
-        if weight >= MAX_BATCH {
-            break;
-        }
-        next = rx.try_recv();
-        if matches!(next, Err(TryRecvError::Disconnected)) {
-            break;
-        }
-    }
-    batch
-}
-
-impl Batch {
-    /// Answers the flushes (after the commit).
-    pub fn done(self) {
-        for d in self.flushed {
-            let _ = d.send(());
-        }
-    }
-}
+use super::ledger_batch::settle_ops;
+pub(super) use super::ledger_batch::{batch_counter, count_batch, next_batch, Op};
 
 /// The ledger's SQL, for both databases: `?N` placeholders (PostgreSQL: `$N`, [`sql::pg`]).
 pub(super) mod sql {
@@ -451,7 +356,3 @@ impl Drop for LedgerStore {
         self.close();
     }
 }
-
-#[cfg(test)]
-#[path = "ledger_batch_tests.rs"]
-mod batch_tests;

@@ -2,6 +2,8 @@
 
 use tokio::sync::mpsc::unbounded_channel;
 
+use super::super::ledger::Settlement;
+
 use super::*;
 
 fn settlement(nonce: u64) -> Settlement {

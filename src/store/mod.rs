@@ -32,6 +32,7 @@ mod checkpoint;
 mod codec;
 pub mod duty;
 pub mod ledger;
+mod ledger_batch;
 mod ledger_sqlite;
 mod ledger_writer;
 pub mod metrics;

@@ -42,7 +42,7 @@ impl Checker {
 }
 
 /// The ids in a `GET /v1/admin/escrows` answer.
-fn escrow_ids(list: &Value) -> Vec<String> {
+pub fn escrow_ids(list: &Value) -> Vec<String> {
     list["data"]
         .as_array()
         .into_iter()
