@@ -79,5 +79,7 @@ mod tls;
 mod tls_proxy;
 #[path = "gateway/versions.rs"]
 mod versions;
+#[path = "gateway/vote_wakes.rs"]
+mod vote_wakes;
 #[path = "gateway/warm.rs"]
 mod warm;

@@ -93,6 +93,9 @@ pub struct ActorMetrics {
     pub timeout_votes_running: IntGauge,
     /// Timeout votes short of quorum asked again after a back-off, by reason.
     pub timeout_vote_retries: IntCounterVec,
+    /// Timeout votes waiting for a back-off asked again early, by why (`draining`,
+    /// `host_reachable`, `host_caught_up`).
+    pub timeout_votes_hastened: IntCounterVec,
     /// Verifiers below the diff window left out of a first vote round that the others could
     /// pass (`escrow/timeouts.rs`).
     pub timeout_voters_behind: IntCounter,
@@ -303,6 +306,13 @@ impl ActorMetrics {
                 ),
                 &["reason"],
             )?,
+            timeout_votes_hastened: IntCounterVec::new(
+                Opts::new(
+                    "timeout_votes_hastened_total",
+                    "Timeout votes waiting for a back-off asked again early: the escrow drains, or a verifier came back",
+                ),
+                &["why"],
+            )?,
             reach: IntCounterVec::new(
                 Opts::new(
                     "reach_total",
@@ -374,6 +384,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.link_overtaken.clone()))?;
         registry.register(Box::new(m.timeout_votes_running.clone()))?;
         registry.register(Box::new(m.timeout_vote_retries.clone()))?;
+        registry.register(Box::new(m.timeout_votes_hastened.clone()))?;
         registry.register(Box::new(m.timeout_voters_behind.clone()))?;
         Ok(m)
     }

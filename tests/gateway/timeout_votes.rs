@@ -28,7 +28,7 @@ use super::{
     harness::{escrow_info, Harness},
 };
 
-fn sim(seed: &str) -> SimConfig {
+pub(super) fn sim(seed: &str) -> SimConfig {
     let mut cfg = SimConfig::with_seed(seed);
     cfg.hosts = 3;
     cfg.profile = Profile::Zero;
@@ -40,7 +40,7 @@ fn sim(seed: &str) -> SimConfig {
 const REFUSAL_DEADLINE: Duration = Duration::from_secs(60 + 5);
 
 /// The simulator index of the host executing `nonce`.
-fn executor(h: &Harness, nonce: u64) -> usize {
+pub(super) fn executor(h: &Harness, nonce: u64) -> usize {
     let info = escrow_info(&h.sim, "42");
     let addr = info.host_for_nonce(nonce).unwrap().address.clone();
     h.sim
@@ -50,12 +50,12 @@ fn executor(h: &Harness, nonce: u64) -> usize {
         .unwrap()
 }
 
-fn timeouts(h: &Harness, result: &str) -> u64 {
+pub(super) fn timeouts(h: &Harness, result: &str) -> u64 {
     h.metrics.timeouts.with_label_values(&[result]).get()
 }
 
 /// Advances virtual time in 1 s steps until `done` or `limit` passed; the time it took.
-async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+pub(super) async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
     let start = tokio::time::Instant::now();
     while !done() && start.elapsed() < limit {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -65,7 +65,7 @@ async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> Duration
 
 /// A host that never answers before the receipt timeout: its attempts fail, the race retries
 /// elsewhere and its nonces wait for refused timeouts.
-fn dead() -> Faults {
+pub(super) fn dead() -> Faults {
     Faults {
         stall_before_receipt_ms: Some(3_600_000),
         ..Default::default()

@@ -352,6 +352,25 @@ impl NonceBook {
         Some(wait)
     }
 
+    /// Votes short of quorum waiting for a back-off that ends later than `now_ms + within_ms`
+    /// are asked again by then: their deadlines move, and the caller re-arms the timers of the
+    /// nonces returned.
+    pub(super) fn hasten_short_votes(&mut self, now_ms: i64, within_ms: i64) -> Vec<u64> {
+        let by = now_ms.saturating_add(within_ms);
+        let mut moved = Vec::new();
+        for nonce in self.votes.backing_off() {
+            if let Some(NonceState::AwaitingTimeout { deadline_ms, .. }) =
+                self.attempts.get_mut(&nonce).map(|e| &mut e.state)
+            {
+                if *deadline_ms > by {
+                    *deadline_ms = by;
+                    moved.push(nonce);
+                }
+            }
+        }
+        moved
+    }
+
     /// The record of `nonce` in our state decides its timeout (not whether we saw a receipt): a
     /// Started record (its ConfirmStart may have come through a mempool) gets an execution
     /// timeout from its `confirmed_at`, a Pending one a refused timeout. `false` when the record

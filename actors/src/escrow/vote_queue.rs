@@ -120,6 +120,16 @@ impl VoteQueue {
         self.short.contains_key(&nonce)
     }
 
+    /// The nonces whose last round fell short and that wait for their back-off (neither queued
+    /// nor collecting).
+    pub(super) fn backing_off(&self) -> Vec<u64> {
+        self.short
+            .keys()
+            .filter(|n| !self.running.contains(n) && !self.waiting.contains(n))
+            .copied()
+            .collect()
+    }
+
     /// `nonce` is settled: forget its rounds.
     pub(super) fn forget(&mut self, nonce: u64) {
         self.short.remove(&nonce);
@@ -205,5 +215,21 @@ mod tests {
             Some(Duration::from_secs(10)),
             "given up: starts over"
         );
+    }
+
+    #[test]
+    fn only_votes_waiting_for_their_back_off_are_backing_off() {
+        let mut q = VoteQueue::new(limits(4));
+        for n in [1, 2, 3] {
+            q.short(n);
+        }
+        q.enqueue(2);
+        q.enqueue(3);
+        let n = q.pop().unwrap();
+        q.start(n);
+        assert_eq!(n, 2);
+        assert_eq!(q.backing_off(), vec![1], "2 collects, 3 is queued");
+        q.forget(1);
+        assert!(q.backing_off().is_empty());
     }
 }

@@ -78,7 +78,7 @@ impl EscrowActor {
         }
         let ok = failed.is_none();
         if ok {
-            self.reach_answered(&host);
+            self.reach_answered(&host, ctx);
         }
         let lacks = self.session.lacks(&host);
         let sync = self.session.host_sync(&host);

@@ -20,7 +20,7 @@ use super::super::{
     nonces::NonceState,
     sync,
 };
-use super::EscrowActor;
+use super::{voting::VoteWake, EscrowActor};
 use crate::{
     escrow::session::WarmSigner,
     policy::reason::{EmptyDiffReason, OutcomeReason},
@@ -96,12 +96,13 @@ impl EscrowActor {
 impl Handler<BeginDrain> for EscrowActor {
     type Result = MessageResult<BeginDrain>;
 
-    fn handle(&mut self, _: BeginDrain, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _: BeginDrain, ctx: &mut Self::Context) -> Self::Result {
         if !self.closing {
             info!(self.deps.log, "escrow draining"; "stage" => "settlement_started",
                 "nonce" => self.session.nonce(), "unsettled" => self.book.len());
         }
         self.closing = true;
+        self.hasten_short_votes(VoteWake::Draining, ctx);
         MessageResult(DrainProgress {
             waiting: self.picker.len(),
             unsettled: self

@@ -142,7 +142,7 @@ impl EscrowActor {
                 "detail" => %reason);
         }
         processed?;
-        self.reach_answered(&msg.host);
+        self.reach_answered(&msg.host, ctx);
         if !msg.catch_up {
             self.reach_caught_up(&msg.host, msg.nonce, true, ctx);
         }
@@ -169,7 +169,7 @@ impl Handler<AttemptEnded> for EscrowActor {
             self.durable.syncs_changed();
         }
         let (class, reason) = (judged.class, judged.reason);
-        self.reach_attempt_ended(&msg.host, &msg.report.end, class, reason);
+        self.reach_attempt_ended(&msg.host, &msg.report.end, class, reason, ctx);
         self.reach_caught_up(&msg.host, nonce, false, ctx);
         if !self
             .book

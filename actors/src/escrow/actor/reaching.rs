@@ -5,7 +5,7 @@
 use actix::prelude::*;
 use slog::{info, warn};
 
-use super::EscrowActor;
+use super::{voting::VoteWake, EscrowActor};
 use crate::{
     escrow::{
         durable::{OnDurable, Pending},
@@ -161,17 +161,19 @@ impl EscrowActor {
                 "sync" => self.session.host_sync(host), "waiting" => self.picker.len());
             self.release_resends(host);
             self.pump(ctx);
+            self.hasten_short_votes(VoteWake::HostCaughtUp, ctx);
         }
     }
 
     /// `host` answered (a receipt, or an attempt that ended in something it said).
-    pub(super) fn reach_answered(&mut self, host: &Address) {
+    pub(super) fn reach_answered(&mut self, host: &Address, ctx: &mut Context<Self>) {
         let now = self.now_ms();
         if let Some(ms) = self.reach.answered(host, now) {
             info!(self.deps.log, "a host that refused connections answered: it takes nonces again";
                 "stage" => "host_reachable", "host" => host.short(), "unreachable_ms" => ms);
             self.count_reach("host_reachable");
             self.reach_gate(now);
+            self.hasten_short_votes(VoteWake::HostReachable, ctx);
         }
     }
 
@@ -183,6 +185,7 @@ impl EscrowActor {
         end: &AttemptEnd,
         class: OutcomeClass,
         reason: OutcomeReason,
+        ctx: &mut Context<Self>,
     ) {
         if reason == OutcomeReason::ConnectFailed {
             let now = self.now_ms();
@@ -194,7 +197,7 @@ impl EscrowActor {
                 self.reach_gate(now);
             }
         } else if host_answered(end, class, reason) {
-            self.reach_answered(host);
+            self.reach_answered(host, ctx);
         }
     }
 

@@ -4,8 +4,10 @@
 //! refused); a vote short of quorum is asked again with back-off. A confirmed timeout goes out
 //! in a `SendPendingDiff`. Timers: the `nonce <n>` timer of each awaiting nonce (its deadline, or
 //! its back-off). Log stages `timeout_vote_started`, `timeout_vote_retry`,
-//! `timeout_vote_given_up`, `timeout_rescheduled`; metrics `devshard_timeout_votes_running`,
-//! `devshard_timeout_vote_retries_total{reason}`.
+//! `timeout_vote_given_up`, `timeout_rescheduled`, `timeout_votes_hastened`; metrics
+//! `devshard_timeout_votes_running`, `devshard_timeout_vote_retries_total{reason}`,
+//! `devshard_timeout_votes_hastened_total{why}` (votes backed off asked again early: the escrow
+//! drains, or a verifier came back).
 
 use actix::prelude::*;
 use slog::{info, warn};
@@ -22,6 +24,28 @@ use crate::{
     policy::reason::{EmptyDiffReason, OutcomeReason},
     protocol::proto::TimeoutReason,
 };
+
+/// Why votes waiting for their back-off are asked again early ([`EscrowActor::hasten_short_votes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum VoteWake {
+    /// The escrow drains: its settlement waits on these votes, so they are asked again at
+    /// least every `timeout_vote_retry_ms` instead of after back-offs of up to 300 s.
+    Draining,
+    /// A host that refused connections answered: a verifier that was down may vote now.
+    HostReachable,
+    /// A host's catch-up is over: a verifier that was behind may vote now.
+    HostCaughtUp,
+}
+
+impl VoteWake {
+    fn as_label(self) -> &'static str {
+        match self {
+            VoteWake::Draining => "draining",
+            VoteWake::HostReachable => "host_reachable",
+            VoteWake::HostCaughtUp => "host_caught_up",
+        }
+    }
+}
 
 /// Least time between two syncs a vote asks for.
 const SYNC_KICK_GAP_MS: i64 = 5_000;
@@ -167,6 +191,35 @@ impl EscrowActor {
                     "nonce" => nonce, "reason" => reason.as_wire());
                 self.drop_unconfirmed(nonce);
             }
+        }
+    }
+
+    /// Votes short of quorum that wait for their back-off are asked again soon: within
+    /// `timeout_vote_retry_ms` while draining, at once when a verifier came back. Their rounds
+    /// still count (a nonce is given up after `timeout_vote_rounds`). Found by CI's chaos run:
+    /// an escrow drained after the faults cleared still waited minutes for votes backed off to
+    /// 160–300 s while every host was up, and its settlement did not end within 240 s.
+    pub(super) fn hasten_short_votes(&mut self, wake: VoteWake, ctx: &mut Context<Self>) {
+        let within = match wake {
+            VoteWake::Draining => {
+                i64::try_from(self.deps.cfg.timeout_vote_retry_ms).unwrap_or(i64::MAX)
+            }
+            VoteWake::HostReachable | VoteWake::HostCaughtUp => 0,
+        };
+        let moved = self.book.hasten_short_votes(self.now_ms(), within);
+        if moved.is_empty() {
+            return;
+        }
+        self.deps
+            .metrics
+            .timeout_votes_hastened
+            .with_label_values(&[wake.as_label()])
+            .inc_by(u64::try_from(moved.len()).unwrap_or(u64::MAX));
+        info!(self.deps.log, "timeout votes short of quorum asked again early";
+            "stage" => "timeout_votes_hastened", "why" => wake.as_label(), "nonces" => moved.len(),
+            "within_ms" => within);
+        for nonce in moved {
+            self.arm_nonce_timer(nonce, ctx);
         }
     }
 

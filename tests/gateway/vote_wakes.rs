@@ -1,0 +1,114 @@
+//! Timeout votes short of quorum are asked again early when what kept them short is gone, in
+//! paused time over real loopback HTTP (`actor/voting.rs` `hasten_short_votes`):
+//! - finding (CI's chaos run, seed 12 with rotation): an escrow that drained after the faults
+//!   had cleared waited for votes backed off to 160–300 s while every host was up, and its
+//!   settlement did not end within 240 s. While the escrow drains, a vote is now asked again at
+//!   least every `timeout_vote_retry_ms`;
+//! - a verifier that refused connections and answers again wakes the votes it kept short.
+
+use std::time::Duration;
+
+use devshard_actors::escrow::messages::BeginDrain;
+use devshard_gateway::sim::Faults;
+
+use super::{
+    fidelity::no_hedging,
+    harness::Harness,
+    timeout_votes::{dead, executor, sim, timeouts, wait_until},
+};
+
+fn down() -> Faults {
+    Faults {
+        refuse_connections: true,
+        ..Default::default()
+    }
+}
+
+fn retries(h: &Harness) -> u64 {
+    h.metrics
+        .timeout_vote_retries
+        .with_label_values(&["refused"])
+        .get()
+}
+
+fn hastened(h: &Harness, why: &str) -> u64 {
+    h.metrics
+        .timeout_votes_hastened
+        .with_label_values(&[why])
+        .get()
+}
+
+/// Nonce 1's executor dead, a verifier down: nonce 1's refused-timeout vote falls short
+/// `rounds` times (back-offs 10, 20, 40 … s). Returns the dead host and the verifier.
+async fn short_rounds(h: &Harness, rounds: u64) -> (usize, usize) {
+    no_hedging(h).await;
+    let dead_host = executor(h, 1);
+    h.sim.set_faults(dead_host, dead()).unwrap();
+    assert!(h.chat(Harness::body("q", false)).await.is_success());
+    let voter = (0..3).find(|i| *i != dead_host).unwrap();
+    h.sim.set_faults(voter, down()).unwrap();
+    wait_until(Duration::from_secs(900), || retries(h) >= rounds).await;
+    assert_eq!(
+        retries(h),
+        rounds,
+        "{rounds} rounds short: one verifier is down"
+    );
+    assert_eq!(timeouts(h, "confirmed"), 0);
+    (dead_host, voter)
+}
+
+#[actix_rt::test]
+async fn ci_seed_12_a_draining_escrow_asks_backed_off_votes_again_within_the_retry_interval() {
+    tokio::time::pause();
+    let h = Harness::start(sim("drain-wakes-votes")).await;
+    // Five rounds short: the next is 160 s away.
+    let (_, voter) = short_rounds(&h, 5).await;
+    h.sim.clear_faults(voter).unwrap();
+    let escrow = h.escrow_addr("42").await;
+    let progress = escrow.send(BeginDrain).await.unwrap();
+    assert!(progress.unsettled >= 1, "nonce 1 holds the drain");
+    assert_eq!(hastened(&h, "draining"), 1);
+    let took = wait_until(Duration::from_secs(300), || timeouts(&h, "confirmed") >= 1).await;
+    assert_eq!(timeouts(&h, "confirmed"), 1);
+    assert!(
+        took <= Duration::from_secs(12),
+        "asked again within timeout_vote_retry_ms (10 s) of the drain, took {took:?}"
+    );
+    let progress = escrow.send(BeginDrain).await.unwrap();
+    assert_eq!((progress.waiting, progress.unsettled), (0, 0), "drained");
+}
+
+#[actix_rt::test]
+async fn a_verifier_that_answers_again_wakes_the_votes_it_kept_short() {
+    tokio::time::pause();
+    let h = Harness::start(sim("reachable-wakes-votes")).await;
+    let (dead_host, voter) = short_rounds(&h, 3).await;
+    // Requests meet the verifier refusing connections: it is unreachable for the escrow.
+    let reach = |event: &str| h.metrics.reach.with_label_values(&[event]).get();
+    let mut sent = 0;
+    while reach("host_unreachable") == 0 && sent < 12 {
+        let _ = h.chat(Harness::body(&format!("a{sent}"), false)).await;
+        sent += 1;
+    }
+    assert!(
+        reach("host_unreachable") >= 1,
+        "the verifier was found down"
+    );
+    // Its back-off is now 40 s or more; it comes back and a probe reaches it.
+    h.sim.clear_faults(voter).unwrap();
+    h.sim.clear_faults(dead_host).unwrap();
+    let mut sent = 0;
+    while reach("host_reachable") == 0 && sent < 12 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let _ = h.chat(Harness::body(&format!("b{sent}"), false)).await;
+        sent += 1;
+    }
+    assert!(reach("host_reachable") >= 1, "a probe reached it");
+    assert!(hastened(&h, "host_reachable") >= 1);
+    let took = wait_until(Duration::from_secs(300), || timeouts(&h, "confirmed") >= 1).await;
+    assert!(timeouts(&h, "confirmed") >= 1);
+    assert!(
+        took <= Duration::from_secs(3),
+        "asked again once the verifier answered, took {took:?}"
+    );
+}
