@@ -53,6 +53,8 @@ mod optimistic;
 mod pgdb;
 #[path = "gateway/reach.rs"]
 mod reach;
+#[path = "gateway/reach_rejections.rs"]
+mod reach_rejections;
 #[path = "gateway/repair.rs"]
 mod repair;
 #[path = "gateway/replicas.rs"]

@@ -298,18 +298,30 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
     finish::final_checks(&mut checker, &applier, &report, &secrets).await;
     payouts.settle_all(&report).await;
     let stats = shared.stats.borrow().clone();
-    let (tolerated, violations): (Vec<_>, Vec<_>) = report
-        .borrow()
-        .violations
-        .iter()
-        .map(|v| v.invariant)
-        .partition(|i| args.tolerate.contains(i));
-    let (tolerated, violations) = (tolerated.len(), violations.len());
+    // The violations that fail the run are repeated in the summary (the last lines are what a
+    // CI log keeps): invariant, time and the first 300 characters of each, at most 10.
+    let (tolerated, violations, failing) = {
+        let r = report.borrow();
+        let (tolerated, failing): (Vec<_>, Vec<_>) = r
+            .violations
+            .iter()
+            .partition(|v| args.tolerate.contains(&v.invariant));
+        let shown: Vec<_> = failing
+            .iter()
+            .take(10)
+            .map(|v| {
+                let message: String = v.message.chars().take(300).collect();
+                json!({"invariant": v.invariant, "at_ms": v.at_ms, "message": message})
+            })
+            .collect();
+        (tolerated.len(), failing.len(), shown)
+    };
     report.borrow().note(
         "summary",
         json!({
             "seed": seed, "duration_s": args.duration.as_secs(), "steps": steps.len(),
             "kill9_restarts": restarts, "load": stats, "violations": violations,
+            "failing": failing,
         "tolerated_findings": tolerated, "tolerated_invariants": args.tolerate,
             "log_bytes_scanned": checker.scan_log(&secrets, &report),
         }),

@@ -86,15 +86,18 @@ impl Payouts {
 
     /// `{address: summed slot costs}` of `escrow` from the first non-forked host at `nonce`.
     async fn costs_at(&self, escrow: &str, nonce: Option<u64>) -> Option<BTreeMap<String, u64>> {
-        for i in 0..self.hosts {
-            let url = format!("{}/sim/hosts/{i}/sessions/{escrow}", self.control);
-            let Ok(v) = self.http.call("GET", &url, None).await else {
-                continue;
-            };
-            if !v["forked_at"].is_null() || nonce.is_some_and(|n| v["latest_nonce"] != n) {
-                continue;
+        // A live session first, then what a host held before it restarted empty since.
+        for held in ["sessions", "forgotten"] {
+            for i in 0..self.hosts {
+                let url = format!("{}/sim/hosts/{i}/{held}/{escrow}", self.control);
+                let Ok(v) = self.http.call("GET", &url, None).await else {
+                    continue;
+                };
+                if !v["forked_at"].is_null() || nonce.is_some_and(|n| v["latest_nonce"] != n) {
+                    continue;
+                }
+                return Some(summed_costs(&v["host_costs"]));
             }
-            return Some(summed_costs(&v["host_costs"]));
         }
         None
     }

@@ -15,7 +15,7 @@
 //! | wrong method | 405 | `invalid_request_error` | `method_not_allowed` |
 //! | hard ceiling `max_concurrent_races` (`Saturated`) | 503 | `service_unavailable` | `gateway_saturated` (Retry-After 1) |
 //! | adaptive limit: queue full or queue deadline passed (`Shed`, `crate::overload`) | 503 | `service_unavailable` | `gateway_saturated` (Retry-After `overload.retry_after_s`) |
-//! | race: the escrow's hosts refuse connections, no nonce taken (`HostsUnreachable`, the reachability gate) | 503 | `service_unavailable` | `hosts_unreachable` (Retry-After to the next probe, at least 1) |
+//! | race: the escrow's hosts refuse connections or reject requests before any work, no nonce taken (`HostsUnreachable`, the reachability gate) | 503 | `service_unavailable` | `hosts_unreachable` (Retry-After to the next probe, at least 1) |
 //! | race: every host that could serve is caught up in the background from far behind, no nonce taken (`HostsCatchingUp`, `escrow/reach/mod.rs`) | 503 | `service_unavailable` | `hosts_catching_up` (Retry-After from the diffs it lacks, 1–30 s) |
 //! | race: escrow queue full (`Saturated`) | 429 | `rate_limit_exceeded` | `rate_limit_exceeded` (Retry-After 1) |
 //! | race: escrow unavailable or restarting, its store down, or its lease lost to another replica (`EscrowUnavailable`) | 503 | `service_unavailable` | `service_unavailable` (Retry-After 5, or 1 when restarting) |

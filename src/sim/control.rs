@@ -8,6 +8,7 @@
 //! | `PUT /sim/faults` / `DELETE /sim/faults` | the same for every host |
 //! | `PUT /sim/hosts/{i}/latency` | replaces the host's latency profile |
 //! | `GET /sim/hosts/{i}/sessions/{escrow}` | the host's nonce, roots, mempool size, signed nonces, open (pending/started) inferences, each slot's cost |
+//! | `GET /sim/hosts/{i}/forgotten/{escrow}` | what the host held of the escrow when it last restarted empty (`forget_session`): `latest_nonce`, `forked_at`, `host_costs` |
 //! | `GET /sim/escrows` | every escrow the chain holds: `[{id, max_nonce, status}]`, `status` `open` or `settled` with the tx, final nonce, fees, refund and what each validator address was `paid` |
 //! | `GET /sim/escrows/{id}` | the chain's escrow record (creator, slots, amount, session config) |
 //! | `GET /sim/chain/requests` | request counts per path / client / server and the last 1 000 requests |
@@ -248,10 +249,7 @@ async fn host_route(
                     "balance": s.sm.balance(),
                     "warm_keys": s.sm.warm_keys(),
                     // Each slot's cost in this state (the chaos runner's payout check).
-                    "host_costs": s.sm.group().iter().map(|slot| json!({
-                        "slot_id": slot.slot_id, "address": slot.validator,
-                        "cost": s.sm.host_stats(slot.slot_id).cost}))
-                        .collect::<Vec<_>>(),
+                    "host_costs": s.held()["host_costs"].take(),
                     // Inferences not finished nor timed out (the chaos runner's settlement check).
                     "open_inferences": s.sm.records().filter(|r| matches!(r.status,
                         InferenceStatus::Pending | InferenceStatus::Started))
@@ -265,6 +263,10 @@ async fn host_route(
                 None => server::message(StatusCode::NOT_FOUND, "session not found"),
             }
         }
+        (&Method::GET, ["forgotten", escrow]) => match host.forgotten(escrow) {
+            Some(v) => server::json(StatusCode::OK, &v),
+            None => server::message(StatusCode::NOT_FOUND, "nothing forgotten of this escrow"),
+        },
         _ => server::message(StatusCode::NOT_FOUND, "Not Found"),
     }
 }

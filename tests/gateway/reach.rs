@@ -26,7 +26,7 @@ pub(super) fn five() -> SimConfig {
     cfg
 }
 
-async fn harness(tracking: bool) -> Harness {
+pub(super) async fn harness(tracking: bool) -> Harness {
     let cfg = EscrowConfig {
         reach_tracking: tracking,
         ..EscrowConfig::default()
@@ -37,6 +37,16 @@ async fn harness(tracking: bool) -> Harness {
 /// `REQUESTS` requests, one every 20 ms of virtual time, while every host refuses connections:
 /// the nonces they took and how many were answered `hosts_unreachable`.
 async fn outage(h: &Harness) -> (u64, usize) {
+    let refuse = Faults {
+        refuse_connections: true,
+        ..Default::default()
+    };
+    shared_outage(h, refuse, "refused connections").await
+}
+
+/// `REQUESTS` requests, one every 20 ms of virtual time, while every host has `faults`: the
+/// nonces they took and how many were answered `hosts_unreachable` (each message naming `says`).
+pub(super) async fn shared_outage(h: &Harness, faults: Faults, says: &str) -> (u64, usize) {
     for i in 0..3 {
         assert!(h
             .chat(Harness::body(&format!("warm {i}"), true))
@@ -44,10 +54,7 @@ async fn outage(h: &Harness) -> (u64, usize) {
             .is_success());
     }
     let before = h.snapshot("42").await.nonce;
-    h.sim.set_all_faults(Faults {
-        refuse_connections: true,
-        ..Default::default()
-    });
+    h.sim.set_all_faults(faults);
     let mut unreachable = 0;
     for i in 0..REQUESTS {
         match h
@@ -57,7 +64,7 @@ async fn outage(h: &Harness) -> (u64, usize) {
             Answer::Failed(f) if f.error.kind == RaceErrorKind::HostsUnreachable => {
                 assert_eq!(f.status, 503, "{f:?}");
                 assert!(f.error.retry_after_s.is_some_and(|s| s >= 1), "{f:?}");
-                assert!(f.message.contains("accepts connections"), "{}", f.message);
+                assert!(f.message.contains(says), "{}", f.message);
                 unreachable += 1;
             }
             Answer::Failed(_) => {}

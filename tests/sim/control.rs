@@ -170,3 +170,29 @@ async fn latency_escrow_and_session_views() {
     let (status, _) = call("GET", format!("{base}/hosts/0/sessions/42"), None).await;
     assert_eq!(status, 404);
 }
+
+/// A host restarted empty (`forget_session`) no longer has the session, and the control API
+/// still says what it held (the chaos runner's payout check of a settled escrow).
+#[actix_rt::test]
+async fn a_host_restarted_empty_keeps_what_it_held_for_the_payout_check() {
+    tokio::time::pause();
+    let net = start(config(2)).await;
+    let base = format!("{}/sim", net.control_url());
+    let mut s = Session::new(&net, "42");
+    let (_, out) = s.infer(vec![], br#"{"stream":false}"#).await;
+    assert_eq!(out.status, 200);
+    let (_, live) = call("GET", format!("{base}/hosts/1/sessions/42"), None).await;
+    assert_eq!(live["latest_nonce"], 1);
+    let (status, _) = call("GET", format!("{base}/hosts/1/forgotten/42"), None).await;
+    assert_eq!(status, 404, "nothing forgotten yet");
+    let restart = json!({"forget_session": true});
+    let (status, _) = call("PUT", format!("{base}/hosts/1/faults"), Some(restart)).await;
+    assert_eq!(status, 200);
+    let (status, _) = call("GET", format!("{base}/hosts/1/sessions/42"), None).await;
+    assert_eq!(status, 404, "the session is gone");
+    let (status, held) = call("GET", format!("{base}/hosts/1/forgotten/42"), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(held["latest_nonce"], 1);
+    assert_eq!(held["forked_at"], Value::Null);
+    assert_eq!(held["host_costs"], live["host_costs"]);
+}

@@ -22,11 +22,13 @@ pub enum EscrowError {
     NoPreservedHost(String),
     /// The reachability gate is closed (`escrow/reach/mod.rs`): no nonce was taken.
     #[error(
-        "no host of escrow {escrow} accepts connections ({refusing} refused since the last answer); the gateway keeps probing them, retry after {retry_after_s} s"
+        "no host of escrow {escrow} takes requests now ({refusing} {cause} since their last answer); the gateway keeps probing them, retry after {retry_after_s} s"
     )]
     HostsUnreachable {
         escrow: String,
         refusing: usize,
+        /// What most of them said last.
+        cause: crate::escrow::reach::Refusal,
         retry_after_s: u64,
     },
     /// Every host the request could use is being caught up in the background from far behind

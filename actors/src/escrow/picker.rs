@@ -186,6 +186,7 @@ impl Picker {
                         let err = EscrowError::HostsUnreachable {
                             escrow: session.info().escrow_id.clone(),
                             refusing: reach.unreachable_count(),
+                            cause: reach.cause(),
                             retry_after_s: reach.retry_after_s(now),
                         };
                         reach.refused_waiters(self.waiting.len());

@@ -51,6 +51,10 @@ pub(crate) struct HostInner {
     /// Draws of the straggler knob (its own seeded stream: jitter draws never shift it).
     stragglers: Jitter,
     pub(crate) sessions: HashMap<String, HostSession>,
+    /// What each session held when `forget_session` dropped it (the newest nonce per escrow):
+    /// the chaos runner checks a settled escrow's payouts against a host's state at its final
+    /// nonce, and every host holding it may have restarted empty since.
+    forgotten: HashMap<String, serde_json::Value>,
     /// Counter of created sessions (new incarnation after `forget_session`).
     session_seq: u64,
 }
@@ -121,6 +125,7 @@ impl HostState {
                 jitter,
                 stragglers: Jitter::new(derive_seed(seed, "stragglers", index, "")),
                 sessions: HashMap::new(),
+                forgotten: HashMap::new(),
                 session_seq: 0,
             }),
         }
@@ -200,7 +205,15 @@ impl HostState {
             inner.down_until_ms = 0;
         }
         if front.forget_session {
-            inner.sessions.clear();
+            for (escrow, s) in inner.sessions.drain() {
+                let held = s.held();
+                let newer = |old: &serde_json::Value| {
+                    old["latest_nonce"].as_u64() < held["latest_nonce"].as_u64()
+                };
+                if inner.forgotten.get(&escrow).is_none_or(newer) {
+                    inner.forgotten.insert(escrow, held);
+                }
+            }
         }
         if let Some(ms) = front.down_for_ms {
             inner.down_until_ms = self.clock.now_ms().saturating_add(ms as i64);
@@ -285,6 +298,11 @@ impl HostState {
         f: impl FnOnce(&mut HostSession) -> R,
     ) -> Option<R> {
         self.lock().sessions.get_mut(escrow_id).map(f)
+    }
+
+    /// What the host held of `escrow_id` before it last restarted empty ([`HostSession::held`]).
+    pub(crate) fn forgotten(&self, escrow_id: &str) -> Option<serde_json::Value> {
+        self.lock().forgotten.get(escrow_id).cloned()
     }
 
     /// Next session incarnation number.

@@ -87,6 +87,19 @@ pub(crate) struct HostSession {
 }
 
 impl HostSession {
+    /// Its latest nonce, fork and each slot's cost in its state (the chaos runner's payout check
+    /// reads these, from the live session or from what a restart dropped).
+    pub(crate) fn held(&self) -> serde_json::Value {
+        serde_json::json!({
+            "latest_nonce": self.sm.latest_nonce(),
+            "forked_at": self.forked_at,
+            "host_costs": self.sm.group().iter().map(|slot| serde_json::json!({
+                "slot_id": slot.slot_id, "address": slot.validator,
+                "cost": self.sm.host_stats(slot.slot_id).cost}))
+                .collect::<Vec<_>>(),
+        })
+    }
+
     pub(crate) fn new(
         escrow: &EscrowInfo,
         me: &Address,

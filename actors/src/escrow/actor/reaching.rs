@@ -10,7 +10,7 @@ use crate::{
     escrow::{
         durable::{OnDurable, Pending},
         error::EscrowError,
-        reach::GateChange,
+        reach::{GateChange, Refusal},
     },
     outcome::{AttemptEnd, OutcomeClass},
     policy::reason::OutcomeReason,
@@ -34,6 +34,7 @@ impl EscrowActor {
         Err(EscrowError::HostsUnreachable {
             escrow: self.escrow_id().to_string(),
             refusing: self.reach.unreachable_count(),
+            cause: self.reach.cause(),
             retry_after_s: self.reach.retry_after_s(now),
         })
     }
@@ -187,11 +188,11 @@ impl EscrowActor {
         reason: OutcomeReason,
         ctx: &mut Context<Self>,
     ) {
-        if reason == OutcomeReason::ConnectFailed {
+        if let Some(cause) = Refusal::of(reason) {
             let now = self.now_ms();
-            if self.reach.connect_refused(host, now) {
-                warn!(self.deps.log, "a host refused a connection: no nonces for it but probes until it answers";
-                    "stage" => "host_unreachable", "host" => host.short(),
+            if self.reach.refused(host, cause, now) {
+                warn!(self.deps.log, "a host refused a connection or rejected a request before any work: no nonces for it but probes until it answers";
+                    "stage" => "host_unreachable", "host" => host.short(), "cause" => cause.as_str(),
                     "unreachable" => self.reach.unreachable_count());
                 self.count_reach("host_unreachable");
                 self.reach_gate(now);
@@ -210,8 +211,9 @@ impl EscrowActor {
         };
         match change {
             Some(GateChange::Closed) => {
-                warn!(self.deps.log, "every host refuses connections: new requests are answered 503 but for one probe per interval";
-                    "stage" => "reach_gate_closed", "hosts" => self.reach.unreachable_count());
+                warn!(self.deps.log, "every host refuses connections or rejects requests: new requests are answered 503 but for one probe per interval";
+                    "stage" => "reach_gate_closed", "hosts" => self.reach.unreachable_count(),
+                    "cause" => self.reach.cause().as_str());
                 self.count_reach("gate_closed");
             }
             Some(GateChange::Opened { closed_ms }) => {

@@ -10,8 +10,9 @@
 //! inference costs only its fee.
 //!
 //! The rule ([`Reachability`], pure, unit-tested below):
-//! - a host is **unreachable** from its first refused connection until it answers (a receipt,
-//!   or an attempt that ended in something the host said). Its nonces are passed over as diffs
+//! - a host is **unreachable** from its first refused connection, or its first rejection of a
+//!   request before any work (429, 503, a 404 route, 401/403, an unknown escrow: [`Refusal`]),
+//!   until it answers (a receipt, or an attempt that ended in something else the host said). Its nonces are passed over as diffs
 //!   without inference (`EmptyDiffReason::HostUnreachable`), but for one **probe** per
 //!   `reach_probe_interval_ms`: a nonce granted to it as usual, so it is found again once it
 //!   answers. The race of a probe that fails tries another host, as after any failure;
@@ -117,6 +118,8 @@ pub enum GateChange {
 struct Unreachable {
     since_ms: i64,
     next_probe_ms: i64,
+    /// Its latest refusal.
+    cause: Refusal,
 }
 
 /// See the module docs.
@@ -147,9 +150,14 @@ impl Reachability {
         }
     }
 
-    /// `host` refused a connection; `true` when it was reachable until now.
-    pub fn connect_refused(&mut self, host: &Address, now: i64) -> bool {
-        if !self.settings.enabled || self.hosts.contains_key(host) {
+    /// `host` refused a connection or rejected a request before any work ([`Refusal`]); `true`
+    /// when it was reachable until now.
+    pub fn refused(&mut self, host: &Address, cause: Refusal, now: i64) -> bool {
+        if !self.settings.enabled {
+            return false;
+        }
+        if let Some(u) = self.hosts.get_mut(host) {
+            u.cause = cause;
             return false;
         }
         let next_probe_ms = now.saturating_add(self.settings.probe_interval_ms);
@@ -158,9 +166,25 @@ impl Reachability {
             Unreachable {
                 since_ms: now,
                 next_probe_ms,
+                cause,
             },
         );
         true
+    }
+
+    /// What most unreachable hosts said last (on a tie, the first label in order).
+    pub fn cause(&self) -> Refusal {
+        let mut counts: BTreeMap<&'static str, (usize, Refusal)> = BTreeMap::new();
+        for u in self.hosts.values() {
+            counts.entry(u.cause.as_str()).or_insert((0, u.cause)).0 += 1;
+        }
+        let mut best: Option<(usize, Refusal)> = None;
+        for (n, c) in counts.into_values() {
+            if best.is_none_or(|(m, _)| n > m) {
+                best = Some((n, c));
+            }
+        }
+        best.map_or(Refusal::Connect, |(_, c)| c)
     }
 
     /// `host` answered: reachable again. `Some(ms)`: it had been unreachable this long.
@@ -381,9 +405,11 @@ impl Reachability {
     }
 }
 
+mod refusal;
 mod view;
 
-pub use view::{Carrier, CatchingView, ReachView};
+pub use refusal::Refusal;
+pub use view::{Carrier, CatchingView, ReachView, RefusingView};
 
 #[cfg(test)]
 mod tests;

@@ -20,8 +20,11 @@ fn reach() -> Reachability {
 #[test]
 fn a_refusing_host_is_unreachable_until_it_answers() {
     let mut r = reach();
-    assert!(r.connect_refused(&host(1), 0));
-    assert!(!r.connect_refused(&host(1), 10), "already unreachable");
+    assert!(r.refused(&host(1), Refusal::Connect, 0));
+    assert!(
+        !r.refused(&host(1), Refusal::Connect, 10),
+        "already unreachable"
+    );
     assert!(r.is_unreachable(&host(1)));
     assert_eq!(r.answered(&host(2), 20), None, "host 2 was reachable");
     assert_eq!(r.answered(&host(1), 300), Some(300));
@@ -32,7 +35,7 @@ fn a_refusing_host_is_unreachable_until_it_answers() {
 fn an_unreachable_hosts_nonces_are_passed_over_but_for_one_probe_per_interval() {
     let mut r = reach();
     let all = hosts(5);
-    r.connect_refused(&host(1), 0);
+    r.refused(&host(1), Refusal::Connect, 0);
     assert_eq!(r.nonce(&host(0), &all, 10), NonceReach::Grant);
     assert_eq!(r.nonce(&host(1), &all, 10), NonceReach::Withhold);
     assert_eq!(r.nonce(&host(1), &all, 249), NonceReach::Withhold);
@@ -53,7 +56,7 @@ fn the_gate_closes_when_every_candidate_refuses_and_probes_once_per_interval() {
     let mut r = reach();
     let all = hosts(3);
     for h in &all {
-        r.connect_refused(h, 0);
+        r.refused(h, Refusal::Connect, 0);
         assert_eq!(
             r.gate(&all, 0),
             (h == &host(2)).then_some(GateChange::Closed)
@@ -84,8 +87,8 @@ fn the_gate_closes_when_every_candidate_refuses_and_probes_once_per_interval() {
 #[test]
 fn the_gate_follows_the_candidates_not_the_escrows_hosts() {
     let mut r = reach();
-    r.connect_refused(&host(0), 0);
-    r.connect_refused(&host(1), 0);
+    r.refused(&host(0), Refusal::Connect, 0);
+    r.refused(&host(1), Refusal::Connect, 0);
     // Host 2 is withheld for another reason (ejected): 0 and 1 are all the escrow can use.
     let candidates = hosts(2);
     assert_eq!(r.gate(&candidates, 0), Some(GateChange::Closed));
@@ -102,7 +105,7 @@ fn a_disabled_tracker_takes_every_host_as_reachable() {
     });
     let all = hosts(2);
     for h in &all {
-        assert!(!r.connect_refused(h, 0));
+        assert!(!r.refused(h, Refusal::Connect, 0));
     }
     assert!(r.admit(&all, 1));
     assert_eq!(r.nonce(&host(0), &all, 1), NonceReach::Grant);
@@ -141,7 +144,7 @@ fn seed_long_1_when_no_other_host_can_stand_in_the_waiters_wait_for_the_catch_up
     let mut r = reach();
     let all = hosts(2);
     r.catching_up(&host(0), 10, 1_000);
-    r.connect_refused(&host(1), 1_000);
+    r.refused(&host(1), Refusal::Connect, 1_000);
     assert_eq!(r.nonce(&host(0), &all, 1_001), NonceReach::AwaitCatchUp);
     // Host 1's probe taken: nobody else can serve until the next is due.
     assert_eq!(r.nonce(&host(1), &all, 5_999), NonceReach::Probe);
@@ -181,7 +184,7 @@ fn seed_long_1_a_catching_hosts_nonce_that_no_waiter_takes_passes_over_when_anot
     r.catching_up(&host(0), 10, 0);
     assert!(r.pass_over_catching(&host(0), &all, 0));
     assert_eq!(r.view().withheld, 1);
-    r.connect_refused(&host(1), 0);
+    r.refused(&host(1), Refusal::Connect, 0);
     r.catching_up(&host(2), 11, 0);
     assert!(
         !r.pass_over_catching(&host(0), &all, 0),
@@ -204,8 +207,8 @@ fn rotating_long_run_a_probe_due_elsewhere_is_not_held_behind_a_catch_up() {
     let mut r = reach();
     let all = hosts(3);
     assert!(r.syncing(&host(0), 1_000));
-    r.connect_refused(&host(1), 1_000);
-    r.connect_refused(&host(2), 1_100);
+    r.refused(&host(1), Refusal::Connect, 1_000);
+    r.refused(&host(2), Refusal::Connect, 1_100);
     assert_eq!(
         r.nonce(&host(0), &all, 1_200),
         NonceReach::AwaitCatchUp,
@@ -254,7 +257,7 @@ fn seed_long_1_a_far_host_is_caught_up_in_the_background_and_never_granted_meanw
         "no resend waits for a sync"
     );
     // Host 1 refuses connections (its probe just taken): nobody else can serve.
-    r.connect_refused(&host(1), 1_000);
+    r.refused(&host(1), Refusal::Connect, 1_000);
     assert_eq!(r.nonce(&host(1), &all, 5_999), NonceReach::Probe);
     assert_eq!(r.nonce(&host(0), &all, 5_999), NonceReach::AwaitCatchUp);
     assert_eq!(r.nonce(&host(0), &all, 6_000), NonceReach::RefuseCatchingUp);

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::Reachability;
+use super::{Reachability, Refusal};
 
 /// What carries a host's catch-up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -24,11 +24,22 @@ pub struct CatchingView {
     pub since_ms: i64,
 }
 
+/// One unreachable host and what it said last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefusingView {
+    /// The host's short address.
+    pub host: String,
+    pub cause: Refusal,
+}
+
 /// The escrow snapshot's view.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReachView {
-    /// Hosts that refused a connection and have not answered since.
+    /// Hosts that refused a connection or rejected a request before any work, and have not
+    /// answered since.
     pub unreachable: Vec<String>,
+    /// The same hosts, with what each said last.
+    pub refusing: Vec<RefusingView>,
     /// Hosts catching up, with what carries their catch-up.
     pub catching_up: Vec<CatchingView>,
     /// Every host the escrow could route to is unreachable since (unix ms).
@@ -43,6 +54,12 @@ impl Reachability {
     pub fn view(&self) -> ReachView {
         ReachView {
             unreachable: self.hosts.keys().map(|a| a.short().to_owned()).collect(),
+            refusing: (self.hosts.iter())
+                .map(|(a, u)| RefusingView {
+                    host: a.short().to_owned(),
+                    cause: u.cause,
+                })
+                .collect(),
             catching_up: (self.catching.iter())
                 .map(|(a, (carrier, since_ms))| CatchingView {
                     host: a.to_string(),
