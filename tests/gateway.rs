@@ -19,6 +19,8 @@ mod catch_up;
 mod create;
 #[path = "gateway/debug_stats.rs"]
 mod debug_stats;
+#[path = "gateway/durable_acks.rs"]
+mod durable_acks;
 #[path = "gateway/escrow_delete.rs"]
 mod escrow_delete;
 #[path = "gateway/fidelity.rs"]

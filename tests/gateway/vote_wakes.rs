@@ -1,9 +1,9 @@
 //! Timeout votes short of quorum are asked again early when what kept them short is gone, in
 //! paused time over real loopback HTTP (`actor/voting.rs` `hasten_short_votes`):
-//! - finding (CI's chaos run, seed 12 with rotation): an escrow that drained after the faults
-//!   had cleared waited for votes backed off to 160–300 s while every host was up, and its
-//!   settlement did not end within 240 s. While the escrow drains, a vote is now asked again at
-//!   least every `timeout_vote_retry_ms`;
+//! - finding (the rotating hour-long run, run H: escrow 112's drain and the burst of 100 late
+//!   timeouts): votes short of quorum during the faults waited out back-offs of up to 300 s
+//!   after their verifiers were back, and a draining escrow's settlement waits on them. While
+//!   the escrow drains, a vote is now asked again at least every `timeout_vote_retry_ms`;
 //! - a verifier that refused connections and answers again wakes the votes it kept short.
 
 use std::time::Duration;
@@ -58,7 +58,8 @@ async fn short_rounds(h: &Harness, rounds: u64) -> (usize, usize) {
 }
 
 #[actix_rt::test]
-async fn ci_seed_12_a_draining_escrow_asks_backed_off_votes_again_within_the_retry_interval() {
+async fn rotating_long_run_a_draining_escrow_asks_backed_off_votes_again_within_the_retry_interval()
+{
     tokio::time::pause();
     let h = Harness::start(sim("drain-wakes-votes")).await;
     // Five rounds short: the next is 160 s away.

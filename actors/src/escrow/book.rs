@@ -371,6 +371,16 @@ impl NonceBook {
         moved
     }
 
+    /// Whether a vote short of quorum waits for its back-off.
+    pub(super) fn votes_backing_off(&self) -> bool {
+        !self.votes.backing_off().is_empty()
+    }
+
+    /// Whether a verifier's return may wake the votes backing off now (`VoteQueue::wake_due`).
+    pub(super) fn vote_wake_due(&mut self, now_ms: i64) -> bool {
+        self.votes.wake_due(now_ms)
+    }
+
     /// The record of `nonce` in our state decides its timeout (not whether we saw a receipt): a
     /// Started record (its ConfirmStart may have come through a mempool) gets an execution
     /// timeout from its `confirmed_at`, a Pending one a refused timeout. `false` when the record

@@ -45,6 +45,8 @@ pub(super) struct VoteQueue {
     running: BTreeSet<u64>,
     /// Rounds that fell short, per nonce.
     short: BTreeMap<u64, u32>,
+    /// When a verifier's return last asked the votes backing off again early (ms).
+    woken_ms: Option<i64>,
     limits: VoteLimits,
 }
 
@@ -54,6 +56,7 @@ impl VoteQueue {
             waiting: VecDeque::new(),
             running: BTreeSet::new(),
             short: BTreeMap::new(),
+            woken_ms: None,
             limits,
         }
     }
@@ -128,6 +131,21 @@ impl VoteQueue {
             .filter(|n| !self.running.contains(n) && !self.waiting.contains(n))
             .copied()
             .collect()
+    }
+
+    /// Whether a verifier's return may ask the votes backing off again now: at most once per
+    /// `retry_ms`, since each early round counts (a host flapping between refusing and
+    /// answering would otherwise use up every round in seconds).
+    pub(super) fn wake_due(&mut self, now_ms: i64) -> bool {
+        let gap = i64::try_from(self.limits.retry_ms).unwrap_or(i64::MAX);
+        if self
+            .woken_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) < gap)
+        {
+            return false;
+        }
+        self.woken_ms = Some(now_ms);
+        true
     }
 
     /// `nonce` is settled: forget its rounds.
@@ -231,5 +249,16 @@ mod tests {
         assert_eq!(q.backing_off(), vec![1], "2 collects, 3 is queued");
         q.forget(1);
         assert!(q.backing_off().is_empty());
+    }
+
+    #[test]
+    fn a_verifier_returning_wakes_the_votes_at_most_once_per_retry_interval() {
+        let mut q = VoteQueue::new(limits(1));
+        assert!(q.wake_due(0));
+        assert!(
+            !q.wake_due(9_999),
+            "a flapping host does not use up the rounds"
+        );
+        assert!(q.wake_due(10_000));
     }
 }

@@ -116,7 +116,7 @@ impl Handler<BeginDrain> for EscrowActor {
 impl Handler<FinalizeRound> for EscrowActor {
     type Result = ResponseActFuture<Self, Result<RoundDone, String>>;
 
-    fn handle(&mut self, _: FinalizeRound, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _: FinalizeRound, ctx: &mut Self::Context) -> Self::Result {
         self.closing = true;
         let phase = self.session.state().phase();
         if phase == Phase::Settlement {
@@ -139,7 +139,8 @@ impl Handler<FinalizeRound> for EscrowActor {
         };
         info!(self.deps.log, "finalize round composed"; "stage" => "finalize_round",
             "nonce" => diff.nonce, "phase" => ?self.session.state().phase());
-        self.catch_up_then(Some(ack), false)
+        let ready = self.durable_then_ready(diff.nonce, ack, ctx);
+        self.catch_up_then(Some(ready), false)
     }
 }
 

@@ -18,7 +18,7 @@ use crate::{
     policy::reason::{EmptyDiffReason, OutcomeReason},
     protocol::crypto::Address,
     stats::timers,
-    store::StoreError,
+    store::{Ack, StoreError},
 };
 
 impl EscrowActor {
@@ -154,6 +154,23 @@ impl EscrowActor {
         ctx.spawn(ack.into_actor(self).map(move |res, act, ctx| {
             act.acked(nonce, res, then, ctx);
         }));
+    }
+
+    /// A diff composed for sends that must wait until it is durable (a sync, a vote's context,
+    /// a finalize round): its ack is awaited here, as every composed diff's is, so the durable
+    /// nonce moves on it and the finishes it sequenced leave the book; the sends wait for the
+    /// flush returned, which resolves once it is durable too (writes commit in order). Found by
+    /// a chaos run: an admin sync's diff sequenced a finish, its ack went only to the sync's
+    /// sends, and the escrow drained forever with that finish in its book (CI's invariant 7).
+    pub(super) fn durable_then_ready(
+        &mut self,
+        nonce: u64,
+        ack: Ack,
+        ctx: &mut Context<Self>,
+    ) -> Ack {
+        let then = OnDurable::Nothing;
+        self.await_durable(Pending { nonce, ack, then }, ctx);
+        self.deps.store.flush()
     }
 
     /// A diff whose ack was awaited elsewhere (a timeout's diff, sent once durable): as after

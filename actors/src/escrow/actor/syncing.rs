@@ -8,14 +8,14 @@ use actix::prelude::*;
 use slog::info;
 
 use super::super::{messages::SyncHosts, sync};
-use super::EscrowActor;
+use super::{voting::VoteWake, EscrowActor};
 use crate::{host::HostError, policy::reason::EmptyDiffReason, protocol::crypto::Address};
 
 impl Handler<SyncHosts> for EscrowActor {
     type Result = ResponseActFuture<Self, Vec<(Address, u64)>>;
 
-    fn handle(&mut self, _: SyncHosts, _: &mut Self::Context) -> Self::Result {
-        self.sync_hosts(false)
+    fn handle(&mut self, _: SyncHosts, ctx: &mut Self::Context) -> Self::Result {
+        self.sync_hosts(false, ctx)
     }
 }
 
@@ -26,13 +26,14 @@ impl EscrowActor {
     pub(super) fn sync_hosts(
         &mut self,
         with_ejected: bool,
+        ctx: &mut Context<Self>,
     ) -> ResponseActFuture<Self, Vec<(Address, u64)>> {
         // Every diff that catch-up may carry must be durable first: either the new diff's ack
         // (writes commit in order) or a flush covering diffs composed by in-flight grants.
         let ready = self
             .durable
             .settle_pending(&mut self.session, &self.deps, EmptyDiffReason::SyncHosts)
-            .map(|(_, ack)| ack);
+            .map(|(nonce, ack)| self.durable_then_ready(nonce, ack, ctx));
         let skip = self.reach.syncing_hosts();
         let targets = sync::Targets::Routable {
             routing: &self.routing,
@@ -61,11 +62,17 @@ impl EscrowActor {
         ctx: &mut Context<Self>,
     ) -> Option<HostError> {
         let mut failed = None;
+        let mut caught_up = false;
         for (addr, res) in answers {
             match res {
                 Ok(sent) => {
                     if let Some(r) = sent.receipt {
-                        let _ = self.take_report(&addr, None, &r);
+                        // A verifier far behind (more than a window, `timeouts.rs`) that is
+                        // near now may vote.
+                        let window = u64::try_from(self.deps.cfg.diff_window).unwrap_or(u64::MAX);
+                        let was_far = self.session.lacks(&addr) > window;
+                        let taken = self.take_report(&addr, None, &r).is_ok();
+                        caught_up |= taken && was_far && self.session.lacks(&addr) <= window;
                         self.durable.syncs_changed();
                     }
                     self.absorb_mempool(&addr, sent.mempool, ctx);
@@ -78,6 +85,9 @@ impl EscrowActor {
                     failed.get_or_insert(e);
                 }
             }
+        }
+        if caught_up {
+            self.hasten_short_votes(VoteWake::HostCaughtUp, ctx);
         }
         failed
     }

@@ -87,14 +87,15 @@ impl EscrowActor {
         // Voters judge from their own state: sequence pending txs first (e.g. this nonce's
         // ConfirmStart, without which an execution timeout cannot be verified), and send only
         // diffs that are durable — the vote requests go out once this flush/ack resolved.
-        let ready = self
-            .durable
-            .settle_pending(
-                &mut self.session,
-                &self.deps,
-                EmptyDiffReason::TimeoutContext,
-            )
-            .map_or_else(|| self.deps.store.flush(), |(_, ack)| ack);
+        let ready = self.durable.settle_pending(
+            &mut self.session,
+            &self.deps,
+            EmptyDiffReason::TimeoutContext,
+        );
+        let ready = match ready {
+            Some((n, ack)) => self.durable_then_ready(n, ack, ctx),
+            None => self.deps.store.flush(),
+        };
         if !self.follow_record(nonce) {
             // Neither Pending nor Started in our state: nothing a verifier could time out.
             self.book.vote_done(nonce);
@@ -195,18 +196,24 @@ impl EscrowActor {
     }
 
     /// Votes short of quorum that wait for their back-off are asked again soon: within
-    /// `timeout_vote_retry_ms` while draining, at once when a verifier came back. Their rounds
-    /// still count (a nonce is given up after `timeout_vote_rounds`). Found by CI's chaos run:
+    /// `timeout_vote_retry_ms` while draining, at once when a verifier came back (at most once
+    /// per `timeout_vote_retry_ms`). Their rounds still count (a nonce is given up after `timeout_vote_rounds`). Found by CI's chaos run:
     /// an escrow drained after the faults cleared still waited minutes for votes backed off to
     /// 160–300 s while every host was up, and its settlement did not end within 240 s.
     pub(super) fn hasten_short_votes(&mut self, wake: VoteWake, ctx: &mut Context<Self>) {
+        let now = self.now_ms();
         let within = match wake {
             VoteWake::Draining => {
                 i64::try_from(self.deps.cfg.timeout_vote_retry_ms).unwrap_or(i64::MAX)
             }
-            VoteWake::HostReachable | VoteWake::HostCaughtUp => 0,
+            VoteWake::HostReachable | VoteWake::HostCaughtUp => {
+                if !self.book.votes_backing_off() || !self.book.vote_wake_due(now) {
+                    return;
+                }
+                0
+            }
         };
-        let moved = self.book.hasten_short_votes(self.now_ms(), within);
+        let moved = self.book.hasten_short_votes(now, within);
         if moved.is_empty() {
             return;
         }
@@ -296,7 +303,7 @@ impl EscrowActor {
         self.last_sync_kick_ms = Some(now);
         info!(self.deps.log, "verifiers far behind: catching them up before the vote is asked again";
             "stage" => "timeout_vote_sync_kicked");
-        let sync = self.sync_hosts(true);
+        let sync = self.sync_hosts(true, ctx);
         ctx.spawn(sync.map(|_, _, _| ()));
     }
 
