@@ -77,6 +77,22 @@ pub(super) async fn shared_outage(h: &Harness, faults: Faults, says: &str) -> (u
     (used, unreachable)
 }
 
+/// After the faults cleared, a client that honours `Retry-After` retries up to 3 times: the
+/// retry it was served at (0: at once).
+pub(super) async fn served_after_clear(h: &Harness) -> Option<usize> {
+    for attempt in 0..3 {
+        match h.chat(Harness::body("after", true)).await {
+            Answer::Failed(f) if f.error.kind == RaceErrorKind::HostsUnreachable => {
+                let wait = f.error.retry_after_s.unwrap_or(1);
+                tokio::time::sleep(Duration::from_secs(wait)).await;
+            }
+            Answer::Failed(f) => panic!("after the clear: {f:?}"),
+            _ => return Some(attempt),
+        }
+    }
+    None
+}
+
 #[actix_rt::test]
 async fn hosts_refusing_connections_close_the_gate_and_the_first_answer_opens_it() {
     tokio::time::pause();
@@ -104,20 +120,7 @@ async fn hosts_refusing_connections_close_the_gate_and_the_first_answer_opens_it
     // The fault clears: the next probe is answered and the gate opens; a client that honours
     // `Retry-After` is served at its first retry.
     h.sim.clear_all_faults();
-    let mut served_after = None;
-    for attempt in 0..3 {
-        match h.chat(Harness::body("after", true)).await {
-            Answer::Failed(f) if f.error.kind == RaceErrorKind::HostsUnreachable => {
-                let wait = f.error.retry_after_s.unwrap_or(1);
-                tokio::time::sleep(Duration::from_secs(wait)).await;
-            }
-            Answer::Failed(f) => panic!("after the clear: {f:?}"),
-            _ => {
-                served_after = Some(attempt);
-                break;
-            }
-        }
-    }
+    let served_after = served_after_clear(&h).await;
     assert!(served_after.is_some_and(|a| a <= 1), "{served_after:?}");
     let snap = h.snapshot("42").await;
     assert_eq!(snap.reach.gate_closed_since_ms, None, "{:?}", snap.reach);

@@ -6,15 +6,9 @@
 //! `hosts_unreachable` naming what the hosts said, no nonce but one probe per interval, and the
 //! first probe answered after the fault clears opens it again.
 
-use std::time::Duration;
-
-use devshard_actors::race::RaceErrorKind;
 use devshard_gateway::sim::Faults;
 
-use super::{
-    harness::{Answer, Harness},
-    reach::{harness, shared_outage},
-};
+use super::reach::{harness, served_after_clear, shared_outage};
 
 fn status(s: u16) -> Faults {
     Faults {
@@ -44,20 +38,7 @@ async fn rejections(code: u16, says: &str) -> (u64, usize, u64) {
     );
     // The fault clears: a client that honours `Retry-After` is served at its first retry.
     h.sim.clear_all_faults();
-    let mut served = false;
-    for _ in 0..3 {
-        match h.chat(Harness::body("after", true)).await {
-            Answer::Failed(f) if f.error.kind == RaceErrorKind::HostsUnreachable => {
-                let wait = f.error.retry_after_s.unwrap_or(1);
-                tokio::time::sleep(Duration::from_secs(wait)).await;
-            }
-            Answer::Failed(f) => panic!("after the clear: {f:?}"),
-            _ => {
-                served = true;
-                break;
-            }
-        }
-    }
+    let served = served_after_clear(&h).await.is_some();
     assert!(served, "served after the clear");
     let untracked = harness(false).await;
     let (untracked_used, none) = shared_outage(&untracked, status(code), says).await;

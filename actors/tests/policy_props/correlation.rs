@@ -199,3 +199,42 @@ fn cause_messages_name_the_shared_cause() {
     ));
     assert!(cause_message(&other).ends_with("every host failed the same way [502: bad gateway #]"));
 }
+
+fn lost(reason: OutcomeReason, message: &str) -> FaultSignature {
+    FaultSignature::new(OutcomeClass::HostFault, None, reason, message)
+}
+
+/// The rotating hour-long run (seed `long-1`, 38 s): four hosts refused connections together;
+/// one host's in-flight streams broke as truncated, empty and transport errors, each with a
+/// signature of its own, and were struck as its own fault. A lost connection is one fault family.
+#[test]
+fn rotating_long_run_streams_broken_by_a_shared_outage_are_part_of_it() {
+    let s = settings();
+    let mut d: SharedFaultDetector = SharedFaultDetector::new(&s);
+    let refused = lost(OutcomeReason::ConnectFailed, "connection refused");
+    assert_eq!(d.record_failure("a".into(), refused.clone(), T0), None);
+    let broken = [
+        lost(OutcomeReason::Truncated, ""),
+        lost(OutcomeReason::EmptyStream, ""),
+        lost(OutcomeReason::Transport, "connection reset by peer"),
+    ];
+    for (i, b) in broken.iter().enumerate() {
+        let shared = d.record_failure("b".into(), b.clone(), T0 + 10 * i as i64);
+        assert!(shared.is_some(), "{b:?} shares host a's outage");
+    }
+    assert_eq!(d.held(), 0, "host a's refusal is retracted too");
+    assert!(d.release_due(T0 + 3_600_000).is_empty(), "nobody is struck");
+    // A stall, an HTTP error or another class is not a lost connection.
+    let mut e: SharedFaultDetector = SharedFaultDetector::new(&s);
+    assert_eq!(e.record_failure("a".into(), refused, T0), None);
+    let stalled = lost(OutcomeReason::Stalled, "");
+    assert_eq!(e.record_failure("b".into(), stalled, T0 + 10), None);
+    let status = FaultSignature::new(
+        OutcomeClass::HostFault,
+        Some(500),
+        OutcomeReason::HostError,
+        "",
+    );
+    assert_eq!(e.record_failure("c".into(), status, T0 + 20), None);
+    assert_eq!(e.held(), 3);
+}
