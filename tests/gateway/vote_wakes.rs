@@ -4,7 +4,9 @@
 //!   timeouts): votes short of quorum during the faults waited out back-offs of up to 300 s
 //!   after their verifiers were back, and a draining escrow's settlement waits on them. While
 //!   the escrow drains, a vote is now asked again at least every `timeout_vote_retry_ms`;
-//! - a verifier that refused connections and answers again wakes the votes it kept short.
+//! - a verifier that refused connections and answers again wakes the votes it kept short;
+//! - finding (run I): a verifier that restarted empty answered every vote with an error, and
+//!   nothing found out what it held; a round with a verifier's error now kicks a sync.
 
 use std::time::Duration;
 
@@ -111,5 +113,46 @@ async fn a_verifier_that_answers_again_wakes_the_votes_it_kept_short() {
     assert!(
         took <= Duration::from_secs(3),
         "asked again once the verifier answered, took {took:?}"
+    );
+}
+
+/// Run I (seed `long-1`, 97 s): an execution timeout stayed at weight 2 of 3 for a minute while
+/// two verifiers that had restarted empty answered every vote with an error ("inference not
+/// found"): the escrow still counted them near, asked them again each round, and nothing
+/// found out what they held. A round with a verifier's error now kicks a sync, which rewinds
+/// it, and the next round carries its catch-up.
+#[actix_rt::test]
+async fn rotating_long_run_a_verifier_that_restarted_empty_is_caught_up_for_the_next_round() {
+    tokio::time::pause();
+    let h = Harness::start(sim("verifier-restarted-empty")).await;
+    no_hedging(&h).await;
+    // Every host holds the escrow's state first.
+    for i in 0..6 {
+        assert!(h
+            .chat(Harness::body(&format!("w{i}"), false))
+            .await
+            .is_success());
+    }
+    let next = h.snapshot("42").await.nonce + 1;
+    let dead_host = executor(&h, next);
+    h.sim.set_faults(dead_host, dead()).unwrap();
+    assert!(h.chat(Harness::body("q", false)).await.is_success());
+    let voter = (0..3).find(|i| *i != dead_host).unwrap();
+    let restart = Faults {
+        forget_session: true,
+        ..Default::default()
+    };
+    h.sim.set_faults(voter, restart).unwrap();
+    let took = wait_until(Duration::from_secs(900), || timeouts(&h, "confirmed") >= 1).await;
+    assert_eq!(
+        timeouts(&h, "confirmed"),
+        1,
+        "confirmed once the verifier is caught up"
+    );
+    // The refusal deadline (65 s), then at most one round short before the sync.
+    assert!(
+        took <= Duration::from_secs(65 + 15),
+        "confirmed {took:?} after the restart ({} rounds short)",
+        retries(&h)
     );
 }

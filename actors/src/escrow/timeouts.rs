@@ -54,6 +54,10 @@ pub(super) type Answers = Vec<(Address, VerifyTimeoutResponse)>;
 pub(super) struct Round {
     pub answers: Answers,
     pub carried: Vec<(Address, u64)>,
+    /// Verifiers that answered an error: one that restarted empty judges from a state without
+    /// the nonce ("inference not found") while the escrow still counts it near, so every later
+    /// round asks it again in vain; the caller kicks a sync, which finds out what it holds.
+    pub failed: usize,
 }
 
 /// How far below memory a verifier's catch-up may reach and still be carried by a vote (in
@@ -184,6 +188,7 @@ pub(super) fn collect_votes(
         let mut round = Round {
             answers: Vec::new(),
             carried: Vec::new(),
+            failed: 0,
         };
         if ready.await.is_err() {
             return round;
@@ -191,12 +196,15 @@ pub(super) fn collect_votes(
         let mut pending: FuturesUnordered<_> = calls.into_iter().collect();
         let mut weight = 0u64;
         while let Some((addr, w, top, res)) = pending.next().await {
-            if let Ok(answer) = res {
-                if answer.accept {
-                    weight += w;
+            match res {
+                Ok(answer) => {
+                    if answer.accept {
+                        weight += w;
+                    }
+                    round.carried.push((addr.clone(), top));
+                    round.answers.push((addr, answer));
                 }
-                round.carried.push((addr.clone(), top));
-                round.answers.push((addr, answer));
+                Err(_) => round.failed += 1,
             }
             if weight > threshold {
                 break;

@@ -134,7 +134,12 @@ impl EscrowActor {
         info!(self.deps.log, "timeout vote collecting"; "stage" => "timeout_vote_started",
             "nonce" => nonce, "reason" => reason.as_wire(), "parallel" => self.book.votes_running());
         self.vote_carrying.extend(carrying.iter().cloned());
-        let checked = votes.into_actor(self).then(move |round, act, _| {
+        let checked = votes.into_actor(self).then(move |round, act, ctx| {
+            if round.failed > 0 {
+                // A verifier that answered an error may have lost its state: a sync finds out
+                // what it holds (its sync point moves back), so the next round carries it.
+                act.kick_sync(ctx);
+            }
             for host in &carrying {
                 act.vote_carrying.remove(host);
             }
