@@ -85,6 +85,7 @@ pub fn rotation_settings(args: &DemoArgs, sim: &SimConfig) -> RotationSettings {
             max_deposit_per_day: sim.amount.saturating_mul(ROTATION_DAILY_ESCROWS),
             nonce_margin: ROTATION_NONCE_MARGIN,
             reserve_requests: crate::rotation::settings::DEFAULT_RESERVE_REQUESTS,
+            margin_s: crate::rotation::settings::DEFAULT_MARGIN_S,
         }],
         ..RotationSettings::default()
     }

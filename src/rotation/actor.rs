@@ -1,14 +1,17 @@
 //! `RotationActor`: keeps `target_count` escrows active per model (docs/lifecycle.md §4).
 //!
 //! - **Owns**: each model's creation back-off (failures in a row, the time of the next try, the
-//!   last error) and the last check's view (roles, budgets, decisions) for the debug listing.
+//!   last error), each escrow's nonce burn rate ([`super::burn`]) and the last check's view
+//!   (roles, budgets, decisions) for the debug listing.
 //! - **Survives a restart**: nothing of its own in memory matters. Open creation intents, the
 //!   day's deposits and the creations record are in the store ([`super::creator`],
 //!   [`super::deposits`]); escrow budgets come from the escrow board (live), the owners'
 //!   publications on a shared store or the settlement tick ([`super::facts`]), roles from the
 //!   settlement records; retire requests for escrows other replicas run are records too
 //!   (`crate::state::settlements::NS_RETIRE`). The back-off starts again from zero after a
-//!   restart (bounded: the daily cap still holds), and so does the time this replica has led
+//!   restart (bounded: the daily cap still holds), the burn rates are measured again from the
+//!   first check on (until the second, `nonce_margin` alone decides), and so does the time this
+//!   replica has led
 //!   (which decides when a stale publication makes a budget unknown: [`super::remote`]).
 //! - **One replica**: a check runs only on the replica that leads the rotation's duty lease
 //!   (`crate::store::duty`, PostgreSQL with several replicas); the others try to take it over
@@ -22,7 +25,7 @@
 //!   running-low ones once their replacements serve (drain + settle by the settlement actors:
 //!   here, or by the escrow's owner through a retire request).
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{cell::RefCell, collections::BTreeMap, rc::Rc, time::Duration};
 
 use actix::prelude::*;
 use devshard_actors::{directory::EscrowBoard, settlement::machine::CONFIRM_POLL_MS};
@@ -30,6 +33,7 @@ use slog::warn;
 
 pub use super::check::{EscrowRole, ModelView, RotationView};
 use super::{
+    burn::BurnRates,
     check::{check_model, Backoff, Checked},
     facts::{self, Sources},
     plan::backoff_ms,
@@ -57,6 +61,8 @@ pub struct RotationActor {
     /// Since when this replica leads the rotation (its clock).
     leading_since_ms: Option<i64>,
     backoff: BTreeMap<String, Backoff>,
+    /// Shared with the running check (same thread), which observes the nonces it reads.
+    burn: Rc<RefCell<BurnRates>>,
     view: RotationView,
     busy: bool,
     /// When the last check started.
@@ -97,6 +103,7 @@ impl RotationActor {
             replicas,
             leading_since_ms: None,
             backoff: BTreeMap::new(),
+            burn: Rc::default(),
             view: RotationView::default(),
             busy: false,
             started_ms: None,
@@ -156,6 +163,7 @@ impl RotationActor {
         let board = self.board.clone();
         let replicas = self.replicas.clone();
         let freshness = self.freshness();
+        let burn = self.burn.clone();
         let fut = async move {
             rotation.creator.reconcile_all().await;
             let mut out = Outcome {
@@ -170,7 +178,7 @@ impl RotationActor {
                 board: &board,
                 shared: replicas.as_ref().and_then(Replicas::pg).zip(freshness),
             };
-            let facts = match facts::gather(&settlements, &deactivated, cap, sources).await {
+            let mut facts = match facts::gather(&settlements, &deactivated, cap, sources).await {
                 Ok(facts) => facts,
                 Err(e) => {
                     warn!(rotation.creator.log, "rotation check skipped: the shared budgets cannot be read";
@@ -179,6 +187,8 @@ impl RotationActor {
                     return out;
                 }
             };
+            let now = rotation.creator.clock.now_ms();
+            burn.borrow_mut().apply(facts.values_mut().flatten(), now);
             for rule in &out.settings.models {
                 let b = backoff.get(&rule.model).cloned().unwrap_or_default();
                 out.models

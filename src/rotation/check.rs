@@ -10,7 +10,7 @@ use slog::{info, warn};
 
 use super::{
     intent::{CreateIntent, Origin},
-    plan::{decide, role, Create, EscrowFacts, Role},
+    plan::{decide, nonce_margin, role, Create, EscrowFacts, Role},
     remote::BudgetSource,
     settings::ModelRotation,
     Rotation,
@@ -28,6 +28,10 @@ pub struct EscrowRole {
     pub spendable: u64,
     /// Where `nonce` and `spendable` came from (live here, published by another replica, …).
     pub budget: BudgetSource,
+    /// Nonces it used per second lately, and the nonces left at which it runs low
+    /// (`plan::nonce_margin`).
+    pub burn_per_s: u64,
+    pub low_at: u64,
 }
 
 /// One model in the view.
@@ -166,6 +170,8 @@ pub(super) async fn check_model(
                 nonces_left: e.serving_limit.saturating_sub(e.nonce),
                 spendable: e.spendable,
                 budget: e.source.clone(),
+                burn_per_s: e.burn_per_s,
+                low_at: nonce_margin(e, rule),
             })
             .collect(),
     };

@@ -135,6 +135,7 @@ pub(super) async fn gather(
                 deactivated: off.contains(&v.escrow_id),
                 budget_known,
                 source,
+                burn_per_s: 0,
             });
     }
     Ok(by_model)

@@ -16,6 +16,7 @@
 //! actor's address.
 
 pub mod actor;
+mod burn;
 mod check;
 pub mod creator;
 pub mod deposits;

@@ -27,6 +27,8 @@ pub struct EscrowFacts {
     pub budget_known: bool,
     /// Where the budget came from.
     pub source: BudgetSource,
+    /// Nonces it uses per second lately (`super::burn`; 0 until measured).
+    pub burn_per_s: u64,
 }
 
 /// An escrow's role in the rotation.
@@ -76,11 +78,20 @@ pub fn role(e: &EscrowFacts, rule: &ModelRotation) -> Role {
     }
     let nonces_left = e.serving_limit.saturating_sub(e.nonce);
     let reserve = e.worst_cost.saturating_mul(rule.reserve_requests);
-    if nonces_left <= rule.nonce_margin || e.spendable < reserve {
+    if nonces_left <= nonce_margin(e, rule) || e.spendable < reserve {
         Role::Low
     } else {
         Role::Active
     }
+}
+
+/// The nonces left at which `e` runs low: `nonce_margin`, or what it uses in `margin_s` at its
+/// recent rate, whichever is more, but never more than half its serving limit (a fresh escrow
+/// that would last less than `margin_s` is still active, or each replacement would ask for
+/// another at once).
+pub fn nonce_margin(e: &EscrowFacts, rule: &ModelRotation) -> u64 {
+    let by_time = e.burn_per_s.saturating_mul(rule.margin_s);
+    rule.nonce_margin.max(by_time.min(e.serving_limit / 2))
 }
 
 /// Whether a model gets a new escrow now.
@@ -172,6 +183,7 @@ mod tests {
             max_deposit_per_day: 250,
             nonce_margin: 10,
             reserve_requests: 3,
+            margin_s: 5,
         }
     }
 
@@ -187,6 +199,7 @@ mod tests {
             deactivated: false,
             budget_known: true,
             source: BudgetSource::Live,
+            burn_per_s: 0,
         }
     }
 
@@ -205,6 +218,24 @@ mod tests {
             ..facts(95, 1)
         };
         assert_eq!(role(&unknown, &rule()), Role::Unknown);
+    }
+
+    #[test]
+    fn a_fast_burning_escrow_runs_low_by_time_but_never_past_half_its_nonces() {
+        // 4 nonces a second for 5 s: low with 20 nonces left, not 10.
+        let burning = |nonce| EscrowFacts {
+            burn_per_s: 4,
+            ..facts(nonce, 1_000)
+        };
+        assert_eq!(role(&burning(79), &rule()), Role::Active);
+        assert_eq!(role(&burning(80), &rule()), Role::Low);
+        // 100 a second would be 500 nonces: capped at half the serving limit (50).
+        let racing = |nonce| EscrowFacts {
+            burn_per_s: 100,
+            ..facts(nonce, 1_000)
+        };
+        assert_eq!(role(&racing(49), &rule()), Role::Active);
+        assert_eq!(role(&racing(50), &rule()), Role::Low);
     }
 
     #[test]

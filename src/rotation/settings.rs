@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_NONCE_MARGIN: u64 = 200;
 /// Worst-case requests the balance must still pay for.
 pub const DEFAULT_RESERVE_REQUESTS: u64 = 8;
+pub const DEFAULT_MARGIN_S: u64 = 60;
 /// Upstream checks every 30 s.
 pub const DEFAULT_CHECK_INTERVAL_MS: u64 = 30_000;
 /// Back-off of failed creations: first delay, cap.
@@ -42,6 +43,14 @@ pub struct ModelRotation {
     /// An escrow runs low when its balance cannot pay this many worst-case requests.
     #[serde(default = "default_reserve_requests")]
     pub reserve_requests: u64,
+    /// An escrow is also low when what it used lately (`burn.rs`) would use up its nonces within
+    /// this many seconds (never more than half of them).
+    #[serde(default = "default_margin_s")]
+    pub margin_s: u64,
+}
+
+fn default_margin_s() -> u64 {
+    DEFAULT_MARGIN_S
 }
 
 fn default_nonce_margin() -> u64 {
@@ -155,6 +164,7 @@ mod tests {
             max_deposit_per_day: cap,
             nonce_margin: 10,
             reserve_requests: 2,
+            margin_s: 60,
         }
     }
 
@@ -187,5 +197,6 @@ mod tests {
         .unwrap();
         assert!(toml.active());
         assert_eq!(toml.model("m").unwrap().nonce_margin, DEFAULT_NONCE_MARGIN);
+        assert_eq!(toml.model("m").unwrap().margin_s, DEFAULT_MARGIN_S);
     }
 }

@@ -41,6 +41,7 @@ fn rotation(model: &str, amount: u64, cap: u64, nonce_margin: u64) -> RotationSe
             max_deposit_per_day: cap,
             nonce_margin,
             reserve_requests: 8,
+            margin_s: 60,
         }],
     }
 }
@@ -225,6 +226,14 @@ async fn the_daily_deposit_cap_is_never_exceeded_even_across_a_restart() {
     let v = view(&url).await;
     let m = &v["models"][0];
     assert_eq!(m["decision"]["decision"], "cap_reached", "{v}");
+    // Each escrow's burn rate is measured between checks, and moves where it runs low.
+    let escrows = m["escrows"].as_array().unwrap();
+    assert!(
+        escrows
+            .iter()
+            .any(|e| e["burn_per_s"].as_u64() > Some(0) && e["low_at"].as_u64() >= Some(170)),
+        "{v}"
+    );
     assert_eq!(m["deposited_today"], 2 * amount);
     assert_eq!(l.sim.created_escrows().len(), 2);
 

@@ -54,6 +54,7 @@ fn rotation(model: &str) -> RotationSettings {
             // about 4 s to land (it needs well under one: a check, a publication, a commit).
             nonce_margin: 45,
             reserve_requests: 8,
+            margin_s: 60,
         }],
     }
 }
