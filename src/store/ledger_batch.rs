@@ -31,13 +31,17 @@ impl Op {
 /// the escrows' diff logs: one transaction of every settlement held its write lock for seconds
 /// (the rotating hour-long run: 442 517 at once after the final escrows settled, and an escrow's
 /// durable write waited the 5 s busy timeout and failed with "database is locked").
+///
+/// Each op owns a vector of its own size. Splitting the queue with `split_off` left every chunk
+/// with the capacity of everything after it: the rotating hour-long run's gateway settled
+/// 487 429 nonces after its last restart and grew from 241 MB to 23 GB in a minute, until the
+/// kernel killed it.
 pub(super) fn settle_ops(settled: Vec<Settlement>) -> Vec<Op> {
     let mut ops = Vec::with_capacity(settled.len().div_ceil(MAX_BATCH));
-    let mut rest = settled;
-    while !rest.is_empty() {
-        let tail = rest.split_off(rest.len().min(MAX_BATCH));
-        ops.push(Op::Settle(rest));
-        rest = tail;
+    let mut rest = settled.into_iter().peekable();
+    while rest.peek().is_some() {
+        let chunk: Vec<Settlement> = rest.by_ref().take(MAX_BATCH).collect();
+        ops.push(Op::Settle(chunk));
     }
     ops
 }

@@ -51,3 +51,25 @@ fn rotating_long_run_a_settle_of_thousands_is_written_in_transactions_of_at_most
         "each full chunk its own transaction; the last chunk and the prune together"
     );
 }
+
+/// Run I (the rotating hour-long run): after its last restart the gateway settled 487 429 nonces
+/// at once and grew from 241 MB to 23 GB in a minute, until the kernel killed it: each chunk
+/// kept the capacity of every settlement after it (`Vec::split_off`), about n² / 512 of them.
+#[test]
+fn rotating_long_run_a_settle_of_487_429_nonces_holds_each_chunk_at_its_own_size() {
+    let n = 487_429;
+    let ops = settle_ops((0..n).map(settlement).collect());
+    let mut held = 0;
+    for op in &ops {
+        let Op::Settle(chunk) = op else {
+            panic!("only settlements")
+        };
+        assert!(chunk.capacity() <= MAX_BATCH, "{}", chunk.capacity());
+        held += chunk.capacity();
+    }
+    assert_eq!(ops.len(), (n as usize).div_ceil(MAX_BATCH));
+    assert_eq!(
+        held, n as usize,
+        "the chunks hold the settlements and no more"
+    );
+}
