@@ -192,7 +192,7 @@ impl FaultGuard {
                     .inc();
                 let (same, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
                     .into_iter()
-                    .partition(|h| h.signature.same_fault(&signature));
+                    .partition(|h| h.signature == signature);
                 self.held = rest;
                 for mut h in same {
                     h.msg.shared = true;

@@ -54,32 +54,6 @@ impl FaultSignature {
     }
 }
 
-impl FaultSignature {
-    /// Whether two failures are the same fault: equal signatures, or both the **connection
-    /// lost** family (a host fault without an HTTP status that is a refused connection, a
-    /// transport error, a truncated or an empty stream), whatever their messages. A host that
-    /// goes down breaks its in-flight streams in every one of those ways at once. Found by the
-    /// rotating hour-long run (seed `long-1`, 38 s): four hosts refused connections together;
-    /// the refusals were shared, but one host's three broken streams (truncated, empty,
-    /// transport) each had a signature of its own, were confirmed as its own fault when the
-    /// window passed, and ejected it.
-    pub fn same_fault(&self, other: &FaultSignature) -> bool {
-        self == other || (self.connection_lost() && other.connection_lost())
-    }
-
-    fn connection_lost(&self) -> bool {
-        self.class == OutcomeClass::HostFault
-            && self.status.is_none()
-            && matches!(
-                self.reason,
-                OutcomeReason::ConnectFailed
-                    | OutcomeReason::Transport
-                    | OutcomeReason::Truncated
-                    | OutcomeReason::EmptyStream
-            )
-    }
-}
-
 /// A fault several hosts share.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SharedFault<H = String> {
@@ -144,9 +118,10 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
         let window = self.window_ms;
         self.entries
             .retain(|e| e.held || now_ms.saturating_sub(e.at_ms).saturating_abs() <= window);
-        let shared = self.entries.iter().any(|e| {
-            e.signature.same_fault(&signature) && e.host != host && self.within(e.at_ms, now_ms)
-        });
+        let shared = self
+            .entries
+            .iter()
+            .any(|e| e.signature == signature && e.host != host && self.within(e.at_ms, now_ms));
         if !shared {
             self.entries.push(Entry {
                 host,
@@ -161,8 +136,7 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
         }
         let mut hosts = vec![host.clone()];
         for e in self.entries.iter_mut() {
-            if e.signature.same_fault(&signature)
-                && now_ms.saturating_sub(e.at_ms).saturating_abs() <= window
+            if e.signature == signature && now_ms.saturating_sub(e.at_ms).saturating_abs() <= window
             {
                 e.held = false;
                 hosts.push(e.host.clone());
