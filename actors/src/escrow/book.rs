@@ -371,14 +371,13 @@ impl NonceBook {
         moved
     }
 
-    /// Whether a vote short of quorum waits for its back-off.
-    pub(super) fn votes_backing_off(&self) -> bool {
-        !self.votes.backing_off().is_empty()
+    /// The vote queue's wake limit for a verifier's return (`VoteQueue::wake_due`, `woken`).
+    pub(super) fn vote_wake_due(&self, now_ms: i64) -> bool {
+        self.votes.wake_due(now_ms)
     }
 
-    /// Whether a verifier's return may wake the votes backing off now (`VoteQueue::wake_due`).
-    pub(super) fn vote_wake_due(&mut self, now_ms: i64) -> bool {
-        self.votes.wake_due(now_ms)
+    pub(super) fn votes_woken(&mut self, now_ms: i64) {
+        self.votes.woken(now_ms);
     }
 
     /// The record of `nonce` in our state decides its timeout (not whether we saw a receipt): a

@@ -134,18 +134,17 @@ impl VoteQueue {
     }
 
     /// Whether a verifier's return may ask the votes backing off again now: at most once per
-    /// `retry_ms`, since each early round counts (a host flapping between refusing and
-    /// answering would otherwise use up every round in seconds).
-    pub(super) fn wake_due(&mut self, now_ms: i64) -> bool {
+    /// `retry_ms` ([`Self::woken`] marks it), since each early round counts (a host flapping
+    /// between refusing and answering would otherwise use up every round in seconds).
+    pub(super) fn wake_due(&self, now_ms: i64) -> bool {
         let gap = i64::try_from(self.limits.retry_ms).unwrap_or(i64::MAX);
-        if self
-            .woken_ms
-            .is_some_and(|t| now_ms.saturating_sub(t) < gap)
-        {
-            return false;
-        }
+        self.woken_ms
+            .is_none_or(|t| now_ms.saturating_sub(t) >= gap)
+    }
+
+    /// A verifier's return asked votes again at `now_ms`.
+    pub(super) fn woken(&mut self, now_ms: i64) {
         self.woken_ms = Some(now_ms);
-        true
     }
 
     /// `nonce` is settled: forget its rounds.
@@ -255,6 +254,7 @@ mod tests {
     fn a_verifier_returning_wakes_the_votes_at_most_once_per_retry_interval() {
         let mut q = VoteQueue::new(limits(1));
         assert!(q.wake_due(0));
+        q.woken(0);
         assert!(
             !q.wake_due(9_999),
             "a flapping host does not use up the rounds"

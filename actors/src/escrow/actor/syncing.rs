@@ -63,13 +63,13 @@ impl EscrowActor {
     ) -> Option<HostError> {
         let mut failed = None;
         let mut caught_up = false;
+        let window = u64::try_from(self.deps.cfg.diff_window).unwrap_or(u64::MAX);
         for (addr, res) in answers {
             match res {
                 Ok(sent) => {
                     if let Some(r) = sent.receipt {
                         // A verifier far behind (more than a window, `timeouts.rs`) that is
                         // near now may vote.
-                        let window = u64::try_from(self.deps.cfg.diff_window).unwrap_or(u64::MAX);
                         let was_far = self.session.lacks(&addr) > window;
                         let taken = self.take_report(&addr, None, &r).is_ok();
                         caught_up |= taken && was_far && self.session.lacks(&addr) <= window;

@@ -202,25 +202,27 @@ impl EscrowActor {
 
     /// Votes short of quorum that wait for their back-off are asked again soon: within
     /// `timeout_vote_retry_ms` while draining, at once when a verifier came back (at most once
-    /// per `timeout_vote_retry_ms`). Their rounds still count (a nonce is given up after `timeout_vote_rounds`). Found by CI's chaos run:
-    /// an escrow drained after the faults cleared still waited minutes for votes backed off to
-    /// 160–300 s while every host was up, and its settlement did not end within 240 s.
+    /// per `timeout_vote_retry_ms`). Their rounds still count (a nonce is given up after
+    /// `timeout_vote_rounds`). Found by the rotating hour-long run (run H): a draining escrow's
+    /// settlement waited minutes for votes backed off to 160–300 s while their verifiers were
+    /// back.
     pub(super) fn hasten_short_votes(&mut self, wake: VoteWake, ctx: &mut Context<Self>) {
         let now = self.now_ms();
-        let within = match wake {
-            VoteWake::Draining => {
-                i64::try_from(self.deps.cfg.timeout_vote_retry_ms).unwrap_or(i64::MAX)
-            }
-            VoteWake::HostReachable | VoteWake::HostCaughtUp => {
-                if !self.book.votes_backing_off() || !self.book.vote_wake_due(now) {
-                    return;
-                }
-                0
-            }
+        let returned = wake != VoteWake::Draining;
+        if returned && !self.book.vote_wake_due(now) {
+            return;
+        }
+        let within = if returned {
+            0
+        } else {
+            i64::try_from(self.deps.cfg.timeout_vote_retry_ms).unwrap_or(i64::MAX)
         };
         let moved = self.book.hasten_short_votes(now, within);
         if moved.is_empty() {
             return;
+        }
+        if returned {
+            self.book.votes_woken(now);
         }
         self.deps
             .metrics
