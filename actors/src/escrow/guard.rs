@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use slog::{warn, Logger};
+use slog::{info, warn, Logger};
 
 use super::book::Settled;
 use crate::{
@@ -178,6 +178,17 @@ impl FaultGuard {
             return settled;
         }
         let signature = FaultSignature::new(class, status, reason, message);
+        if self.detector.excuses(&msg.participant, &signature, now) {
+            info!(self.log, "connection lost in a shared outage; no strike"; "stage" => "shared_outage_excused",
+                "participant" => msg.participant.as_str(), "reason" => &reason);
+            self.metrics
+                .shared_faults
+                .with_label_values(&[reason.as_str()])
+                .inc();
+            msg.shared = true;
+            settled.send.push((msg, request));
+            return settled;
+        }
         match self
             .detector
             .record_failure(msg.participant.clone(), signature.clone(), now)
@@ -190,9 +201,11 @@ impl FaultGuard {
                     .shared_faults
                     .with_label_values(&[reason.as_str()])
                     .inc();
-                let (same, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
-                    .into_iter()
-                    .partition(|h| h.signature == signature);
+                let (same, rest): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut self.held).into_iter().partition(|h| {
+                        h.signature == signature
+                            || !self.detector.still_held(&h.host, h.at_ms, &h.signature)
+                    });
                 self.held = rest;
                 for mut h in same {
                     h.msg.shared = true;
@@ -263,97 +276,5 @@ impl FaultGuard {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{outcome::AttemptOutcome, policy::reason::OutcomeReason};
-
-    fn settled(host: &str, nonce: u64, class: OutcomeClass, reason: OutcomeReason) -> Settled {
-        Settled {
-            participant: Address::unchecked(host),
-            outcome: AttemptOutcome {
-                escrow_id: "42".into(),
-                nonce,
-                class,
-                reason,
-                timings: AttemptTimings::default(),
-                finish_late_ms: None,
-            },
-            winner: false,
-            request_id: format!("r{nonce}"),
-        }
-    }
-
-    fn guard() -> FaultGuard {
-        let log = slog::Logger::root(slog::Discard, slog::o!());
-        let metrics = ActorMetrics::detached().expect("metrics");
-        FaultGuard::new(&HealthSettings::default(), log, metrics)
-    }
-
-    #[test]
-    fn hour_long_run_a_burst_of_one_hosts_identical_failures_confirmed_at_once_strikes_once() {
-        let mut g = guard();
-        let empty = |n| {
-            settled(
-                "gonka1down",
-                n,
-                OutcomeClass::HostFault,
-                OutcomeReason::EmptyStream,
-            )
-        };
-        for n in 0..14 {
-            let f = g.emit_failure(empty(n), (5, 5), None, "empty stream", 1_000);
-            assert!(f.held && f.send.is_empty());
-        }
-        // Another failure of that host, of another kind, is its own incident.
-        let stalled = settled(
-            "gonka1down",
-            20,
-            OutcomeClass::HostFault,
-            OutcomeReason::Stalled,
-        );
-        g.emit_failure(stalled, (5, 5), None, "stalled", 1_000);
-        let ok = settled(
-            "gonka1peer",
-            30,
-            OutcomeClass::Success,
-            OutcomeReason::Finished,
-        );
-        let sent = g.emit(ok, (5, 5), 1_500);
-        let charged: Vec<_> = sent
-            .iter()
-            .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault && !m.shared)
-            .map(|(m, _)| m.outcome.reason)
-            .collect();
-        assert_eq!(
-            charged,
-            vec![OutcomeReason::EmptyStream, OutcomeReason::Stalled],
-            "one strike per incident"
-        );
-        let counted = sent
-            .iter()
-            .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault);
-        assert_eq!(
-            counted.count(),
-            15,
-            "every attempt still has its one outcome"
-        );
-        // Confirmed one by one (each by its own success), failures strike each time.
-        let mut g = guard();
-        let mut strikes = 0;
-        for n in 0..3 {
-            g.emit_failure(empty(n), (5, 5), None, "empty stream", 2_000 + n as i64);
-            let ok = settled(
-                "gonka1peer",
-                100 + n,
-                OutcomeClass::Success,
-                OutcomeReason::Finished,
-            );
-            strikes += g
-                .emit(ok, (5, 5), 2_100 + n as i64)
-                .iter()
-                .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault && !m.shared)
-                .count();
-        }
-        assert_eq!(strikes, 3);
-    }
-}
+#[path = "guard_tests.rs"]
+mod tests;

@@ -13,6 +13,14 @@
 //! Signatures compare class, status, attribution reason and the normalised host message
 //! ([`normalise`] strips numbers, so `timestamp drift 45s` and `… 47s` match). Cause messages are
 //! chosen on the typed reason, never on message substrings.
+//!
+//! **Shared outages.** A host whose refused connections were found shared is *in a shared outage*
+//! until it succeeds again or the window passes ([`SharedFaultDetector::excuses`]): the streams it
+//! loses meanwhile (truncated, empty, transport error) are that outage, whatever their signature,
+//! and are never charged. Only the host's own lost connections are excused, so races still fan out
+//! after unrelated failures of different hosts.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
@@ -54,6 +62,27 @@ impl FaultSignature {
     }
 }
 
+impl FaultSignature {
+    /// A connection or stream the host lost without an answer: a refused connection, a transport
+    /// error, a truncated or an empty stream.
+    fn connection_lost(&self) -> bool {
+        self.class == OutcomeClass::HostFault
+            && self.status.is_none()
+            && matches!(
+                self.reason,
+                OutcomeReason::ConnectFailed
+                    | OutcomeReason::Transport
+                    | OutcomeReason::Truncated
+                    | OutcomeReason::EmptyStream
+            )
+    }
+
+    /// A refused connection (what a host that is down answers).
+    fn refused(&self) -> bool {
+        self.class == OutcomeClass::HostFault && self.reason == OutcomeReason::ConnectFailed
+    }
+}
+
 /// A fault several hosts share.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SharedFault<H = String> {
@@ -87,6 +116,8 @@ pub struct SharedFaultDetector<H = String> {
     window_ms: i64,
     entries: Vec<Entry<H>>,
     last_success_ms: Option<i64>,
+    /// Hosts in a shared outage: when their refused connections were last found shared.
+    outages: BTreeMap<H, i64>,
 }
 
 impl<H: Clone + Ord> SharedFaultDetector<H> {
@@ -95,6 +126,7 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
             window_ms: settings.shared_fault_window_ms.max(0),
             entries: Vec::new(),
             last_success_ms: None,
+            outages: BTreeMap::new(),
         }
     }
 
@@ -150,6 +182,9 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
             at_ms: now_ms,
             held: false,
         });
+        if signature.refused() {
+            self.begin_outage(&hosts, now_ms);
+        }
         Some(SharedFault {
             signature,
             hosts,
@@ -157,8 +192,50 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
         })
     }
 
+    /// `hosts` refused connections together: each is in a shared outage, and the connections it
+    /// lost within the window are retracted with it. Found by the rotating hour-long run (seed
+    /// `long-1`, 38 s): four hosts refused connections together, the refusals were shared, but one
+    /// host's in-flight streams broke as a truncated stream, an empty stream and a transport
+    /// error, three signatures no other host had; the window confirmed them as its own fault and
+    /// the three strikes ejected it.
+    fn begin_outage(&mut self, hosts: &[H], now_ms: i64) {
+        let window = self.window_ms;
+        for h in hosts {
+            self.outages.insert(h.clone(), now_ms);
+        }
+        for e in self.entries.iter_mut() {
+            if e.held
+                && e.signature.connection_lost()
+                && hosts.contains(&e.host)
+                && now_ms.saturating_sub(e.at_ms).saturating_abs() <= window
+            {
+                e.held = false;
+            }
+        }
+    }
+
+    /// Whether a failure of `host` is part of a shared outage it is in (module docs): never held,
+    /// never charged.
+    pub fn excuses(&self, host: &H, signature: &FaultSignature, now_ms: i64) -> bool {
+        signature.connection_lost()
+            && self
+                .outages
+                .get(host)
+                .is_some_and(|at| self.within(*at, now_ms))
+    }
+
+    /// Whether this failure is still waiting for confirmation (false once it was found shared,
+    /// part of a shared outage, confirmed or dropped).
+    pub fn still_held(&self, host: &H, at_ms: i64, signature: &FaultSignature) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.held && e.host == *host && e.at_ms == at_ms && e.signature == *signature)
+    }
+
     /// A success of any host of the escrow: correlation is broken, every held failure is confirmed.
-    pub fn record_success(&mut self, _host: &H, now_ms: i64) -> Vec<HeldFault<H>> {
+    /// The host that succeeded is out of its shared outage.
+    pub fn record_success(&mut self, host: &H, now_ms: i64) -> Vec<HeldFault<H>> {
+        self.outages.remove(host);
         self.last_success_ms = Some(self.last_success_ms.map_or(now_ms, |t| t.max(now_ms)));
         std::mem::take(&mut self.entries)
             .into_iter()
@@ -174,6 +251,8 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
     /// Confirms held failures whose window has passed unmatched (and forgets stale entries).
     pub fn release_due(&mut self, now_ms: i64) -> Vec<HeldFault<H>> {
         let window = self.window_ms;
+        self.outages
+            .retain(|_, at| now_ms.saturating_sub(*at) <= window);
         let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.entries)
             .into_iter()
             .partition(|e| now_ms.saturating_sub(e.at_ms) > window);

@@ -1,0 +1,177 @@
+//! The fault guard's incidents: bursts of one host's failures, and shared outages.
+
+use super::*;
+use crate::{outcome::AttemptOutcome, policy::reason::OutcomeReason};
+
+fn settled(host: &str, nonce: u64, class: OutcomeClass, reason: OutcomeReason) -> Settled {
+    Settled {
+        participant: Address::unchecked(host),
+        outcome: AttemptOutcome {
+            escrow_id: "42".into(),
+            nonce,
+            class,
+            reason,
+            timings: AttemptTimings::default(),
+            finish_late_ms: None,
+        },
+        winner: false,
+        request_id: format!("r{nonce}"),
+    }
+}
+
+fn guard() -> FaultGuard {
+    let log = slog::Logger::root(slog::Discard, slog::o!());
+    let metrics = ActorMetrics::detached().expect("metrics");
+    FaultGuard::new(&HealthSettings::default(), log, metrics)
+}
+
+#[test]
+fn hour_long_run_a_burst_of_one_hosts_identical_failures_confirmed_at_once_strikes_once() {
+    let mut g = guard();
+    let empty = |n| {
+        settled(
+            "gonka1down",
+            n,
+            OutcomeClass::HostFault,
+            OutcomeReason::EmptyStream,
+        )
+    };
+    for n in 0..14 {
+        let f = g.emit_failure(empty(n), (5, 5), None, "empty stream", 1_000);
+        assert!(f.held && f.send.is_empty());
+    }
+    // Another failure of that host, of another kind, is its own incident.
+    let stalled = settled(
+        "gonka1down",
+        20,
+        OutcomeClass::HostFault,
+        OutcomeReason::Stalled,
+    );
+    g.emit_failure(stalled, (5, 5), None, "stalled", 1_000);
+    let ok = settled(
+        "gonka1peer",
+        30,
+        OutcomeClass::Success,
+        OutcomeReason::Finished,
+    );
+    let sent = g.emit(ok, (5, 5), 1_500);
+    let charged: Vec<_> = sent
+        .iter()
+        .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault && !m.shared)
+        .map(|(m, _)| m.outcome.reason)
+        .collect();
+    assert_eq!(
+        charged,
+        vec![OutcomeReason::EmptyStream, OutcomeReason::Stalled],
+        "one strike per incident"
+    );
+    let counted = sent
+        .iter()
+        .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault);
+    assert_eq!(
+        counted.count(),
+        15,
+        "every attempt still has its one outcome"
+    );
+    // Confirmed one by one (each by its own success), failures strike each time.
+    let mut g = guard();
+    let mut strikes = 0;
+    for n in 0..3 {
+        g.emit_failure(empty(n), (5, 5), None, "empty stream", 2_000 + n as i64);
+        let ok = settled(
+            "gonka1peer",
+            100 + n,
+            OutcomeClass::Success,
+            OutcomeReason::Finished,
+        );
+        strikes += g
+            .emit(ok, (5, 5), 2_100 + n as i64)
+            .iter()
+            .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault && !m.shared)
+            .count();
+    }
+    assert_eq!(strikes, 3);
+}
+
+/// The outcomes that would strike (host faults not sent as shared).
+fn charged(sent: &[Outbound]) -> Vec<(String, OutcomeReason)> {
+    sent.iter()
+        .filter(|(m, _)| m.outcome.class == OutcomeClass::HostFault && !m.shared)
+        .map(|(m, _)| (m.participant.to_string(), m.outcome.reason))
+        .collect()
+}
+
+#[test]
+fn rotating_long_run_a_host_down_with_others_is_not_struck_for_the_streams_it_lost() {
+    let mut g = guard();
+    let fail = |host: &str, n, reason| settled(host, n, OutcomeClass::HostFault, reason);
+    let mut sent = Vec::new();
+    // gonka1x's stream breaks before anyone knows the outage is shared: held.
+    let f = g.emit_failure(
+        fail("gonka1x", 1, OutcomeReason::Truncated),
+        (5, 5),
+        None,
+        "stream ended before [DONE]",
+        1_000,
+    );
+    assert!(f.held && f.send.is_empty());
+    // gonka1x and gonka1y refuse connections: shared.
+    let refused = |g: &mut FaultGuard, host, n, at| {
+        g.emit_failure(
+            fail(host, n, OutcomeReason::ConnectFailed),
+            (5, 5),
+            None,
+            "connection refused",
+            at,
+        )
+    };
+    assert!(refused(&mut g, "gonka1x", 2, 1_005).held);
+    let f = refused(&mut g, "gonka1y", 3, 1_006);
+    assert!(f.shared.is_some());
+    sent.extend(f.send);
+    // gonka1x's other in-flight streams break in other ways: part of the outage.
+    for (n, reason, message) in [
+        (4, OutcomeReason::EmptyStream, "empty stream"),
+        (5, OutcomeReason::Transport, "connection reset by peer"),
+    ] {
+        let f = g.emit_failure(fail("gonka1x", n, reason), (5, 5), None, message, 1_010);
+        assert!(!f.held && f.shared.is_none(), "the race keeps fanning out");
+        sent.extend(f.send);
+    }
+    // A 500 of gonka1x is not a lost connection, and gonka1z was not in the outage.
+    let own = [
+        (fail("gonka1x", 6, OutcomeReason::HostError), Some(500)),
+        (fail("gonka1z", 7, OutcomeReason::Truncated), None),
+    ];
+    for (s, status) in own {
+        assert!(g.emit_failure(s, (5, 5), status, "boom", 1_020).held);
+    }
+    sent.extend(g.release_due(40_000));
+    assert_eq!(
+        charged(&sent),
+        vec![
+            ("gonka1x".to_string(), OutcomeReason::HostError),
+            ("gonka1z".to_string(), OutcomeReason::Truncated),
+        ],
+        "only the faults outside the shared outage strike"
+    );
+    assert_eq!(sent.len(), 7, "every attempt still has its one outcome");
+    // Once gonka1x succeeds, the streams it loses are its own again, within the window too.
+    assert!(refused(&mut g, "gonka1x", 8, 50_000).held);
+    assert!(refused(&mut g, "gonka1y", 9, 50_001).shared.is_some());
+    let ok = settled(
+        "gonka1x",
+        10,
+        OutcomeClass::Success,
+        OutcomeReason::Finished,
+    );
+    g.emit(ok, (5, 5), 50_100);
+    let f = g.emit_failure(
+        fail("gonka1x", 11, OutcomeReason::Truncated),
+        (5, 5),
+        None,
+        "stream ended before [DONE]",
+        50_200,
+    );
+    assert!(f.held);
+}
