@@ -35,6 +35,8 @@ mod health;
 mod hedging;
 #[path = "gateway/http_edge.rs"]
 mod http_edge;
+#[path = "gateway/keep_warm.rs"]
+mod keep_warm;
 #[path = "gateway/keys.rs"]
 mod keys;
 #[path = "gateway/late_finish.rs"]

@@ -19,7 +19,8 @@
 //!   budget the directory's pick reads, the urgent repairs of an escrow with no routable
 //!   host, the deletion of settled nonces' refused-timeout payloads, `actor/payloads.rs`, and
 //!   the compaction of an escrow idle for 5 s: its encoded diffs dropped, its in-memory diffs
-//!   cut to the newest; hosts behind read older ones from the store).
+//!   cut to the newest; hosts behind read older ones from the store; and the keep-warm round of
+//!   the host furthest behind, `actor/background.rs`).
 //! - **Stats**: its mailbox depth and message counts are counted by the [`TrackedAddr`](crate::stats::TrackedAddr)s that
 //!   every sender holds; a respawned actor starts with fresh stats.
 //! - **Durable before visible**: a grant is answered only after the store acknowledged its diff
@@ -231,7 +232,7 @@ impl Actor for EscrowActor {
             ctx,
             "sync_persist",
             SYNC_PERSIST_INTERVAL,
-            |act, _| {
+            |act, ctx| {
                 act.durable.persist_syncs(&act.session, &act.deps);
                 act.durable.checkpoint(&act.session, &act.deps);
                 act.compact_when_idle();
@@ -241,6 +242,7 @@ impl Actor for EscrowActor {
                 // by a waiting request just before never makes the tick skip; `routing.rs`).
                 let now = act.now_ms();
                 act.routing.kick_repairs(now);
+                act.keep_hosts_warm(ctx);
                 act.publish_budget(None);
             },
         );

@@ -68,6 +68,11 @@ pub struct EscrowConfig {
     /// requests are answered 503 `hosts_catching_up` after `reach_catch_up_wait_ms`
     /// (`escrow/reach/mod.rs`, `actor/background.rs`). 0: every catch-up rides an attempt.
     pub reach_background_catch_up_diffs: u64,
+    /// Keep-warm: once a second the reachable host that lacks the most diffs beyond this (it
+    /// got no nonces: ejected or passed over) gets a background catch-up round, so it can take
+    /// over at once when the others fail (`actor/background.rs`). 0: hosts are caught up only
+    /// when a nonce comes to them.
+    pub reach_keep_warm_diffs: u64,
     #[serde(skip)]
     pub host_timeouts: HostTimeouts,
 }
@@ -98,6 +103,7 @@ impl Default for EscrowConfig {
             reach_probe_interval_ms: 250,
             reach_catch_up_wait_ms: 5_000,
             reach_background_catch_up_diffs: 2_000,
+            reach_keep_warm_diffs: 1_000,
             host_timeouts: HostTimeouts::default(),
         }
     }

@@ -199,3 +199,31 @@ fn cause_messages_name_the_shared_cause() {
     ));
     assert!(cause_message(&other).ends_with("every host failed the same way [502: bad gateway #]"));
 }
+
+/// Run J (seed `long-1`, 576 s): four hosts restarted empty and two of them answered nonce gaps
+/// (`invalid nonce: must be sequential`); the guard took them for a shared fault, stopped the
+/// races' fan-out and 30 requests got 502 while a fifth host could serve. A nonce gap or a lost
+/// session is what one host holds: never shared.
+#[test]
+fn run_j_nonce_gaps_of_hosts_that_restarted_empty_are_never_a_shared_fault() {
+    let s = settings();
+    let mut d: SharedFaultDetector = SharedFaultDetector::new(&s);
+    let own =
+        |reason, message| FaultSignature::new(OutcomeClass::HostFault, Some(500), reason, message);
+    let gap = |n: u64| {
+        own(
+            OutcomeReason::NonceGap,
+            &format!(
+                "apply diff nonce {n}: invalid nonce: must be sequential: expected 1, got {n}"
+            ),
+        )
+    };
+    assert_eq!(d.record_failure("a".into(), gap(7_401), T0), None);
+    assert_eq!(d.record_failure("b".into(), gap(7_402), T0 + 1), None);
+    assert_eq!(d.record_failure("c".into(), gap(7_403), T0 + 2), None);
+    let lost = || own(OutcomeReason::SessionNotFound, "session not found");
+    assert_eq!(d.record_failure("a".into(), lost(), T0 + 3), None);
+    assert_eq!(d.record_failure("b".into(), lost(), T0 + 4), None);
+    // Held as each host's own, as any unshared fault.
+    assert_eq!(d.held(), 5);
+}

@@ -7,12 +7,22 @@
 //! hour-long chaos run's clients waited 46 s and more behind catch-ups of ≈ 120 000 diffs that
 //! their attempts carried).
 //!
+//! **Keep-warm** (the 1 s `sync_persist` tick, [`EscrowActor::keep_hosts_warm`]): a host that
+//! gets no nonces (ejected, passed over) falls behind by every nonce the others serve, so when
+//! they fail it cannot take over before a catch-up of thousands of diffs. Run J (seed `long-1`,
+//! 576 s): one host served escrow 69 alone at nonce 7 314 while the four others held 93 to
+//! 1 801; that host and three others restarted empty, every host needed a background catch-up
+//! (2.6–3.7 s on the loaded machine), the 99 races of the concurrency limit waited for them
+//! and the recovery probe timed out. Now, once a second, the reachable host that lacks the most
+//! diffs beyond `reach_keep_warm_diffs` (and is neither catching up nor diverged) gets a
+//! background catch-up round, so every host stays within about that many diffs of the escrow.
+//!
 //! Owns nothing but the host's reachability mark (`Reachability::syncing`), which its last round
 //! clears. Nothing survives a restart: a respawned escrow finds the far host again at its next
 //! nonce or nonce gap. Timers: `background_catch_up_retry` (a round that failed is run again
 //! `reach_probe_interval_ms` later).
 
-use std::time::Duration;
+use std::{collections::BTreeSet, time::Duration};
 
 use actix::prelude::*;
 use slog::{info, warn};
@@ -36,6 +46,38 @@ impl EscrowActor {
             "lacks" => self.session.lacks(host), "sync" => self.session.host_sync(host));
         self.count_reach("background_started");
         self.background_round(host.clone(), ctx);
+    }
+
+    /// Keep-warm (module docs): one background round for the reachable host that lacks the
+    /// most diffs beyond `reach_keep_warm_diffs`, unless it is catching up, diverged or the
+    /// escrow no longer serves.
+    pub(super) fn keep_hosts_warm(&mut self, ctx: &mut Context<Self>) {
+        let above = self.deps.cfg.reach_keep_warm_diffs;
+        if above == 0 || self.session.state().phase() != Phase::Active {
+            return;
+        }
+        let hosts: BTreeSet<&Address> = self
+            .session
+            .info()
+            .hosts
+            .iter()
+            .map(|h| &h.address)
+            .collect();
+        let lags = hosts.into_iter().filter_map(|h| {
+            let eligible = !self.reach.is_unreachable(h)
+                && !self.reach.is_catching_up(h)
+                && !self.routing.is_repairing(h)
+                && !self.routing.has_given_up(h);
+            eligible.then(|| (h.clone(), self.session.lacks(h)))
+        });
+        let Some(host) = coldest(lags, above) else {
+            return;
+        };
+        info!(self.deps.log, "a host fell behind while it got no nonces: a background round keeps it warm";
+            "stage" => "keep_warm_started", "host" => host.short(),
+            "lacks" => self.session.lacks(&host));
+        self.count_reach("keep_warm");
+        self.start_background_catch_up(&host, ctx);
     }
 
     /// One round: the next [`ROUND_CHUNKS`] chunks of diffs the host lacks, once durable (the
@@ -107,5 +149,40 @@ impl EscrowActor {
         self.count_reach("background_done");
         self.release_resends(&host);
         self.pump(ctx);
+    }
+}
+
+/// The host lacking the most diffs beyond `above` (ties: the first), if any.
+fn coldest(lags: impl Iterator<Item = (Address, u64)>, above: u64) -> Option<Address> {
+    lags.filter(|(_, lacks)| *lacks > above)
+        .fold(
+            None,
+            |best: Option<(Address, u64)>, (h, lacks)| match best {
+                Some((_, most)) if most >= lacks => best,
+                _ => Some((h, lacks)),
+            },
+        )
+        .map(|(h, _)| h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_lacking_the_most_beyond_the_bound_is_kept_warm_first() {
+        let a = |s: &str| Address::unchecked(s);
+        let lags = || {
+            vec![
+                (a("h1"), 40),
+                (a("h2"), 900),
+                (a("h3"), 1_500),
+                (a("h4"), 1_500),
+            ]
+        };
+        assert_eq!(coldest(lags().into_iter(), 1_000), Some(a("h3")));
+        assert_eq!(coldest(lags().into_iter(), 1_500), None);
+        assert_eq!(coldest(lags().into_iter(), 0), Some(a("h3")));
+        assert_eq!(coldest(std::iter::empty(), 0), None);
     }
 }

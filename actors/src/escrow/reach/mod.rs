@@ -52,7 +52,7 @@ use std::collections::BTreeMap;
 use crate::protocol::crypto::Address;
 
 /// Every `event` label of `devshard_reach_total`.
-pub const EVENTS: [&str; 15] = [
+pub const EVENTS: [&str; 16] = [
     "host_unreachable",
     "host_reachable",
     "gate_closed",
@@ -68,6 +68,7 @@ pub const EVENTS: [&str; 15] = [
     "background_done",
     "background_failed",
     "refused_catching_up",
+    "keep_warm",
 ];
 
 /// The tunables (`[escrow] reach_*`).
