@@ -18,6 +18,7 @@ pub mod chaos;
 pub mod config;
 pub mod demo;
 pub mod escrow_archive;
+pub mod escrow_removal;
 pub mod escrows;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -17,7 +17,7 @@
 //! | `devshard_gateway_escrow_replacements_total` | counter: requests whose escrow closed before they started there | `result` (`replaced`: on another escrow here; `forwarded`: to another replica; `returned`: handed back to the replica that forwarded it; `no_other_escrow`: 503) |
 //! | `devshard_escrow_adoptions_total` | counter: `POST /v1/admin/escrows {"adopt": true}` calls | `result` (`adopted`, `no_quorum`, `refused`) |
 //! | `devshard_escrow_adopt_rejected_diffs_total` | counter: diffs a host served that an adoption rejected | `reason` (`RejectReason`) |
-//! | `devshard_escrow_deletions_total` | counter: `DELETE /v1/admin/escrows/{id}` calls | `result` (`deleted_settled`, `deleted_unused`, `refused_not_settled`, `refused_in_use`, `refused_purge`) |
+//! | `devshard_escrow_deletions_total` | counter: `DELETE /v1/admin/escrows/{id}` calls and the rotation's removals of settled escrows (`rotation.settled_retention_s`) | `result` (`deleted_settled`, `deleted_unused`, `retention_settled`, `refused_not_settled`, `refused_in_use`, `refused_purge`) |
 //! | `devshard_escrow_pick_refusals_total` | counter: escrows passed over by admission (one per escrow refused, on a request no escrow could take) | `reason` (`PickRefusal`) |
 //!
 //! Labels are bounded: `path` is the matched route pattern (`/v1/admin/escrows/{id}`, or
@@ -148,7 +148,7 @@ impl HttpMetrics {
         let deletions = IntCounterVec::new(
             Opts::new(
                 "escrow_deletions_total",
-                "Escrow deletions by an admin, by result",
+                "Escrow deletions by an admin or the rotation's retention of settled escrows, by result",
             ),
             &["result"],
         )?;

@@ -67,6 +67,8 @@ mod replicas;
 mod requests;
 #[path = "gateway/reroute.rs"]
 mod reroute;
+#[path = "gateway/retention.rs"]
+mod retention;
 #[path = "gateway/rotation.rs"]
 mod rotation;
 #[path = "gateway/settle.rs"]

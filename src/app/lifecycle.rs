@@ -311,6 +311,7 @@ pub async fn start_with(
         state.deactivated.clone(),
         config.max_tokens_cap,
         (state.board.clone(), state.replicas.clone()),
+        crate::escrow_removal::Remover::of(&state),
     );
     // The directory publishes its escrow board from `started()`: one round trip before the
     // listener opens, so the first request already picks among the stored escrows.

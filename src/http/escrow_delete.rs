@@ -18,23 +18,19 @@
 //! settled, and a deactivation of it is cleared. `purge=true` also removes the (empty) log and
 //! session record of an unused escrow.
 //!
-//! Log stage `escrow_removed` (refusals: `escrow_delete_refused`); metric
-//! `devshard_escrow_deletions_total{result}`.
+//! The removal is `crate::escrow_removal` (shared with the rotation's retention of settled
+//! escrows, `rotation.settled_retention_s`): log stage `escrow_removed` with `by = admin`
+//! (refusals: `escrow_delete_refused`); metric `devshard_escrow_deletions_total{result}`. The
+//! archive row carries `by: admin`.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use devshard_actors::{
-    directory::{DirectoryError, GetEscrow, RemoveEscrow},
-    escrow::messages::GetSnapshot,
-    settlement::{load_record, SettlementState},
-};
 use serde_json::json;
-use slog::{info, warn};
 
 use super::error::ApiError;
 use crate::{
-    escrow_archive::{Archived, Deletable, NS_DELETED},
-    escrows,
-    state::{AppState, ACTOR_TIMEOUT, NS_DEACTIVATED},
+    escrow_archive::{Deletable, RemovedBy},
+    escrow_removal::{Removal, Removed, Remover},
+    state::AppState,
 };
 
 /// Why a deletion is refused.
@@ -49,7 +45,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Refusal::NotSettled { .. } => "refused_not_settled",
             Refusal::InUse { .. } => "refused_in_use",
@@ -57,7 +53,7 @@ impl Refusal {
         }
     }
 
-    fn into_error(self, id: &str) -> ApiError {
+    pub(crate) fn into_error(self, id: &str) -> ApiError {
         let (code, message) = match self {
             Refusal::NotSettled { state } => (
                 "escrow_not_settled",
@@ -111,92 +107,22 @@ pub fn query_flag(query: &str, name: &str) -> bool {
     })
 }
 
-/// Nonces the escrow sequenced: its live actor's, else its durable log's.
-async fn sequenced(state: &AppState, id: &str) -> Result<u64, ApiError> {
-    let get = GetEscrow {
-        escrow_id: id.to_string(),
-    };
-    if let Some(addr) = state.directory.send(get).timeout(ACTOR_TIMEOUT).await? {
-        if let Ok(snap) = addr.send(GetSnapshot).timeout(ACTOR_TIMEOUT).await {
-            if snap.nonce > 0 {
-                return Ok(snap.nonce);
-            }
-        }
-    }
-    let log = state
-        .store
-        .load_diffs(id)
-        .map_err(|e| ApiError::Internal(format!("reading escrow {id}'s diff log: {e}")))?;
-    Ok(log.last().map_or(0, |d| d.nonce))
-}
-
-/// `DELETE /v1/admin/escrows/{id}` (see the module docs).
+/// `DELETE /v1/admin/escrows/{id}` (see the module docs; the removal itself is
+/// `crate::escrow_removal`, shared with the rotation's retention of settled escrows).
 pub async fn delete_escrow(
     req: HttpRequest,
     path: web::Path<String>,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path.into_inner();
-    let (force, purge) = (
-        query_flag(req.query_string(), "force"),
-        query_flag(req.query_string(), "purge"),
-    );
-    let Some(info) = escrows::stored_info(&state.store, &id)? else {
-        return Err(DirectoryError::UnknownEscrow(id).into());
+    let ask = Removal {
+        force: query_flag(req.query_string(), "force"),
+        purge: query_flag(req.query_string(), "purge"),
+        by: RemovedBy::Admin,
     };
-    let settlement = load_record(&state.store, &id).map_or(SettlementState::Active, |r| r.state);
-    let nonce = sequenced(&state, &id).await?;
-    let count = |result: &str| {
-        state.metrics.deletions.with_label_values(&[result]).inc();
-    };
-    let reason = match decide(settlement.label(), nonce, force, purge) {
-        Ok(r) => r,
-        Err(refusal) => {
-            count(refusal.label());
-            let e = refusal.into_error(&id);
-            warn!(state.log, "escrow deletion refused"; "stage" => "escrow_delete_refused",
-                "escrow" => &id, "error" => %e);
-            return Err(e);
-        }
-    };
-    let archive = Archived {
-        escrow_id: id.clone(),
-        reason,
-        nonce,
-        deleted_at_ms: state.clock.now_ms(),
-        registration: info,
-    };
-    let archive = serde_json::to_value(archive).map_err(|e| ApiError::Internal(e.to_string()))?;
-    state
-        .store
-        .put(NS_DELETED, &id, archive)
-        .await
-        .map_err(|e| ApiError::Internal(format!("archiving escrow {id}: {e}")))?;
-    state
-        .directory
-        .send(RemoveEscrow {
-            escrow_id: id.clone(),
-            purge: purge && reason == Deletable::Unused,
-        })
-        .timeout(ACTOR_TIMEOUT)
-        .await??;
-    // A deactivation dies with the registration (a later registration starts active).
-    state
-        .store
-        .delete(NS_DEACTIVATED, &id)
-        .await
-        .map_err(|e| ApiError::Internal(format!("clearing escrow {id}'s deactivation: {e}")))?;
-    if let Ok(mut set) = state.deactivated.lock() {
-        set.remove(&id);
-    }
-    count(match reason {
-        Deletable::Settled => "deleted_settled",
-        Deletable::Unused => "deleted_unused",
-    });
-    info!(state.log, "escrow removed by an admin"; "stage" => "escrow_removed",
-        "escrow" => &id, "reason" => ?reason, "nonce" => nonce, "purge" => purge);
+    let Removed { reason, nonce } = Remover::of(&state).remove(&id, ask).await?;
     Ok(HttpResponse::Ok().json(json!({
-        "escrow_id": id, "deleted": true, "purged": purge, "reason": reason, "nonce": nonce,
+        "escrow_id": id, "deleted": true, "purged": ask.purge, "reason": reason, "nonce": nonce,
     })))
 }
 

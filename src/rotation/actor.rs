@@ -34,7 +34,7 @@ use slog::warn;
 pub use super::check::{EscrowRole, ModelView, RotationView};
 use super::{
     burn::BurnRates,
-    check::{check_model, Backoff, Checked},
+    check::{check_model, Backoff, Checked, Retention},
     facts::{self, Sources},
     plan::backoff_ms,
     remote::Freshness,
@@ -42,6 +42,7 @@ use super::{
     Rotation,
 };
 use crate::{
+    escrow_removal::Remover,
     replicas::Replicas,
     state::{settlements::Settlements, Deactivated},
     store::duty::Leadership,
@@ -56,6 +57,8 @@ pub struct RotationActor {
     deactivated: Deactivated,
     max_tokens_cap: u64,
     board: EscrowBoard,
+    /// Removes settled escrows once their retention is over (`super::retention`).
+    remover: Remover,
     /// The other replicas (PostgreSQL): the budgets they publish.
     replicas: Option<Replicas>,
     /// Since when this replica leads the rotation (its clock).
@@ -93,6 +96,7 @@ impl RotationActor {
         deactivated: Deactivated,
         max_tokens_cap: u64,
         (board, replicas): (EscrowBoard, Option<Replicas>),
+        remover: Remover,
     ) -> Self {
         RotationActor {
             rotation,
@@ -100,6 +104,7 @@ impl RotationActor {
             deactivated,
             max_tokens_cap,
             board,
+            remover,
             replicas,
             leading_since_ms: None,
             backoff: BTreeMap::new(),
@@ -164,6 +169,7 @@ impl RotationActor {
         let replicas = self.replicas.clone();
         let freshness = self.freshness();
         let burn = self.burn.clone();
+        let remover = self.remover.clone();
         let fut = async move {
             rotation.creator.reconcile_all().await;
             let mut out = Outcome {
@@ -189,10 +195,14 @@ impl RotationActor {
             };
             let now = rotation.creator.clock.now_ms();
             burn.borrow_mut().apply(facts.values_mut().flatten(), now);
+            let keep = Retention {
+                remover: &remover,
+                retention_s: out.settings.settled_retention_s,
+            };
             for rule in &out.settings.models {
                 let b = backoff.get(&rule.model).cloned().unwrap_or_default();
                 out.models
-                    .push(check_model(&rotation, &settlements, rule, &facts, &b).await);
+                    .push(check_model(&rotation, &settlements, rule, &facts, &b, keep).await);
             }
             out
         };
@@ -248,6 +258,7 @@ impl RotationActor {
                 }
                 None => {}
             }
+            b.removed_settled += c.removed;
             if let Some(m) = &metrics {
                 m.backing_off
                     .with_label_values(&[&c.view.model])
@@ -257,6 +268,7 @@ impl RotationActor {
             c.view.backoff_until_ms = b.until_ms;
             c.view.last_error = b.last_error.clone();
             c.view.rotations = b.rotations;
+            c.view.removed_settled = b.removed_settled;
             models.push(c.view);
         }
         let names: Vec<String> = settings.models.iter().map(|m| m.model.clone()).collect();
@@ -275,6 +287,7 @@ impl RotationActor {
             leading: self.view.leading,
             leader_elsewhere: self.view.leader_elsewhere.clone(),
             check_interval_ms: settings.check_interval_ms,
+            settled_retention_s: settings.settled_retention_s,
             last_check_ms: Some(now),
             checks: self.view.checks + 1,
             models,

@@ -1,7 +1,8 @@
 //! One rotation check of one model (docs/lifecycle.md §4): decide from the facts, create a
 //! replacement and retire the running-low escrows as decided (here, or by a retire request to
-//! the escrow's owner: `crate::state::settlements::Settlements::retire`), and the view it
-//! leaves for `GET /v1/admin/rotation` and the debug listing.
+//! the escrow's owner: `crate::state::settlements::Settlements::retire`), remove the settled
+//! escrows whose retention is over ([`super::retention`], `crate::escrow_removal`), and the
+//! view it leaves for `GET /v1/admin/rotation` and the debug listing.
 
 use std::collections::BTreeMap;
 
@@ -12,10 +13,14 @@ use super::{
     intent::{CreateIntent, Origin},
     plan::{decide, nonce_margin, role, Create, EscrowFacts, Role},
     remote::BudgetSource,
+    retention,
     settings::ModelRotation,
     Rotation,
 };
-use crate::state::settlements::{Retired, Settlements};
+use crate::{
+    escrow_removal::{Removal, Remover},
+    state::settlements::{Retired, Settlements},
+};
 
 /// One escrow in the view.
 #[derive(Debug, Clone, Serialize)]
@@ -32,6 +37,9 @@ pub struct EscrowRole {
     /// (`plan::nonce_margin`).
     pub burn_per_s: u64,
     pub low_at: u64,
+    /// When a settled escrow will be removed (`rotation.settled_retention_s` after it settled;
+    /// `None`: not settled, or settled escrows are kept).
+    pub removal_at_ms: Option<i64>,
 }
 
 /// One model in the view.
@@ -48,6 +56,8 @@ pub struct ModelView {
     pub backoff_until_ms: i64,
     pub last_error: Option<String>,
     pub rotations: u64,
+    /// Settled escrows of the model the retention removed (since this replica started).
+    pub removed_settled: u64,
     pub escrows: Vec<EscrowRole>,
 }
 
@@ -61,6 +71,8 @@ pub struct RotationView {
     /// The replica that runs it when it is another one.
     pub leader_elsewhere: Option<String>,
     pub check_interval_ms: u64,
+    /// How long a settled escrow stays registered (0: forever).
+    pub settled_retention_s: u64,
     pub last_check_ms: Option<i64>,
     pub checks: u64,
     pub models: Vec<ModelView>,
@@ -75,6 +87,7 @@ pub(super) struct Backoff {
     pub until_ms: i64,
     pub last_error: Option<String>,
     pub rotations: u64,
+    pub removed_settled: u64,
 }
 
 /// What one check did for one model.
@@ -82,6 +95,16 @@ pub(super) struct Checked {
     pub view: ModelView,
     /// `Some(Ok)`: a creation was broadcast; `Some(Err)`: it failed.
     pub created: Option<Result<(), String>>,
+    /// Settled escrows this check removed.
+    pub removed: u64,
+}
+
+/// The retention of settled escrows in force for a check.
+#[derive(Clone, Copy)]
+pub(super) struct Retention<'a> {
+    pub remover: &'a Remover,
+    /// `rotation.settled_retention_s` (0: kept).
+    pub retention_s: u64,
 }
 
 /// One model's check: decide, then create and retire as decided.
@@ -91,6 +114,7 @@ pub(super) async fn check_model(
     rule: &ModelRotation,
     facts: &BTreeMap<String, Vec<EscrowFacts>>,
     b: &Backoff,
+    keep: Retention<'_>,
 ) -> Checked {
     let creator = &rotation.creator;
     let now = creator.clock.now_ms();
@@ -144,6 +168,7 @@ pub(super) async fn check_model(
                 "escrow" => id, "error" => %e),
         }
     }
+    let removed = remove_settled(keep, &escrows, now, rotation).await;
     let view = ModelView {
         model: rule.model.clone(),
         target_count: rule.target_count,
@@ -156,9 +181,11 @@ pub(super) async fn check_model(
         backoff_until_ms: 0,
         last_error: None,
         rotations: 0,
+        removed_settled: 0,
         escrows: escrows
             .iter()
             .zip(&roles)
+            .filter(|(e, _)| !removed.contains(&e.escrow_id))
             .map(|(e, (_, r))| EscrowRole {
                 escrow_id: e.escrow_id.clone(),
                 role: if d.retire.contains(&e.escrow_id) {
@@ -172,8 +199,32 @@ pub(super) async fn check_model(
                 budget: e.source.clone(),
                 burn_per_s: e.burn_per_s,
                 low_at: nonce_margin(e, rule),
+                removal_at_ms: retention::removal_at_ms(e, keep.retention_s),
             })
             .collect(),
     };
-    Checked { view, created }
+    Checked {
+        view,
+        created,
+        removed: removed.len() as u64,
+    }
+}
+
+/// Removes the settled escrows among `escrows` whose retention is over; the ids removed.
+async fn remove_settled(
+    keep: Retention<'_>,
+    escrows: &[EscrowFacts],
+    now_ms: i64,
+    rotation: &Rotation,
+) -> Vec<String> {
+    let mut removed = Vec::new();
+    for id in retention::due(escrows, keep.retention_s, now_ms) {
+        // Logged and counted by the removal (stage `escrow_removed`, `by = retention`).
+        match keep.remover.remove(&id, Removal::retention()).await {
+            Ok(_) => removed.push(id),
+            Err(e) => warn!(rotation.creator.log, "settled escrow not removed; next check retries";
+                "stage" => "escrow_retention_failed", "escrow" => &id, "error" => %e),
+        }
+    }
+    removed
 }

@@ -121,6 +121,7 @@ pub(super) async fn gather(
                 },
             };
         let state = v.record.as_ref().map(|r| &r.state);
+        let settled = matches!(state, Some(SettlementState::Settled { .. }));
         by_model
             .entry(info.model.clone())
             .or_default()
@@ -131,7 +132,10 @@ pub(super) async fn gather(
                 spendable,
                 worst_cost,
                 closed: state.is_some_and(SettlementState::is_closed),
-                settled: matches!(state, Some(SettlementState::Settled { .. })),
+                settled,
+                // The record's last write is the one that made it settled (the settlement
+                // actor never writes a settled record again): its time is the settlement's.
+                settled_at_ms: v.record.as_ref().filter(|_| settled).map(|r| r.updated_ms),
                 deactivated: off.contains(&v.escrow_id),
                 budget_known,
                 source,

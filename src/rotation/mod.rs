@@ -6,6 +6,8 @@
 //! - [`deposits`]: today's deposits per model, persisted (the daily cap survives a restart).
 //! - [`settings`]: `[rotation]` / the `rotation` section of the admin settings.
 //! - [`plan`]: pure decisions (roles, create now?, retire which, back-off).
+//! - [`retention`]: pure: which settled escrows go now (`settled_retention_s`), removed through
+//!   `crate::escrow_removal` like an admin's `DELETE`.
 //! - [`actor`]: [`RotationActor`](actor::RotationActor), the periodic check; `check`: one
 //!   model's check and the view it leaves.
 //! - [`remote`]: the budget of an escrow another replica runs (pure: freshness, estimate).
@@ -25,6 +27,7 @@ pub mod intent;
 pub mod metrics;
 pub mod plan;
 pub mod remote;
+pub mod retention;
 pub mod settings;
 
 use std::sync::{Arc, OnceLock, RwLock};
@@ -137,13 +140,15 @@ impl Rotation {
 
     /// Starts the actor on the current arbiter (its first check reconciles open intents); it
     /// reads the escrows' live budgets from `board`, and those other replicas run from what
-    /// they publish (`replicas`, PostgreSQL).
+    /// they publish (`replicas`, PostgreSQL); `remover` removes settled escrows once their
+    /// retention is over.
     pub fn start(
         &self,
         settlements: Settlements,
         deactivated: Deactivated,
         max_tokens_cap: u64,
         (board, replicas): (EscrowBoard, Option<crate::replicas::Replicas>),
+        remover: crate::escrow_removal::Remover,
     ) {
         let actor = RotationActor::new(
             self.clone(),
@@ -151,6 +156,7 @@ impl Rotation {
             deactivated,
             max_tokens_cap,
             (board, replicas),
+            remover,
         );
         let _ = self.addr.set(actor.start());
     }

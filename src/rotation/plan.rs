@@ -20,6 +20,9 @@ pub struct EscrowFacts {
     /// A settlement record exists (draining … settled).
     pub closed: bool,
     pub settled: bool,
+    /// When the settlement record turned `settled` (its `updated_ms`: nothing writes a settled
+    /// record again); `None` unless `settled`.
+    pub settled_at_ms: Option<i64>,
     /// Deactivated by an admin.
     pub deactivated: bool,
     /// `false`: the budget is not known (another replica runs the escrow and has not published
@@ -196,6 +199,7 @@ mod tests {
             worst_cost: 10,
             closed: false,
             settled: false,
+            settled_at_ms: None,
             deactivated: false,
             budget_known: true,
             source: BudgetSource::Live,

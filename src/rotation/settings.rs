@@ -6,6 +6,7 @@
 //! [rotation]
 //! enabled = true
 //! check_interval_ms = 30000
+//! settled_retention_s = 3600
 //! [[rotation.models]]
 //! model = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
 //! target_count = 1
@@ -25,6 +26,11 @@ pub const DEFAULT_CHECK_INTERVAL_MS: u64 = 30_000;
 /// Back-off of failed creations: first delay, cap.
 pub const DEFAULT_BACKOFF_FIRST_MS: u64 = 5_000;
 pub const DEFAULT_BACKOFF_MAX_MS: u64 = 300_000;
+/// How long a settled escrow of a rotating model stays registered before the rotation removes
+/// it (`super::retention`); 0 keeps it registered forever.
+pub const DEFAULT_SETTLED_RETENTION_S: u64 = 3_600;
+/// The longest retention accepted (a year).
+pub const MAX_SETTLED_RETENTION_S: u64 = 365 * 86_400;
 
 /// One model's rotation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +75,10 @@ pub struct RotationSettings {
     pub check_interval_ms: u64,
     pub backoff_first_ms: u64,
     pub backoff_max_ms: u64,
+    /// Seconds a settled escrow of a rotating model stays registered (listed, its actor alive)
+    /// after its settlement; then the rotation removes it as `DELETE /v1/admin/escrows/{id}`
+    /// would (archive row, diff log and ledger kept). 0: never removed.
+    pub settled_retention_s: u64,
     pub models: Vec<ModelRotation>,
 }
 
@@ -79,6 +89,7 @@ impl Default for RotationSettings {
             check_interval_ms: DEFAULT_CHECK_INTERVAL_MS,
             backoff_first_ms: DEFAULT_BACKOFF_FIRST_MS,
             backoff_max_ms: DEFAULT_BACKOFF_MAX_MS,
+            settled_retention_s: DEFAULT_SETTLED_RETENTION_S,
             models: Vec::new(),
         }
     }
@@ -121,6 +132,12 @@ impl RotationSettings {
             err(
                 "backoff_first_ms".into(),
                 "must be > 0 and not above backoff_max_ms",
+            );
+        }
+        if self.settled_retention_s > MAX_SETTLED_RETENTION_S {
+            err(
+                "settled_retention_s".into(),
+                "must be at most 31536000 (a year); 0 keeps settled escrows registered",
             );
         }
         for (i, m) in self.models.iter().enumerate() {
@@ -198,5 +215,20 @@ mod tests {
         assert!(toml.active());
         assert_eq!(toml.model("m").unwrap().nonce_margin, DEFAULT_NONCE_MARGIN);
         assert_eq!(toml.model("m").unwrap().margin_s, DEFAULT_MARGIN_S);
+        assert_eq!(toml.settled_retention_s, DEFAULT_SETTLED_RETENTION_S);
+        let forever: RotationSettings = toml::from_str("settled_retention_s = 0\n").unwrap();
+        assert_eq!(forever.settled_retention_s, 0);
+        assert!(forever.validate().is_ok());
+        let too_long = RotationSettings {
+            settled_retention_s: MAX_SETTLED_RETENTION_S + 1,
+            ..RotationSettings::default()
+        };
+        let fields: Vec<String> = too_long
+            .validate()
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(fields, ["settled_retention_s"]);
     }
 }

@@ -91,6 +91,25 @@ fn rotation_is_read_from_the_file_and_validated() {
         "{e}"
     );
     assert_eq!(invalid_key(e), "rotation");
+    // Settled escrows stay an hour unless the file says otherwise (0: forever; at most a year).
+    assert_eq!(c.rotation.settled_retention_s, 3_600);
+    let kept = text.replace("[rotation]\n", "[rotation]\nsettled_retention_s = 0\n");
+    assert_eq!(
+        from_toml(&kept, &with_key(&[]))
+            .unwrap()
+            .rotation
+            .settled_retention_s,
+        0
+    );
+    let long = text.replace(
+        "[rotation]\n",
+        "[rotation]\nsettled_retention_s = 31536001\n",
+    );
+    let e = from_toml(&long, &with_key(&[])).unwrap_err();
+    assert!(
+        e.to_string().contains("rotation.settled_retention_s"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use devshard_actors::store::Store;
+use devshard_gateway::escrow_archive::NS_DELETED;
 use serde_json::{json, Value};
 
 use crate::live::{self, admin_get, admin_post, chat, ADMIN};
@@ -105,6 +107,11 @@ async fn a_used_escrow_is_deleted_only_once_settled_and_its_spend_stays_in_the_l
     );
     let (status, _) = admin_get(&url, "/v1/admin/escrows/42").await;
     assert_eq!(status, 404, "unregistered");
+    let archived = l.gw.store.get(NS_DELETED, "42").unwrap().unwrap();
+    assert_eq!(
+        (&archived["by"], &archived["nonce"]),
+        (&json!("admin"), &json!(nonce))
+    );
     let (status, _, _) = chat(&url, CHAT).await;
     assert_ne!(status, 200, "no longer served");
 

@@ -19,7 +19,7 @@ use super::live::{self, admin_get, chat};
 
 const STREAMS: usize = 4;
 
-fn sim_config(seed: &str, max_nonce: u64) -> SimConfig {
+pub(crate) fn sim_config(seed: &str, max_nonce: u64) -> SimConfig {
     let mut cfg = SimConfig::with_seed(seed);
     cfg.hosts = 4;
     cfg.profile = Profile::Zero;
@@ -28,7 +28,7 @@ fn sim_config(seed: &str, max_nonce: u64) -> SimConfig {
     cfg
 }
 
-fn rotation(model: &str, amount: u64, cap: u64, nonce_margin: u64) -> RotationSettings {
+pub(crate) fn rotation(model: &str, amount: u64, cap: u64, nonce_margin: u64) -> RotationSettings {
     RotationSettings {
         enabled: true,
         check_interval_ms: 100,
@@ -43,17 +43,18 @@ fn rotation(model: &str, amount: u64, cap: u64, nonce_margin: u64) -> RotationSe
             reserve_requests: 8,
             margin_s: 60,
         }],
+        ..RotationSettings::default()
     }
 }
 
-async fn view(url: &str) -> Value {
+pub(crate) async fn view(url: &str) -> Value {
     let (status, v) = admin_get(url, "/v1/admin/rotation").await;
     assert_eq!(status, 200, "{v}");
     v["view"].clone()
 }
 
 /// The value of one Prometheus sample line that starts with `prefix`.
-async fn metric(url: &str, prefix: &str) -> Option<f64> {
+pub(crate) async fn metric(url: &str, prefix: &str) -> Option<f64> {
     let mut resp = live::client(2)
         .get(format!("{url}/metrics"))
         .send()
@@ -67,7 +68,7 @@ async fn metric(url: &str, prefix: &str) -> Option<f64> {
 }
 
 /// `PUT /v1/admin/settings` → (status, JSON).
-async fn put_settings(url: &str, body: &Value) -> (u16, Value) {
+pub(crate) async fn put_settings(url: &str, body: &Value) -> (u16, Value) {
     let mut resp = live::client(2)
         .put(format!("{url}/v1/admin/settings"))
         .insert_header(("Authorization", format!("Bearer {}", live::ADMIN)))
@@ -78,7 +79,7 @@ async fn put_settings(url: &str, body: &Value) -> (u16, Value) {
 }
 
 /// `STREAMS` request loops until `done` holds (bounded by `max` requests); (sent, failed).
-async fn load(url: &str, max: usize, done: impl Fn() -> bool) -> (usize, usize) {
+pub(crate) async fn load(url: &str, max: usize, done: impl Fn() -> bool) -> (usize, usize) {
     let sent = Rc::new(Cell::new(0usize));
     let failed = Rc::new(Cell::new(0usize));
     let body = serde_json::json!({"messages": [{"role": "user", "content": "rotate"}],

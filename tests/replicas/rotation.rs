@@ -56,6 +56,7 @@ fn rotation(model: &str) -> RotationSettings {
             reserve_requests: 8,
             margin_s: 60,
         }],
+        ..RotationSettings::default()
     }
 }
 

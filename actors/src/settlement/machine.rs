@@ -184,6 +184,7 @@ pub struct SettlementRecord {
     /// True once a broadcast of the current tx may have reached a mempool.
     pub maybe_in_mempool: bool,
     pub started_ms: i64,
+    /// The last write; nothing writes a `Settled` record again: then, when it settled.
     pub updated_ms: i64,
 }
 
