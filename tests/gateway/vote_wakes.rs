@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use devshard_actors::escrow::messages::BeginDrain;
+use devshard_actors::escrow::messages::{BeginDrain, SyncHosts};
 use devshard_gateway::sim::Faults;
 
 use super::{
@@ -152,6 +152,48 @@ async fn rotating_long_run_a_verifier_that_restarted_empty_is_caught_up_for_the_
     // The refusal deadline (65 s), then at most one round short before the sync.
     assert!(
         took <= Duration::from_secs(65 + 15),
+        "confirmed {took:?} after the restart ({} rounds short)",
+        retries(&h)
+    );
+}
+
+/// Run J (seed `long-1`, 1 225 s): a draining escrow's verifiers restarted empty after its last
+/// diff. Every sync point still said "in sync", so each sync a failed round kicked sent nothing,
+/// the verifiers answered every vote "inference not found" from a fresh session, and five
+/// execution timeouts stayed unconfirmed for minutes (invariant 4). A sync kicked by a failed
+/// round now sends the latest diff again to hosts in sync by their sync point: the restarted
+/// verifier answers with its nonce gap, is rewound and caught up, and the next round passes.
+#[actix_rt::test]
+async fn run_j_a_verifier_that_restarted_empty_after_the_last_diff_is_found_by_the_kicked_sync() {
+    tokio::time::pause();
+    let h = Harness::start(sim("verifier-restarted-after-the-last-diff")).await;
+    no_hedging(&h).await;
+    for i in 0..6 {
+        assert!(h
+            .chat(Harness::body(&format!("w{i}"), false))
+            .await
+            .is_success());
+    }
+    let next = h.snapshot("42").await.nonce + 1;
+    let dead_host = executor(&h, next);
+    h.sim.set_faults(dead_host, dead()).unwrap();
+    assert!(h.chat(Harness::body("q", false)).await.is_success());
+    // Everything sequenced and every live host in sync: no diff is composed after this one.
+    h.escrow_addr("42").await.send(SyncHosts).await.unwrap();
+    let voter = (0..3).find(|i| *i != dead_host).unwrap();
+    let restart = Faults {
+        forget_session: true,
+        ..Default::default()
+    };
+    h.sim.set_faults(voter, restart).unwrap();
+    let took = wait_until(Duration::from_secs(600), || timeouts(&h, "confirmed") >= 1).await;
+    assert_eq!(
+        timeouts(&h, "confirmed"),
+        1,
+        "never confirmed: the verifier's sync point still says it holds everything"
+    );
+    assert!(
+        took <= Duration::from_secs(65 + 30),
         "confirmed {took:?} after the restart ({} rounds short)",
         retries(&h)
     );

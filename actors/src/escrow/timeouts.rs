@@ -57,7 +57,7 @@ pub(super) struct Round {
     /// Verifiers that answered an error: one that restarted empty judges from a state without
     /// the nonce ("inference not found") while the escrow still counts it near, so every later
     /// round asks it again in vain; the caller kicks a sync, which finds out what it holds.
-    pub failed: usize,
+    pub failed: Vec<Address>,
 }
 
 /// How far below memory a verifier's catch-up may reach and still be carried by a vote (in
@@ -188,7 +188,7 @@ pub(super) fn collect_votes(
         let mut round = Round {
             answers: Vec::new(),
             carried: Vec::new(),
-            failed: 0,
+            failed: Vec::new(),
         };
         if ready.await.is_err() {
             return round;
@@ -204,7 +204,7 @@ pub(super) fn collect_votes(
                     round.carried.push((addr.clone(), top));
                     round.answers.push((addr, answer));
                 }
-                Err(_) => round.failed += 1,
+                Err(_) => round.failed.push(addr),
             }
             if weight > threshold {
                 break;

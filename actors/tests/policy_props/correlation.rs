@@ -208,15 +208,13 @@ fn cause_messages_name_the_shared_cause() {
 fn run_j_nonce_gaps_of_hosts_that_restarted_empty_are_never_a_shared_fault() {
     let s = settings();
     let mut d: SharedFaultDetector = SharedFaultDetector::new(&s);
-    let own =
-        |reason, message| FaultSignature::new(OutcomeClass::HostFault, Some(500), reason, message);
+    let own = |reason, message: &str| {
+        FaultSignature::new(OutcomeClass::HostFault, Some(500), reason, message)
+    };
     let gap = |n: u64| {
-        own(
-            OutcomeReason::NonceGap,
-            &format!(
-                "apply diff nonce {n}: invalid nonce: must be sequential: expected 1, got {n}"
-            ),
-        )
+        let message =
+            format!("apply diff nonce {n}: invalid nonce: must be sequential: expected 1, got {n}");
+        own(OutcomeReason::NonceGap, &message)
     };
     assert_eq!(d.record_failure("a".into(), gap(7_401), T0), None);
     assert_eq!(d.record_failure("b".into(), gap(7_402), T0 + 1), None);

@@ -15,17 +15,19 @@ impl Handler<SyncHosts> for EscrowActor {
     type Result = ResponseActFuture<Self, Vec<(Address, u64)>>;
 
     fn handle(&mut self, _: SyncHosts, ctx: &mut Self::Context) -> Self::Result {
-        self.sync_hosts(false, ctx)
+        self.sync_hosts((false, false), ctx)
     }
 }
 
 impl EscrowActor {
     /// Pending txs sequenced, then every routable host caught up (`with_ejected`: ejected hosts
     /// too, for the verifiers a timeout vote needs; diverged hosts never, docs/health.md §6);
-    /// answers each host's sync nonce.
+    /// answers each host's sync nonce. With `verify`, a host that lacks nothing by its sync
+    /// point is sent the latest diff again, so one that lost its state says so (its nonce gap
+    /// moves its sync point back) even when no diff was composed since.
     pub(super) fn sync_hosts(
         &mut self,
-        with_ejected: bool,
+        (with_ejected, verify): (bool, bool),
         ctx: &mut Context<Self>,
     ) -> ResponseActFuture<Self, Vec<(Address, u64)>> {
         // Every diff that catch-up may carry must be durable first: either the new diff's ack
@@ -40,7 +42,7 @@ impl EscrowActor {
             with_ejected,
             skip: &skip,
         };
-        let sends = sync::catch_up_hosts(&self.session, targets, &self.deps, ready, false);
+        let sends = sync::catch_up_hosts(&self.session, targets, &self.deps, ready, verify);
         Box::pin(sends.into_actor(self).map(|res, act, ctx| {
             let _ = act.absorb_sync_answers(res.unwrap_or_default(), ctx);
             info!(act.deps.log, "hosts synced"; "stage" => "sync_hosts", "nonce" => act.session.nonce());

@@ -123,7 +123,7 @@ impl EscrowActor {
             // The verifiers that may be asked cannot pass: catch the others up (one sync, which
             // also reaches ejected hosts), and ask again shortly; no round is spent.
             self.book.vote_done(nonce);
-            self.kick_sync(ctx);
+            self.kick_sync(false, ctx);
             slog::debug!(self.deps.log, "timeout vote waits for verifiers to catch up";
                 "stage" => "timeout_vote_waits", "nonce" => nonce);
             self.book
@@ -135,10 +135,14 @@ impl EscrowActor {
             "nonce" => nonce, "reason" => reason.as_wire(), "parallel" => self.book.votes_running());
         self.vote_carrying.extend(carrying.iter().cloned());
         let checked = votes.into_actor(self).then(move |round, act, ctx| {
-            if round.failed > 0 {
+            if !round.failed.is_empty() {
                 // A verifier that answered an error may have lost its state: a sync finds out
-                // what it holds (its sync point moves back), so the next round carries it.
-                act.kick_sync(ctx);
+                // what it holds (its sync point moves back), so the next round carries it. The
+                // sync sends the latest diff again to hosts that lack nothing by their sync
+                // point: run J (seed `long-1`, 1 225 s) had a draining escrow whose verifiers
+                // restarted empty after its last diff; every sync point said "in sync", each
+                // kicked sync sent nothing, and five timeouts stayed unconfirmed for minutes.
+                act.kick_sync(true, ctx);
             }
             for host in &carrying {
                 act.vote_carrying.remove(host);
@@ -298,8 +302,9 @@ impl EscrowActor {
 
 impl EscrowActor {
     /// Asks this escrow for a `SyncHosts` (hosts far behind caught up once), at most every
-    /// [`SYNC_KICK_GAP_MS`].
-    fn kick_sync(&mut self, ctx: &mut Context<Self>) {
+    /// [`SYNC_KICK_GAP_MS`]; `verify`: hosts in sync by their sync point are sent the latest
+    /// diff again (`sync_hosts`).
+    fn kick_sync(&mut self, verify: bool, ctx: &mut Context<Self>) {
         let now = self.now_ms();
         if self
             .last_sync_kick_ms
@@ -310,7 +315,7 @@ impl EscrowActor {
         self.last_sync_kick_ms = Some(now);
         info!(self.deps.log, "verifiers far behind: catching them up before the vote is asked again";
             "stage" => "timeout_vote_sync_kicked");
-        let sync = self.sync_hosts(true, ctx);
+        let sync = self.sync_hosts((true, verify), ctx);
         ctx.spawn(sync.map(|_, _, _| ()));
     }
 
