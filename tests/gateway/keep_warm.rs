@@ -103,3 +103,73 @@ async fn run_j_576_s_a_host_that_got_no_nonces_is_kept_warm_and_takes_over_when_
     eprintln!("after the restarts: {failed} failed, slowest {slowest:?}");
     assert_eq!(failed, 0, "host 2 serves the burst");
 }
+
+/// Run J (seed `long-1`, 1 164 s): four hosts restarted empty far behind and the fifth, which
+/// held the state, answered 503 for 2.4 s. Every race waiting in the escrow had excluded it
+/// after its 503, the others were in background catch-ups, and when it answered again nothing
+/// took it until the catch-ups were over (3 s; the recovery probe could not even get a slot).
+/// A host that paused before any work has not failed the request: a retry may come back to it
+/// once, as its probe, so the burst is served as soon as the pause ends.
+#[actix_rt::test]
+async fn run_j_1164_s_races_come_back_to_a_host_that_paused_while_the_others_catch_up() {
+    tokio::time::pause();
+    let mut sim = five();
+    sim.hosts = 2;
+    let cfg = EscrowConfig {
+        catch_up_chunk: 20,
+        diff_window: 64,
+        reach_background_catch_up_diffs: 100,
+        reach_keep_warm_diffs: 0,
+        ..EscrowConfig::default()
+    };
+    let h = Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await;
+    fill(&h, 300).await;
+    // Host 0 restarts empty 300 diffs behind on a 300 ms link (its background catch-up takes
+    // seconds); host 1 pauses (503) for the first second of the burst.
+    let link = LatencyProfile {
+        rtt_ms: 300,
+        ..LatencyProfile::zero()
+    };
+    h.sim.set_latency(0, link).unwrap();
+    let restart = Faults {
+        forget_session: true,
+        ..Default::default()
+    };
+    h.sim.set_faults(0, restart).unwrap();
+    let pause = Faults {
+        http_status: Some(503),
+        ..Default::default()
+    };
+    h.sim.set_faults(1, pause).unwrap();
+    let start = tokio::time::Instant::now();
+    let h = &h;
+    let burst = (0..6).map(|i| async move {
+        let a = h
+            .chat(Harness::body(&format!("burst {i}"), i % 2 == 0))
+            .await;
+        if !a.is_success() {
+            eprintln!("burst {i}: {a:?}");
+        }
+        (a.is_success(), start.elapsed())
+    });
+    let clear = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        h.sim.clear_faults(1).unwrap();
+    };
+    let (answers, ()) = futures::join!(futures::future::join_all(burst), clear);
+    let served: Vec<_> = answers
+        .iter()
+        .filter(|(ok, _)| *ok)
+        .map(|(_, t)| *t)
+        .collect();
+    let slowest = served.iter().max().copied().unwrap_or_default();
+    eprintln!("{} of 6 served, the slowest at {slowest:?}", served.len());
+    assert!(
+        served.len() >= 4,
+        "the burst is served once host 1 answers again"
+    );
+    assert!(
+        slowest <= Duration::from_secs(3),
+        "served within 2 s of the pause's end: {slowest:?}"
+    );
+}

@@ -76,6 +76,8 @@ pub struct RaceActor {
     pub(super) reply: Option<oneshot::Sender<Result<RaceStart, RaceError>>>,
     pub(super) attempts: Vec<AttemptSlot>,
     pub(super) tried: Vec<Address>,
+    /// Hosts a retry may come back to once after they paused before any work (`handlers.rs`).
+    pub(super) came_back: Vec<Address>,
     pub(super) winner: Option<usize>,
     pub(super) requesting: usize,
     /// Hedge and pair requests in flight: the client's answer never waits for them; the actor
@@ -117,6 +119,7 @@ impl RaceActor {
             reply: Some(tx),
             attempts: Vec::new(),
             tried: Vec::new(),
+            came_back: Vec::new(),
             winner: None,
             requesting: 0,
             requesting_extra: 0,

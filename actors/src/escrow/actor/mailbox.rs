@@ -16,6 +16,7 @@ use super::super::{
         InjectPanic, InjectStall, NonceGrant, RaceGone, RequestNonce, Retire,
     },
     picker::{self, Waiter},
+    reach::Refusal,
     repair,
     routing::HostHealth,
     session::SessionError,
@@ -181,6 +182,7 @@ impl Handler<AttemptEnded> for EscrowActor {
             retry: judged.retry,
             shared_fault: None,
             shared_class: None,
+            host_paused: Refusal::of(reason).is_some_and(Refusal::is_pause),
         };
         match class {
             OutcomeClass::PendingFinish => {

@@ -41,6 +41,22 @@ impl Refusal {
         }
     }
 
+    /// A pause of the host (down, overloaded, disabled, starting), which passes on its own, as
+    /// against a rejection that needs an operator (a 404 route, bad auth, a clock off, a key
+    /// or an escrow the host does not know).
+    pub fn is_pause(self) -> bool {
+        matches!(
+            self,
+            Refusal::Connect
+                | Refusal::Rejected(
+                    OutcomeReason::RateLimited
+                        | OutcomeReason::Unavailable
+                        | OutcomeReason::RequestsDisabled
+                        | OutcomeReason::Initializing
+                )
+        )
+    }
+
     /// The label of logs and of the escrow snapshot.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -92,6 +108,17 @@ mod tests {
         ] {
             assert_eq!(Refusal::of(r), None, "{r:?}");
         }
+    }
+
+    #[test]
+    fn only_a_pause_lets_a_race_come_back_to_the_host() {
+        let paused = |r| Refusal::of(r).is_some_and(Refusal::is_pause);
+        assert!(paused(OutcomeReason::ConnectFailed));
+        assert!(paused(OutcomeReason::RequestsDisabled));
+        assert!(paused(OutcomeReason::RateLimited));
+        assert!(!paused(OutcomeReason::NotEscrowOwner));
+        assert!(!paused(OutcomeReason::TimestampDrift));
+        assert!(!paused(OutcomeReason::NonceGap));
     }
 
     #[test]
