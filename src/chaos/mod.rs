@@ -28,12 +28,13 @@ mod process;
 mod report;
 pub mod schedule;
 mod secrets;
+mod sim_thread;
 mod spared;
 
 use std::{cell::RefCell, process::ExitCode, rc::Rc, time::Duration};
 
 use clap::Args;
-use devshard_actors::{clock::TokioClock, protocol::state::SessionConfig};
+use devshard_actors::protocol::state::SessionConfig;
 use serde_json::json;
 
 use self::{
@@ -46,7 +47,7 @@ use self::{
     report::Report,
     schedule::{Event, Step},
 };
-use crate::sim::{Profile, SimConfig, SimNetwork};
+use crate::sim::{Profile, SimConfig};
 
 /// Options of `devshard-gateway chaos`.
 #[derive(Debug, Clone, Args)]
@@ -163,11 +164,11 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         "duration_s": args.duration.as_secs(), "streams": args.streams, "hosts": args.hosts,
         "max_nonce": max_nonce_for(&args), "rotation": args.max_nonce.is_some()}),
     );
-    let sim = match SimNetwork::start(sim_config(seed, &args), TokioClock::new().shared()).await {
+    let sim = match sim_thread::SimThread::start(sim_config(seed, &args)) {
         Ok(s) => s,
-        Err(e) => return fatal(&report, &format!("simulator: {e}")),
+        Err(e) => return fatal(&report, &e),
     };
-    let key = sim.gateway_key().secret_hex();
+    let key = sim.gateway_key_hex.clone();
     let admin_key = format!("chaos-admin-{seed:016x}");
     let secrets = Rc::new(Secrets::new(&key, &admin_key));
     let http = Http::new(&admin_key, args.streams);
@@ -188,9 +189,9 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         port,
         private_key_hex: key,
         admin_key,
-        chain_url: sim.chain_url().to_owned(),
-        escrows: sim.config().escrow_ids.clone(),
-        extra_config: process::rotation_config(args.max_nonce, sim.config()),
+        chain_url: sim.chain_url.clone(),
+        escrows: sim.config.escrow_ids.clone(),
+        extra_config: process::rotation_config(args.max_nonce, &sim.config),
     };
     let mut gateway = match Gateway::new(spec) {
         Ok(g) => g,
@@ -199,7 +200,7 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
     if let Err(e) = gateway.start(&http).await {
         return fatal(&report, &e.to_string());
     }
-    let escrow = sim.config().escrow_ids.first().cloned().unwrap_or_default();
+    let escrow = sim.config.escrow_ids.first().cloned().unwrap_or_default();
     let deadlines = Deadlines {
         refusal_s: REFUSAL_TIMEOUT_S,
         execution_s: EXECUTION_TIMEOUT_S,
@@ -208,17 +209,16 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
     let mut checker = Checker::new(
         http.clone(),
         gateway.spec().url(),
-        sim.control_url().to_owned(),
+        sim.control_url.clone(),
         escrow.clone(),
         deadlines,
         gateway.spec().log_path(),
     );
-    let mut applier =
-        Applier::new(http.clone(), sim.control_url().to_owned(), escrow.clone()).await;
+    let mut applier = Applier::new(http.clone(), sim.control_url.clone(), escrow.clone()).await;
     let urls = [
         gateway.spec().url(),
-        sim.control_url().to_owned(),
-        sim.chain_url().to_owned(),
+        sim.control_url.clone(),
+        sim.chain_url.clone(),
     ];
     let mut payouts = Payouts::new(http.clone(), urls, applier.hosts()).await;
     let shared = Rc::new(LoadShared {

@@ -24,7 +24,7 @@ async fn admin_delete(url: &str, path: &str) -> (u16, Value) {
 }
 
 /// The cost ledger's rows (JSON lines export).
-async fn ledger(url: &str) -> Vec<Value> {
+pub(super) async fn ledger(url: &str) -> Vec<Value> {
     let mut resp = live::client(2)
         .get(format!("{url}/v1/admin/ledger?format=jsonl"))
         .insert_header(("Authorization", format!("Bearer {ADMIN}")))

@@ -52,6 +52,22 @@ async fn ejected_while_200_served(keep_warm: u64) -> (Harness, u64) {
     (h, lacks)
 }
 
+/// `n` concurrent requests (every other one streaming): whether each was served, and when,
+/// from the start of the burst.
+async fn burst(h: &Harness, n: usize) -> Vec<(bool, Duration)> {
+    let start = tokio::time::Instant::now();
+    let one = |i: usize| async move {
+        let a = h
+            .chat(Harness::body(&format!("burst {i}"), i % 2 == 0))
+            .await;
+        if !a.is_success() {
+            eprintln!("burst {i}: {a:?}");
+        }
+        (a.is_success(), start.elapsed())
+    };
+    futures::future::join_all((0..n).map(one)).await
+}
+
 /// Run J (seed `long-1`, 576 s): one host served an escrow alone at nonce 7 314 while the four
 /// others held 93 to 1 801; it and three others restarted empty, every host needed a background
 /// catch-up (2.6–3.7 s on the loaded machine), the concurrency limit's 99 races waited for them
@@ -86,18 +102,7 @@ async fn run_j_576_s_a_host_that_got_no_nonces_is_kept_warm_and_takes_over_when_
         };
         h.sim.set_faults(i, forget).unwrap();
     }
-    let start = tokio::time::Instant::now();
-    let h = &h;
-    let burst = (0..10).map(|i| async move {
-        let a = h
-            .chat(Harness::body(&format!("burst {i}"), i % 2 == 0))
-            .await;
-        if !a.is_success() {
-            eprintln!("burst {i}: {a:?}");
-        }
-        (a.is_success(), start.elapsed())
-    });
-    let answers = futures::future::join_all(burst).await;
+    let answers = burst(&h, 10).await;
     let failed = answers.iter().filter(|(ok, _)| !ok).count();
     let slowest = answers.iter().map(|(_, t)| *t).max().unwrap_or_default();
     eprintln!("after the restarts: {failed} failed, slowest {slowest:?}");
@@ -141,22 +146,11 @@ async fn run_j_1164_s_races_come_back_to_a_host_that_paused_while_the_others_cat
         ..Default::default()
     };
     h.sim.set_faults(1, pause).unwrap();
-    let start = tokio::time::Instant::now();
-    let h = &h;
-    let burst = (0..6).map(|i| async move {
-        let a = h
-            .chat(Harness::body(&format!("burst {i}"), i % 2 == 0))
-            .await;
-        if !a.is_success() {
-            eprintln!("burst {i}: {a:?}");
-        }
-        (a.is_success(), start.elapsed())
-    });
     let clear = async {
         tokio::time::sleep(Duration::from_secs(1)).await;
         h.sim.clear_faults(1).unwrap();
     };
-    let (answers, ()) = futures::join!(futures::future::join_all(burst), clear);
+    let (answers, ()) = futures::join!(burst(&h, 6), clear);
     let served: Vec<_> = answers
         .iter()
         .filter(|(ok, _)| *ok)

@@ -15,7 +15,8 @@ use devshard_gateway::escrow_archive::NS_DELETED;
 use serde_json::{json, Value};
 
 use crate::{
-    live::{self, admin_get, ADMIN},
+    escrow_delete::ledger,
+    live::{self, admin_get},
     rotation::{load, metric, put_settings, rotation, sim_config, view},
 };
 
@@ -51,18 +52,9 @@ async fn listed(url: &str) -> Vec<String> {
         .collect()
 }
 
-/// The cost ledger's rows of `escrow` (JSON lines export).
+/// The cost ledger's rows of `escrow`.
 async fn ledger_rows(url: &str, escrow: &str) -> usize {
-    let mut resp = live::client(2)
-        .get(format!("{url}/v1/admin/ledger?format=jsonl"))
-        .insert_header(("Authorization", format!("Bearer {ADMIN}")))
-        .send()
-        .await
-        .unwrap();
-    let body = resp.body().limit(16 << 20).await.unwrap();
-    String::from_utf8_lossy(&body)
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    (ledger(url).await.iter())
         .filter(|r| r["escrow_id"] == escrow)
         .count()
 }

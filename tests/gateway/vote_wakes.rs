@@ -116,17 +116,12 @@ async fn a_verifier_that_answers_again_wakes_the_votes_it_kept_short() {
     );
 }
 
-/// Run I (seed `long-1`, 97 s): an execution timeout stayed at weight 2 of 3 for a minute while
-/// two verifiers that had restarted empty answered every vote with an error ("inference not
-/// found"): the escrow still counted them near, asked them again each round, and nothing
-/// found out what they held. A round with a verifier's error now kicks a sync, which rewinds
-/// it, and the next round carries its catch-up.
-#[actix_rt::test]
-async fn rotating_long_run_a_verifier_that_restarted_empty_is_caught_up_for_the_next_round() {
-    tokio::time::pause();
-    let h = Harness::start(sim("verifier-restarted-empty")).await;
+/// Every host holds the escrow's state, the next nonce's executor is dead and one request
+/// leaves it open (a refused-timeout vote follows); `before_restart` runs, then the other
+/// verifier restarts empty at its next request. Returns the harness.
+async fn voter_restarts_empty(seed: &str, before_restart: impl AsyncFnOnce(&Harness)) -> Harness {
+    let h = Harness::start(sim(seed)).await;
     no_hedging(&h).await;
-    // Every host holds the escrow's state first.
     for i in 0..6 {
         assert!(h
             .chat(Harness::body(&format!("w{i}"), false))
@@ -137,12 +132,25 @@ async fn rotating_long_run_a_verifier_that_restarted_empty_is_caught_up_for_the_
     let dead_host = executor(&h, next);
     h.sim.set_faults(dead_host, dead()).unwrap();
     assert!(h.chat(Harness::body("q", false)).await.is_success());
+    before_restart(&h).await;
     let voter = (0..3).find(|i| *i != dead_host).unwrap();
     let restart = Faults {
         forget_session: true,
         ..Default::default()
     };
     h.sim.set_faults(voter, restart).unwrap();
+    h
+}
+
+/// Run I (seed `long-1`, 97 s): an execution timeout stayed at weight 2 of 3 for a minute while
+/// two verifiers that had restarted empty answered every vote with an error ("inference not
+/// found"): the escrow still counted them near, asked them again each round, and nothing
+/// found out what they held. A round with a verifier's error now kicks a sync, which rewinds
+/// it, and the next round carries its catch-up.
+#[actix_rt::test]
+async fn rotating_long_run_a_verifier_that_restarted_empty_is_caught_up_for_the_next_round() {
+    tokio::time::pause();
+    let h = voter_restarts_empty("verifier-restarted-empty", async |_| {}).await;
     let took = wait_until(Duration::from_secs(900), || timeouts(&h, "confirmed") >= 1).await;
     assert_eq!(
         timeouts(&h, "confirmed"),
@@ -166,26 +174,12 @@ async fn rotating_long_run_a_verifier_that_restarted_empty_is_caught_up_for_the_
 #[actix_rt::test]
 async fn run_j_a_verifier_that_restarted_empty_after_the_last_diff_is_found_by_the_kicked_sync() {
     tokio::time::pause();
-    let h = Harness::start(sim("verifier-restarted-after-the-last-diff")).await;
-    no_hedging(&h).await;
-    for i in 0..6 {
-        assert!(h
-            .chat(Harness::body(&format!("w{i}"), false))
-            .await
-            .is_success());
-    }
-    let next = h.snapshot("42").await.nonce + 1;
-    let dead_host = executor(&h, next);
-    h.sim.set_faults(dead_host, dead()).unwrap();
-    assert!(h.chat(Harness::body("q", false)).await.is_success());
-    // Everything sequenced and every live host in sync: no diff is composed after this one.
-    h.escrow_addr("42").await.send(SyncHosts).await.unwrap();
-    let voter = (0..3).find(|i| *i != dead_host).unwrap();
-    let restart = Faults {
-        forget_session: true,
-        ..Default::default()
-    };
-    h.sim.set_faults(voter, restart).unwrap();
+    // Everything sequenced and every live host in sync before the restart: no diff is
+    // composed after it.
+    let h = voter_restarts_empty("verifier-restarted-after-the-last-diff", async |h| {
+        h.escrow_addr("42").await.send(SyncHosts).await.unwrap();
+    })
+    .await;
     let took = wait_until(Duration::from_secs(600), || timeouts(&h, "confirmed") >= 1).await;
     assert_eq!(
         timeouts(&h, "confirmed"),

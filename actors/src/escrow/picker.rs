@@ -56,6 +56,9 @@ pub(super) enum Step {
     /// Its host is caught up in the background and no other host can serve: this many waiters
     /// were answered `HostsCatchingUp`; stop.
     RefusedCatchingUp(usize),
+    /// Every host the escrow could use refuses and the gate's probe is not due: this many
+    /// waiters were answered `HostsUnreachable` without a nonce.
+    RefusedUnreachable(usize),
     /// Every waiter tried its host, or its host is catching up and no other host can stand in:
     /// arm the hold and stop (the end of the catch-up pumps again).
     Hold,
@@ -189,9 +192,10 @@ impl Picker {
                             cause: reach.cause(),
                             retry_after_s: reach.retry_after_s(now),
                         };
-                        reach.refused_waiters(self.waiting.len());
+                        let n = self.waiting.len();
+                        reach.refused_waiters(n);
                         self.fail_all(&err);
-                        Step::Stop
+                        Step::RefusedUnreachable(n)
                     }
                     NonceReach::RefuseCatchingUp => {
                         let escrow = session.info().escrow_id.clone();

@@ -71,6 +71,13 @@ impl EscrowActor {
                         "stage" => "reach_refused_catching_up", "refused" => n);
                     return;
                 }
+                Step::RefusedUnreachable(n) => {
+                    let n = u64::try_from(n).unwrap_or(u64::MAX);
+                    self.count_reach_by("refused", n);
+                    slog::debug!(self.deps.log, "waiting requests refused without a nonce: every host refuses";
+                        "stage" => "reach_refused", "refused" => n);
+                    return;
+                }
                 Step::Pass => {
                     if !self.withhold(EmptyDiffReason::NoTaker, ctx) {
                         return;
