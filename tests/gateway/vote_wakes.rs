@@ -192,3 +192,40 @@ async fn run_j_a_verifier_that_restarted_empty_after_the_last_diff_is_found_by_t
         retries(&h)
     );
 }
+
+/// Run J (seed `long-1`, 3 430 s): a host that restarted empty after a draining escrow's last
+/// diff was reported in sync at 10 125 by every admin sync for 40 minutes while it held nothing
+/// (invariant 1): with no diff composed since, the sync had nothing to send it. The admin sync
+/// now sends the latest diff again to hosts in sync by their sync point, so the first finds the
+/// host's gap and the second catches it up.
+#[actix_rt::test]
+async fn run_j_an_admin_sync_finds_a_host_that_restarted_empty_after_the_last_diff() {
+    tokio::time::pause();
+    let h = Harness::start(sim("admin-sync-finds-a-restarted-host")).await;
+    for i in 0..6 {
+        assert!(h
+            .chat(Harness::body(&format!("w{i}"), false))
+            .await
+            .is_success());
+    }
+    // Syncs until nothing is left to sequence: no diff is composed after the restart.
+    let escrow = h.escrow_addr("42").await;
+    let mut before = 0;
+    while h.snapshot("42").await.nonce != before {
+        before = h.snapshot("42").await.nonce;
+        escrow.send(SyncHosts).await.unwrap();
+    }
+    let restart = Faults {
+        forget_session: true,
+        ..Default::default()
+    };
+    h.sim.set_faults(1, restart).unwrap();
+    h.sim.clear_faults(1).unwrap();
+    for _ in 0..2 {
+        escrow.send(SyncHosts).await.unwrap();
+    }
+    let nonce = h.snapshot("42").await.nonce;
+    assert_eq!(nonce, before, "no diff was composed after the restart");
+    let held = h.sim.host_view(1, "42").map_or(0, |v| v.latest_nonce);
+    assert_eq!(held, nonce, "host 1 holds the escrow's state again");
+}
