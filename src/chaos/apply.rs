@@ -44,6 +44,8 @@ pub struct Applier {
     excluded: BTreeSet<String>,
     /// How long the round's knobs still act after the clear (`residual_ms`).
     residual_ms: u64,
+    /// Hosts restarted empty since the last clear ([`Applier::take_all_restarted`]).
+    restarted: BTreeSet<usize>,
 }
 
 impl Applier {
@@ -67,6 +69,7 @@ impl Applier {
             shared: Vec::new(),
             excluded: BTreeSet::new(),
             residual_ms: 0,
+            restarted: BTreeSet::new(),
         }
     }
 
@@ -148,6 +151,7 @@ impl Applier {
                 self.excluded.insert(self.address(*host));
             }
             Event::RestartEmpty { hosts } => {
+                self.restarted.extend(hosts.iter().copied());
                 for h in hosts {
                     errors += &self
                         .put(
@@ -232,6 +236,15 @@ impl Applier {
     }
 
     /// How long the round's knobs still act on requests the hosts took before the clear; reset.
+    /// Whether every host restarted empty since the last clear (then no host holds any
+    /// escrow's state, and invariant 3's clock starts when one holds it again:
+    /// `Checker::wait_state_back`). Resets the record.
+    pub fn take_all_restarted(&mut self) -> bool {
+        let all = !self.addresses.is_empty() && self.restarted.len() >= self.addresses.len();
+        self.restarted.clear();
+        all
+    }
+
     pub fn take_residual(&mut self) -> Duration {
         Duration::from_millis(std::mem::take(&mut self.residual_ms))
     }

@@ -106,6 +106,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Protocol timeouts of the chaos escrow: short, so that settlement is observable in a run.
 const REFUSAL_TIMEOUT_S: i64 = 10;
 const EXECUTION_TIMEOUT_S: i64 = 30;
+/// After every host restarted empty, how long a host may take to hold an escrow's state again
+/// before invariant 3's 2 s start anyway (`Checker::wait_state_back`).
+const STATE_BACK_LIMIT: Duration = Duration::from_secs(30);
 /// The gateway's timeout buffer (5 s), vote collection, the next diff and ±40 s clock skew.
 const SETTLEMENT_SLACK_S: i64 = 60;
 fn millis(d: Duration) -> u64 {
@@ -260,6 +263,11 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
                 applier.wait_hosts_up(Duration::from_secs(5)).await;
                 // Stalls the hosts took on before the clear still act (`apply::residual_ms`).
                 tokio::time::sleep(applier.take_residual()).await;
+                if applier.take_all_restarted() {
+                    checker
+                        .wait_state_back(STATE_BACK_LIMIT, &report, &secrets)
+                        .await;
+                }
                 checker.recovery(&report, &secrets).await;
                 let after = checker.participants(&report, &secrets).await;
                 let (before, hosts) = applier.take_shared_round(&at_clear);

@@ -58,7 +58,7 @@ async fn burst(h: &Harness, n: usize) -> Vec<(bool, Duration)> {
     let start = tokio::time::Instant::now();
     let one = |i: usize| async move {
         let a = h
-            .chat(Harness::body(&format!("burst {i}"), i % 2 == 0))
+            .chat(Harness::body(&format!("burst {i}"), i.is_multiple_of(2)))
             .await;
         if !a.is_success() {
             eprintln!("burst {i}: {a:?}");

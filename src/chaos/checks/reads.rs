@@ -38,6 +38,51 @@ impl Checker {
         }
     }
 
+    /// After every host restarted empty: waits (at most `limit`) until some host's session
+    /// holds, for one of the escrows the checks follow, that escrow's nonce as of this call. No
+    /// gateway can serve before a host holds the state again, so invariant 3's 2 s start then;
+    /// a catch-up slower than `limit` is a violation of its own. Returns how long it took.
+    pub async fn wait_state_back(
+        &self,
+        limit: std::time::Duration,
+        report: &std::cell::RefCell<Report>,
+        secrets: &Secrets,
+    ) -> std::time::Duration {
+        let started = tokio::time::Instant::now();
+        let mut targets = Vec::new();
+        for escrow in &self.escrows {
+            let path = format!("/v1/admin/escrows/{escrow}");
+            if let Some(v) = self.admin("GET", &path, report, secrets).await {
+                if let Some(nonce) = v["snapshot"]["nonce"].as_u64() {
+                    targets.push((escrow.clone(), nonce));
+                }
+            }
+        }
+        'wait: while !targets.is_empty() {
+            for (escrow, target) in &targets {
+                if (self.sessions(escrow).await.iter()).any(|s| s.nonce >= *target) {
+                    break 'wait;
+                }
+            }
+            if started.elapsed() >= limit {
+                let what = format!(
+                    "no host holds any escrow's state {} s after every host restarted empty \
+                     ({targets:?})",
+                    limit.as_secs()
+                );
+                report.borrow_mut().violation(3, what);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let took = started.elapsed();
+        let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        report
+            .borrow()
+            .note("state_back", json!({"after_all_restarted_empty_ms": ms}));
+        took
+    }
+
     pub(super) async fn sessions(&self, escrow: &str) -> Vec<HostSession> {
         let hosts = self
             .http
