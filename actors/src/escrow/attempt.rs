@@ -28,8 +28,8 @@ pub struct AttemptVerdict {
     pub shared_fault: Option<String>,
     /// The class of a shared fault (the edge chooses the client's status from it).
     pub shared_class: Option<crate::outcome::OutcomeClass>,
-    /// The host paused before any work (a refused connection, 429, 503, requests disabled,
-    /// initializing: [`super::reach::Refusal::is_pause`]): it has not failed this request, so
-    /// the race may take it again, which the escrow allows only as the host's probe.
+    /// The host announced a pause before any work (429, 503, requests disabled, initializing:
+    /// [`super::reach::Refusal::is_pause`]): it has not failed this request, so the race may
+    /// take it again, which the escrow allows only as the host's probe.
     pub host_paused: bool,
 }

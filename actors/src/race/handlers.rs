@@ -84,8 +84,8 @@ impl Handler<AttemptFinished> for RaceActor {
             .zip(msg.verdict.shared_class);
         self.last_error = Some(end_error(&msg.end, shared.clone()));
         if msg.verdict.host_paused && !self.came_back.contains(&msg.host) {
-            // The host paused before any work (a refused connection, 503, 429): it has not
-            // failed this request, so a retry may come back to it, once, when its probe is due.
+            // The host announced a pause before any work (503, 429): it has not failed this
+            // request, so a retry may come back to it, once, when its probe is due.
             // Run J (seed `long-1`, 1 164 s): every waiting race had excluded the one host that
             // held the state after its 503s, the others were catching up, and nothing took that
             // host when it answered again until the catch-ups were over (3 s; invariant 3).

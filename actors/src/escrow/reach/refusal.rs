@@ -41,19 +41,19 @@ impl Refusal {
         }
     }
 
-    /// A pause of the host (down, overloaded, disabled, starting), which passes on its own, as
-    /// against a rejection that needs an operator (a 404 route, bad auth, a clock off, a key
-    /// or an escrow the host does not know).
+    /// A pause the host announced (overloaded, disabled, starting), which passes on its own and
+    /// strikes nobody, as against a refused connection (the host is down; another attempt at
+    /// it would be one more strike) or a rejection that needs an operator (a 404 route, bad
+    /// auth, a clock off, a key or an escrow the host does not know).
     pub fn is_pause(self) -> bool {
         matches!(
             self,
-            Refusal::Connect
-                | Refusal::Rejected(
-                    OutcomeReason::RateLimited
-                        | OutcomeReason::Unavailable
-                        | OutcomeReason::RequestsDisabled
-                        | OutcomeReason::Initializing
-                )
+            Refusal::Rejected(
+                OutcomeReason::RateLimited
+                    | OutcomeReason::Unavailable
+                    | OutcomeReason::RequestsDisabled
+                    | OutcomeReason::Initializing
+            )
         )
     }
 
@@ -113,7 +113,7 @@ mod tests {
     #[test]
     fn only_a_pause_lets_a_race_come_back_to_the_host() {
         let paused = |r| Refusal::of(r).is_some_and(Refusal::is_pause);
-        assert!(paused(OutcomeReason::ConnectFailed));
+        assert!(!paused(OutcomeReason::ConnectFailed));
         assert!(paused(OutcomeReason::RequestsDisabled));
         assert!(paused(OutcomeReason::RateLimited));
         assert!(!paused(OutcomeReason::NotEscrowOwner));
