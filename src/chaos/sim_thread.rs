@@ -1,10 +1,9 @@
 //! The simulated network on a thread of its own. The runner's one thread drives 100 client
 //! loops, the checks and the schedule; with the simulator's servers on it too, every host's
-//! answer waited behind the load's own work. Run J (seed `long-1`): the runner applied steps up
-//! to 12 s late, and recovery probes timed out on the runner's side while the gateway served
-//! the same requests in about a second. Here the simulator gets its own current-thread runtime
-//! (its crypto still goes to that runtime's blocking pool); the runner talks to it over HTTP only,
-//! as before.
+//! answer (and every verifier's answer to a timeout vote) waited behind the load's own work,
+//! as in run J (seed `long-1`, 1 729 s: a vote backlog, requests at 1.1–1.5 s, the recovery
+//! probe queued). Here the simulator gets its own current-thread runtime (its crypto still goes
+//! to that runtime's blocking pool); the runner talks to it over HTTP only, as before.
 
 use std::{sync::mpsc, thread::JoinHandle};
 
