@@ -17,13 +17,11 @@ use super::{
     reach::{fill, five},
 };
 
-/// Three hosts, chunks of 20 diffs, a window of 64, background catch-ups beyond 100 diffs and
-/// keep-warm beyond `keep_warm` (0: off); five requests served, then host 2 ejected by an admin
-/// and 200 more served by the two others. Returns the harness and the diffs host 2 lacks after
-/// three seconds (virtual) of the escrow's ticks.
-async fn ejected_while_200_served(keep_warm: u64) -> (Harness, u64) {
+/// `hosts` hosts, chunks of 20 diffs, a window of 64, background catch-ups beyond 100 diffs and
+/// keep-warm beyond `keep_warm` (0: off).
+async fn small_catch_ups(hosts: usize, keep_warm: u64) -> Harness {
     let mut sim = five();
-    sim.hosts = 3;
+    sim.hosts = hosts;
     let cfg = EscrowConfig {
         catch_up_chunk: 20,
         diff_window: 64,
@@ -31,7 +29,14 @@ async fn ejected_while_200_served(keep_warm: u64) -> (Harness, u64) {
         reach_keep_warm_diffs: keep_warm,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await;
+    Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await
+}
+
+/// Three hosts ([`small_catch_ups`]); five requests served, then host 2 ejected by an admin
+/// and 200 more served by the two others. Returns the harness and the diffs host 2 lacks after
+/// three seconds (virtual) of the escrow's ticks.
+async fn ejected_while_200_served(keep_warm: u64) -> (Harness, u64) {
+    let h = small_catch_ups(3, keep_warm).await;
     fill(&h, 5).await;
     h.directory
         .send(AdminParticipants {
@@ -118,16 +123,7 @@ async fn run_j_576_s_a_host_that_got_no_nonces_is_kept_warm_and_takes_over_when_
 #[actix_rt::test]
 async fn run_j_1164_s_races_come_back_to_a_host_that_paused_while_the_others_catch_up() {
     tokio::time::pause();
-    let mut sim = five();
-    sim.hosts = 2;
-    let cfg = EscrowConfig {
-        catch_up_chunk: 20,
-        diff_window: 64,
-        reach_background_catch_up_diffs: 100,
-        reach_keep_warm_diffs: 0,
-        ..EscrowConfig::default()
-    };
-    let h = Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await;
+    let h = small_catch_ups(2, 0).await;
     fill(&h, 300).await;
     // Host 0 restarts empty 300 diffs behind on a 300 ms link (its background catch-up takes
     // seconds); host 1 pauses (503) for the first second of the burst.
