@@ -147,10 +147,6 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
         self.window_ms = settings.shared_fault_window_ms.max(0);
     }
 
-    fn within(&self, at_ms: i64, now_ms: i64) -> bool {
-        now_ms.saturating_sub(at_ms).saturating_abs() <= self.window_ms
-    }
-
     /// A failure of `host`. `Some`: the fault is shared (stop fanning out; no strikes); `None`:
     /// the failure is held until confirmed.
     pub fn record_failure(
@@ -161,10 +157,12 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
     ) -> Option<SharedFault<H>> {
         let window = self.window_ms;
         self.entries
-            .retain(|e| e.held || now_ms.saturating_sub(e.at_ms).saturating_abs() <= window);
+            .retain(|e| e.held || within(window, e.at_ms, now_ms));
         let shared = !signature.own_state()
             && self.entries.iter().any(|e| {
-                e.signature == signature && e.host != host && self.within(e.at_ms, now_ms)
+                e.signature == signature
+                    && e.host != host
+                    && within(self.window_ms, e.at_ms, now_ms)
             });
         if !shared {
             self.entries.push(Entry {
@@ -180,8 +178,7 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
         }
         let mut hosts = vec![host.clone()];
         for e in self.entries.iter_mut() {
-            if e.signature == signature && now_ms.saturating_sub(e.at_ms).saturating_abs() <= window
-            {
+            if e.signature == signature && within(window, e.at_ms, now_ms) {
                 e.held = false;
                 hosts.push(e.host.clone());
             }
@@ -219,7 +216,7 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
             if e.held
                 && e.signature.connection_lost()
                 && hosts.contains(&e.host)
-                && now_ms.saturating_sub(e.at_ms).saturating_abs() <= window
+                && within(window, e.at_ms, now_ms)
             {
                 e.held = false;
             }
@@ -233,7 +230,7 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
             && self
                 .outages
                 .get(host)
-                .is_some_and(|at| self.within(*at, now_ms))
+                .is_some_and(|at| within(self.window_ms, *at, now_ms))
     }
 
     /// Whether this failure is still waiting for confirmation (false once it was found shared,
@@ -297,6 +294,11 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
     pub fn last_success_ms(&self) -> Option<i64> {
         self.last_success_ms
     }
+}
+
+/// Whether `at_ms` is within `window_ms` of `now_ms` (either side).
+fn within(window_ms: i64, at_ms: i64, now_ms: i64) -> bool {
+    now_ms.saturating_sub(at_ms).saturating_abs() <= window_ms
 }
 
 /// Lower-cases, collapses whitespace, and replaces every token containing a digit with `#`.

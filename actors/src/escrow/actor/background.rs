@@ -155,13 +155,7 @@ impl EscrowActor {
 /// The host lacking the most diffs beyond `above` (ties: the first), if any.
 fn coldest(lags: impl Iterator<Item = (Address, u64)>, above: u64) -> Option<Address> {
     lags.filter(|(_, lacks)| *lacks > above)
-        .fold(
-            None,
-            |best: Option<(Address, u64)>, (h, lacks)| match best {
-                Some((_, most)) if most >= lacks => best,
-                _ => Some((h, lacks)),
-            },
-        )
+        .min_by_key(|(_, lacks)| std::cmp::Reverse(*lacks))
         .map(|(h, _)| h)
 }
 
