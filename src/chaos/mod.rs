@@ -335,7 +335,8 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         }),
     );
     drop(gateway);
-    if violations == 0 {
+    // A tolerated finding keeps the data directory too: its gateway log is how it is traced.
+    if violations == 0 && tolerated == 0 {
         let _ = std::fs::remove_dir_all(&data_dir);
     } else {
         report

@@ -225,3 +225,43 @@ fn run_j_nonce_gaps_of_hosts_that_restarted_empty_are_never_a_shared_fault() {
     // Held as each host's own, as any unshared fault.
     assert_eq!(d.held(), 5);
 }
+
+/// Found by 10⁴ actor schedules (schedule 1175, invariant 3: "host 1 is Ejected after a fault
+/// every faulted host shared"): four hosts refused connections; one attempt met a pooled
+/// connection that the closing listener reset, the next a refused connect. The two socket
+/// messages made two signatures, so neither refusal was shared, and the next success confirmed
+/// both with the streams the host lost: three strikes. A connection lost without an answer is
+/// its typed reason, whatever the socket layer says.
+#[test]
+fn schedule_1175_a_reset_pooled_connection_and_a_refused_connect_are_one_shared_refusal() {
+    let s = settings();
+    let mut d: SharedFaultDetector = SharedFaultDetector::new(&s);
+    let refused = |message: &str| {
+        FaultSignature::new(
+            OutcomeClass::HostFault,
+            None,
+            OutcomeReason::ConnectFailed,
+            message,
+        )
+    };
+    let reset =
+        refused("connect to host failed: i/o error: connection reset by peer (os error 104)");
+    let fresh = refused(
+        "connect to host failed: failed to connect to host: connection refused (os error 111)",
+    );
+    assert_eq!(reset, fresh);
+    assert_eq!(d.record_failure("a".into(), reset, T0), None);
+    let shared = d.record_failure("b".into(), fresh, T0 + 5);
+    assert_eq!(shared.map(|f| f.hosts), Some(vec!["a".into(), "b".into()]));
+    assert_eq!(d.held(), 0);
+    // A host's answer keeps its message: two different 502 bodies are two faults.
+    let answered = |message: &str| {
+        FaultSignature::new(
+            OutcomeClass::HostFault,
+            Some(502),
+            OutcomeReason::HostError,
+            message,
+        )
+    };
+    assert_ne!(answered("bad gateway"), answered("model crashed"));
+}
