@@ -79,6 +79,8 @@ mod settle_edges;
 mod settle_faults;
 #[path = "gateway/supervision.rs"]
 mod supervision;
+#[path = "gateway/timeout_batch.rs"]
+mod timeout_batch;
 #[path = "gateway/timeout_votes.rs"]
 mod timeout_votes;
 #[path = "gateway/tls.rs"]

@@ -96,6 +96,9 @@ pub struct ActorMetrics {
     /// Timeout votes waiting for a back-off asked again early, by why (`draining`,
     /// `host_reachable`, `host_caught_up`).
     pub timeout_votes_hastened: IntCounterVec,
+    /// Confirmed timeouts that one diff of their own sequenced after `timeout_tx_batch_ms`
+    /// (those a request's diff carried first are not observed).
+    pub timeout_txs_batched: Histogram,
     /// Verifiers below the diff window left out of a first vote round that the others could
     /// pass (`escrow/timeouts.rs`).
     pub timeout_voters_behind: IntCounter,
@@ -299,6 +302,13 @@ impl ActorMetrics {
                 "timeout_votes_running",
                 "Timeout votes collecting now (all verifiers asked in parallel)",
             )?,
+            timeout_txs_batched: Histogram::with_opts(
+                HistogramOpts::new(
+                    "timeout_txs_batched",
+                    "Confirmed timeouts sequenced by one diff of their own after the batch wait",
+                )
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]),
+            )?,
             timeout_vote_retries: IntCounterVec::new(
                 Opts::new(
                     "timeout_vote_retries_total",
@@ -384,6 +394,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.link_overtaken.clone()))?;
         registry.register(Box::new(m.timeout_votes_running.clone()))?;
         registry.register(Box::new(m.timeout_vote_retries.clone()))?;
+        registry.register(Box::new(m.timeout_txs_batched.clone()))?;
         registry.register(Box::new(m.timeout_votes_hastened.clone()))?;
         registry.register(Box::new(m.timeout_voters_behind.clone()))?;
         Ok(m)

@@ -15,7 +15,8 @@
 //! - **Timers** (named as in its stats, `GET /v1/debug/actors`): `picker_hold` (a nonce nobody
 //!   may take waits `picker_hold_ms` before it is withheld), `nonce <n>` per unsettled nonce
 //!   (finish reconciliation poll or timeout deadline), `fault_release` (held host faults confirmed
-//!   by the correlation guard), `background_catch_up_retry` (`actor/background.rs`), and the 1 s `sync_persist` interval (dirty host sync nonces, the
+//!   by the correlation guard), `timeout_batch` (confirmed timeouts that no request's diff carried
+//!   within `timeout_tx_batch_ms`, `actor/voting.rs`), `background_catch_up_retry` (`actor/background.rs`), and the 1 s `sync_persist` interval (dirty host sync nonces, the
 //!   budget the directory's pick reads, the urgent repairs of an escrow with no routable
 //!   host, the deletion of settled nonces' refused-timeout payloads, `actor/payloads.rs`, and
 //!   the compaction of an escrow idle for 5 s: its encoded diffs dropped, its in-memory diffs
@@ -124,6 +125,8 @@ pub struct EscrowActor {
     parked_resends: Vec<resending::ParkedResend>,
     /// Far verifiers whose catch-up a running vote carries (one vote at a time each).
     vote_carrying: std::collections::BTreeSet<Address>,
+    /// Armed while confirmed timeouts wait for a diff to carry them (`actor/voting.rs`).
+    timeout_batch: Option<timers::Timer>,
     /// This actor's entry in the actor registry (mailbox, messages, timers).
     stats: StatsSlot,
 }
@@ -164,6 +167,7 @@ impl EscrowActor {
             last_sync_kick_ms: None,
             parked_resends: Vec::new(),
             vote_carrying: std::collections::BTreeSet::new(),
+            timeout_batch: None,
             stats,
         }
     }

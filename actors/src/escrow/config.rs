@@ -43,6 +43,9 @@ pub struct EscrowConfig {
     pub timeout_votes_parallel: usize,
     /// Timeout votes that collect at once while more than 4 × `timeout_votes_parallel` wait.
     pub timeout_votes_parallel_backlog: usize,
+    /// A confirmed timeout waits this long (ms) for a request's diff to carry it; then one diff
+    /// carries every timeout confirmed meanwhile. 0: a diff of its own at once.
+    pub timeout_tx_batch_ms: u64,
     /// First back-off before a timeout vote short of quorum is asked again (doubles per round,
     /// capped at [`EscrowConfig::timeout_vote_retry_max_ms`]).
     pub timeout_vote_retry_ms: u64,
@@ -95,6 +98,7 @@ impl Default for EscrowConfig {
             finish_poll_max_ms: 60_000,
             timeout_votes_parallel: 8,
             timeout_votes_parallel_backlog: 32,
+            timeout_tx_batch_ms: 50,
             timeout_vote_retry_ms: 10_000,
             timeout_vote_retry_max_ms: 300_000,
             timeout_vote_rounds: 8,

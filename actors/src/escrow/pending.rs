@@ -109,6 +109,14 @@ impl PendingTxs {
         self.queue.len()
     }
 
+    /// Whether every pending tx is a confirmed timeout (none a vote's verifiers need to judge
+    /// another nonce: a ConfirmStart or a finish).
+    pub fn only_timeouts(&self) -> bool {
+        self.queue
+            .iter()
+            .all(|tx| matches!(&tx.tx, Some(Tx::TimeoutInference(_))))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
