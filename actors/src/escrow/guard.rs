@@ -141,7 +141,11 @@ impl FaultGuard {
         if success {
             self.any_success = true;
             self.last_success.insert(out.0.participant.clone(), now);
-            let released = self.detector.record_success(&out.0.participant, now);
+            // An attempt without a send time (none reaches here today) counts as sent now.
+            let sent = Some(out.0.outcome.timings.send_ms)
+                .filter(|t| *t > 0)
+                .unwrap_or(now);
+            let released = self.detector.record_success(&out.0.participant, sent, now);
             send = self.release(released);
         }
         send.push(out);

@@ -176,3 +176,66 @@ fn rotating_long_run_a_host_down_with_others_is_not_struck_for_the_streams_it_lo
     );
     assert!(f.held);
 }
+
+/// Found by the chaos runner (seed `14728273872760105528`, the clear at 88 s): every host went
+/// down within 50 ms. The first host's streams broke and its connect was refused, all held; a
+/// stream of the second host, sent 200 ms before, finished 13 ms before that host refused too,
+/// and confirmed the first host's faults as three strikes: ejected for an outage all five
+/// shared. Only a success sent after a failure breaks its correlation now.
+#[test]
+fn seed_14728273872760105528_a_stream_sent_before_the_outage_does_not_confirm_its_faults() {
+    let mut g = guard();
+    let at = |mut s: Settled, sent_ms: i64| {
+        s.outcome.timings.send_ms = sent_ms;
+        s
+    };
+    let fail = |host: &str, n, reason| settled(host, n, OutcomeClass::HostFault, reason);
+    let mut sent = Vec::new();
+    let lost = [
+        (1, OutcomeReason::Transport, "connection reset by peer"),
+        (2, OutcomeReason::Truncated, "stream ended before [DONE]"),
+        (3, OutcomeReason::ConnectFailed, "connection refused"),
+    ];
+    for (n, reason, message) in lost {
+        let f = g.emit_failure(
+            fail("gonka1first", n, reason),
+            (5, 5),
+            None,
+            message,
+            22_430,
+        );
+        assert!(f.held);
+        sent.extend(f.send);
+    }
+    // The second host's stream, sent before the outage, finishes: nothing is confirmed.
+    let ok = settled(
+        "gonka1second",
+        4,
+        OutcomeClass::Success,
+        OutcomeReason::Finished,
+    );
+    let released = g.emit(at(ok, 22_250), (5, 5), 22_467);
+    assert_eq!(released.len(), 1, "only the success itself: {released:?}");
+    sent.extend(released);
+    // 13 ms later it refuses too: the refusals are shared, the first host's lost streams with them.
+    let refused = fail("gonka1second", 5, OutcomeReason::ConnectFailed);
+    let f = g.emit_failure(refused, (5, 5), None, "connection refused", 22_480);
+    assert!(f.shared.is_some());
+    sent.extend(f.send);
+    sent.extend(g.release_due(60_000));
+    assert!(charged(&sent).is_empty(), "{:?}", charged(&sent));
+    // A success sent after a held failure still confirms it: that failure is its host's own.
+    let own = fail("gonka1first", 6, OutcomeReason::HostError);
+    assert!(g.emit_failure(own, (5, 5), Some(500), "boom", 70_000).held);
+    let ok = settled(
+        "gonka1second",
+        7,
+        OutcomeClass::Success,
+        OutcomeReason::Finished,
+    );
+    let confirmed = g.emit(at(ok, 70_010), (5, 5), 70_100);
+    assert_eq!(
+        charged(&confirmed),
+        vec![("gonka1first".to_string(), OutcomeReason::HostError)]
+    );
+}

@@ -5,8 +5,8 @@
 //! Call order (what makes invariant 1 hold for the *first* host too): every failure goes to
 //! [`SharedFaultDetector::record_failure`] **before** any strike. A failure that is not (yet)
 //! shared is *held*, not charged. A held failure is confirmed as the host's own (and only then
-//! struck and sampled) when a host of the escrow succeeds ([`SharedFaultDetector::record_success`])
-//! or when its window passes with no other host failing the same way
+//! struck and sampled) when a host of the escrow succeeds in an attempt sent after it
+//! ([`SharedFaultDetector::record_success`]) or when its window passes with no other host failing the same way
 //! ([`SharedFaultDetector::release_due`] at [`SharedFaultDetector::next_release`]). A failure that
 //! becomes shared retracts every held failure of that signature in the window.
 //!
@@ -243,12 +243,22 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
             .any(|e| e.held && e.host == *host && e.at_ms == at_ms && e.signature == *signature)
     }
 
-    /// A success of any host of the escrow: correlation is broken, every held failure is confirmed.
-    /// The host that succeeded is out of its shared outage.
-    pub fn record_success(&mut self, host: &H, now_ms: i64) -> Vec<HeldFault<H>> {
+    /// A success of any host of the escrow, whose attempt was sent at `sent_ms`: correlation is
+    /// broken for the failures up to when it was sent, which are confirmed (held) or forgotten.
+    /// A failure after `sent_ms` stays: a stream that was already flowing when another host
+    /// failed does not show that its host still takes work. Found by the chaos runner (seed
+    /// `14728273872760105528`, 84 s): every host went down within 50 ms; the first one's lost
+    /// streams and refusal were held, a stream of the second, sent 200 ms before, finished
+    /// 13 ms before that host refused too, and confirmed them as three strikes. The host that
+    /// succeeded is out of its shared outage.
+    pub fn record_success(&mut self, host: &H, sent_ms: i64, now_ms: i64) -> Vec<HeldFault<H>> {
         self.outages.remove(host);
         self.last_success_ms = Some(self.last_success_ms.map_or(now_ms, |t| t.max(now_ms)));
-        std::mem::take(&mut self.entries)
+        let (before, after): (Vec<_>, Vec<_>) = std::mem::take(&mut self.entries)
+            .into_iter()
+            .partition(|e| e.at_ms <= sent_ms);
+        self.entries = after;
+        before
             .into_iter()
             .filter(|e| e.held)
             .map(|e| HeldFault {

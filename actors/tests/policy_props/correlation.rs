@@ -91,7 +91,11 @@ fn single_host_faults_are_confirmed_by_a_success_or_by_the_window() {
     assert_eq!((confirmed[0].host.as_str(), confirmed[0].at_ms), ("a", T0));
     // A peer's success in between breaks the correlation and confirms the held failure.
     assert_eq!(d.record_failure("a".into(), drift(45), T0 + 40_000), None);
-    assert_eq!(d.record_success(&"c".to_string(), T0 + 41_000).len(), 1);
+    assert_eq!(
+        d.record_success(&"c".to_string(), T0 + 41_000, T0 + 41_000)
+            .len(),
+        1
+    );
     assert_eq!(
         d.record_failure("b".into(), drift(47), T0 + 42_000),
         None,

@@ -261,7 +261,7 @@ impl World {
                 let (e, h) = self.host_of(escrow, pick);
                 self.last_success[h] = Some(self.now);
                 self.any_success = true;
-                for fault in self.detectors[e].record_success(&h, self.now) {
+                for fault in self.detectors[e].record_success(&h, self.now, self.now) {
                     self.strike(fault);
                 }
                 self.apply(
