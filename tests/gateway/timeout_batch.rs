@@ -7,12 +7,10 @@
 use std::{sync::Arc, time::Duration};
 
 use devshard_actors::{escrow::EscrowConfig, store::MemoryStore};
-use futures::future::join_all;
 
 use super::{
-    fidelity::no_hedging,
     harness::Harness,
-    timeout_votes::{dead, executor, sim, timeouts, wait_until},
+    timeout_votes::{all_confirmed, dead_executor_backlog, sim},
 };
 
 /// Refusal timeout + the default `timeout_buffer_ms`.
@@ -32,21 +30,10 @@ async fn confirm_backlog(batch_ms: u64) -> (u64, u64, f64) {
         escrow_cfg,
     )
     .await;
-    no_hedging(&h).await;
-    let dead_host = executor(&h, 1);
-    h.sim.set_faults(dead_host, dead()).unwrap();
-    let start = tokio::time::Instant::now();
-    let answers = join_all((0..60).map(|i| h.chat(Harness::body(&format!("q{i}"), false)))).await;
-    assert!(answers.iter().all(|a| a.is_success()), "{answers:?}");
-    let open = h.snapshot("42").await.pending_timeouts.len() as u64;
-    assert!(open >= 20, "{open} unfinished nonces of the dead executor");
+    let (open, _, start) = dead_executor_backlog(&h).await;
     let before = h.snapshot("42").await.nonce;
     tokio::time::sleep(REFUSAL_DEADLINE.saturating_sub(start.elapsed())).await;
-    wait_until(Duration::from_secs(900), || {
-        timeouts(&h, "confirmed") >= open
-    })
-    .await;
-    assert_eq!(timeouts(&h, "confirmed"), open);
+    all_confirmed(&h, open, Duration::from_secs(900)).await;
     // Past the batch wait: the last batch is sequenced.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let snap = h.snapshot("42").await;

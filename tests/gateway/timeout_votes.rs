@@ -72,18 +72,33 @@ pub(super) fn dead() -> Faults {
     }
 }
 
-#[actix_rt::test]
-async fn twenty_unfinished_nonces_of_a_dead_executor_get_their_timeouts_in_about_one_deadline() {
-    tokio::time::pause();
-    let h = Harness::start(sim("dead-executor")).await;
-    no_hedging(&h).await;
-    let dead_host = executor(&h, 1);
+/// 60 concurrent requests while the executor of nonce 1 never answers: each is served by
+/// another host and at least 20 of that executor's nonces stay open. Returns how many (and the
+/// dead host's index) and when the requests started.
+pub(super) async fn dead_executor_backlog(h: &Harness) -> (u64, usize, tokio::time::Instant) {
+    no_hedging(h).await;
+    let dead_host = executor(h, 1);
     h.sim.set_faults(dead_host, dead()).unwrap();
     let start = tokio::time::Instant::now();
     let answers = join_all((0..60).map(|i| h.chat(Harness::body(&format!("q{i}"), false)))).await;
     assert!(answers.iter().all(|a| a.is_success()), "{answers:?}");
     let open = h.snapshot("42").await.pending_timeouts.len() as u64;
     assert!(open >= 20, "{open} unfinished nonces of the dead executor");
+    (open, dead_host, start)
+}
+
+/// Waits (at most `limit`) until `open` timeouts are confirmed; how long it took.
+pub(super) async fn all_confirmed(h: &Harness, open: u64, limit: Duration) -> Duration {
+    let took = wait_until(limit, || timeouts(h, "confirmed") >= open).await;
+    assert_eq!(timeouts(h, "confirmed"), open, "every timeout confirmed");
+    took
+}
+
+#[actix_rt::test]
+async fn twenty_unfinished_nonces_of_a_dead_executor_get_their_timeouts_in_about_one_deadline() {
+    tokio::time::pause();
+    let h = Harness::start(sim("dead-executor")).await;
+    let (open, dead_host, start) = dead_executor_backlog(&h).await;
     // Both verifiers on a slow link from now on: every vote answer takes 10 s.
     for i in (0..3).filter(|i| *i != dead_host) {
         let slow = LatencyProfile {
@@ -94,11 +109,7 @@ async fn twenty_unfinished_nonces_of_a_dead_executor_get_their_timeouts_in_about
     }
     let deadline = REFUSAL_DEADLINE.saturating_sub(start.elapsed());
     tokio::time::sleep(deadline).await;
-    let took = wait_until(Duration::from_secs(900), || {
-        timeouts(&h, "confirmed") >= open
-    })
-    .await;
-    assert_eq!(timeouts(&h, "confirmed"), open);
+    let took = all_confirmed(&h, open, Duration::from_secs(900)).await;
     assert!(
         took <= REFUSAL_DEADLINE,
         "all {open} timeouts within one deadline after it passed, took {took:?}"
@@ -331,8 +342,7 @@ async fn far_verifiers(diff_window: usize) -> (u64, u64, u64) {
     let open = h.snapshot("42").await.pending_timeouts.len() as u64;
     assert!(open >= 10, "{open} unfinished nonces");
     let read = |path: &str| h.metrics.diffs_from_store.with_label_values(&[path]).get();
-    wait_until(REFUSAL_DEADLINE * 4, || timeouts(&h, "confirmed") >= open).await;
-    assert_eq!(timeouts(&h, "confirmed"), open, "every timeout confirmed");
+    all_confirmed(&h, open, REFUSAL_DEADLINE * 4).await;
     let (votes, syncs) = (read("vote"), read("sync"));
     eprintln!("far verifiers (window {diff_window}): {open} votes, vote reads {votes}, sync reads {syncs}");
     (open, votes, syncs)
