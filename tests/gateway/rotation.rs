@@ -127,10 +127,24 @@ async fn rotation_under_steady_load_replaces_escrows_before_they_run_dry() {
     assert_eq!(failed, 0, "no request fails while escrows rotate");
     assert!(created.len() >= 4, "at least 4 rotations: {created:?}");
 
-    // Every escrow that retired settles on chain; the newest keeps serving.
+    // Every escrow that retired settles on chain; the newest keeps serving once the rotation
+    // lists it (its registration may trail its creation on chain).
+    let mut ids: Vec<u64> = created.values().map(|i| i.parse().unwrap()).collect();
+    ids.push(42);
+    ids.sort_unstable();
+    let newest = ids[ids.len() - 1].to_string();
+    let role_of = |v: &serde_json::Value, id: &str| {
+        v["models"][0]["escrows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["escrow_id"] == id)
+            .and_then(|e| e["role"].as_str().map(str::to_owned))
+    };
     let mut v = view(&url).await;
     for _ in 0..50 {
-        if v["models"][0]["rotations"].as_u64().unwrap() >= 4 {
+        let rotated = v["models"][0]["rotations"].as_u64().unwrap() >= 4;
+        if rotated && role_of(&v, &newest).as_deref() == Some("active") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -148,10 +162,6 @@ async fn rotation_under_steady_load_replaces_escrows_before_they_run_dry() {
         .filter(|e| matches!(e["role"].as_str(), Some("active" | "low")))
         .map(|e| e["escrow_id"].as_str().unwrap().to_owned())
         .collect();
-    let mut ids: Vec<u64> = created.values().map(|i| i.parse().unwrap()).collect();
-    ids.push(42);
-    ids.sort_unstable();
-    let newest = ids[ids.len() - 1].to_string();
     assert!(serving.contains(&newest) && serving.len() <= 2, "{v}");
     let retired: Vec<String> = ids
         .iter()

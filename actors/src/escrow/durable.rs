@@ -201,15 +201,21 @@ impl Durable {
         }
     }
 
-    /// An ack covering every diff composed so far: the store's flush when nothing is pending,
-    /// else the ack of one more diff sequencing the pending txs (writes commit in order).
+    /// An ack covering every diff composed so far: the store's flush when nothing `reason` needs
+    /// is pending, else the ack of one more diff sequencing the pending txs (writes commit in
+    /// order). A vote's context needs what its verifiers judge by (a ConfirmStart, a finish),
+    /// never other nonces' confirmed timeouts, which wait for their batch (`actor/voting.rs`).
     pub(super) fn settle_pending(
         &mut self,
         session: &mut Session,
         deps: &EscrowDeps,
         reason: EmptyDiffReason,
     ) -> Option<(u64, Ack)> {
-        if session.pending().is_empty() {
+        let nothing_needed = match reason {
+            EmptyDiffReason::TimeoutContext => session.pending().only_timeouts(),
+            _ => session.pending().is_empty(),
+        };
+        if nothing_needed {
             return Some((session.nonce(), deps.store.flush()));
         }
         self.compose_withheld(session, deps, reason)

@@ -162,9 +162,7 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
             .retain(|e| e.held || within(window, e.at_ms, now_ms));
         let shared = !signature.own_state()
             && self.entries.iter().any(|e| {
-                e.signature == signature
-                    && e.host != host
-                    && within(self.window_ms, e.at_ms, now_ms)
+                e.signature == signature && e.host != host && within(window, e.at_ms, now_ms)
             });
         if !shared {
             self.entries.push(Entry {

@@ -88,16 +88,12 @@ impl EscrowActor {
         // Voters judge from their own state: sequence pending txs first (e.g. this nonce's
         // ConfirmStart, without which an execution timeout cannot be verified), and send only
         // diffs that are durable — the vote requests go out once this flush/ack resolved.
-        // Confirmed timeouts of other nonces are not that context: they wait for their batch.
-        let ready = if self.session.pending().only_timeouts() {
-            Some((self.session.nonce(), self.deps.store.flush()))
-        } else {
-            self.durable.settle_pending(
-                &mut self.session,
-                &self.deps,
-                EmptyDiffReason::TimeoutContext,
-            )
-        };
+        // Confirmed timeouts of other nonces are not that context (`settle_pending`).
+        let ready = self.durable.settle_pending(
+            &mut self.session,
+            &self.deps,
+            EmptyDiffReason::TimeoutContext,
+        );
         let ready = match ready {
             Some((n, ack)) => self.durable_then_ready(n, ack, ctx),
             None => self.deps.store.flush(),
