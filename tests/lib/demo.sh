@@ -4,14 +4,20 @@
 # beforehand raced with the simulator, whose hosts and chain bind ephemeral ports first and could
 # take the same one (CI once failed with "Address already in use").
 #
+# DEVSHARD_GATEWAY_BIN: use that binary instead of building one (CI passes the one its tests built).
 # Usage: demo_build; demo_start <profile> [VAR=value ...]   → sets PID, URL, WORK (temp dir)
 #        demo_stop (from the caller's EXIT trap)
 # Callers define `fail`.
 
 demo_build() {
-    echo "== build"
-    cargo build --locked --quiet
-    BIN="${CARGO_TARGET_DIR:-target}/debug/devshard-gateway"
+    if [ -n "${DEVSHARD_GATEWAY_BIN:-}" ]; then
+        echo "== binary $DEVSHARD_GATEWAY_BIN (DEVSHARD_GATEWAY_BIN)"
+        BIN="$DEVSHARD_GATEWAY_BIN"
+    else
+        echo "== build"
+        cargo build --locked --quiet
+        BIN="${CARGO_TARGET_DIR:-target}/debug/devshard-gateway"
+    fi
     [ -x "$BIN" ] || fail "no binary at $BIN"
     WORK="$(mktemp -d)"
     PID=""
