@@ -9,7 +9,10 @@
 //!   of the whole answer — `logprob`, `logprobs` (kept as `null` where OpenAI has the key),
 //!   `top_logprobs` unless it asked `logprobs`; `token_ids`, `prompt_token_ids` unless it asked
 //!   `return_token_ids`; `prompt_logprobs` unless it asked `prompt_logprobs`. An event with
-//!   nothing to strip passes byte for byte.
+//!   nothing to strip passes byte for byte; the others are cut at the byte level (`splice`),
+//!   every other member kept as it was, in its order.
+
+mod splice;
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -75,7 +78,7 @@ impl Strip {
     }
 
     /// Strips one JSON value in place (recursively); true when it changed.
-    pub fn value(self, v: &mut Value) -> bool {
+    fn value(self, v: &mut Value) -> bool {
         match v {
             Value::Object(m) => {
                 let mut changed = false;
@@ -108,18 +111,34 @@ impl Strip {
         }
     }
 
-    /// A whole JSON answer, re-encoded only when something was stripped.
+    /// A whole JSON answer, rewritten only when something was stripped.
     pub fn json(self, body: Bytes) -> Bytes {
         if self.is_noop() {
             return body;
         }
-        let Ok(mut v) = serde_json::from_slice::<Value>(&body) else {
-            return body;
-        };
-        if !self.value(&mut v) {
-            return body;
+        self.rewrite(&body, b"", b"").unwrap_or(body)
+    }
+
+    /// `prefix`, `json` with the stripped members cut and `suffix`, or `None` when nothing was
+    /// stripped (or the bytes are not JSON). The byte-level splice does it; JSON it does not read
+    /// (see `splice`) goes through the `Value` reading, which re-encodes the whole value.
+    fn rewrite(self, json: &[u8], prefix: &[u8], suffix: &[u8]) -> Option<Bytes> {
+        let mut out = Vec::with_capacity(prefix.len() + json.len() + suffix.len());
+        out.extend_from_slice(prefix);
+        match splice::splice(self, json, &mut out) {
+            Ok(false) => return None,
+            Ok(true) => {}
+            Err(splice::Unscanned) => {
+                let mut v = serde_json::from_slice::<Value>(json).ok()?;
+                if !self.value(&mut v) {
+                    return None;
+                }
+                out.truncate(prefix.len());
+                serde_json::to_writer(&mut out, &v).ok()?;
+            }
         }
-        serde_json::to_vec(&v).map(Bytes::from).unwrap_or(body)
+        out.extend_from_slice(suffix);
+        Some(Bytes::from(out))
     }
 
     /// One framed SSE event (`data: <json>\n\n`), re-framed only when something was stripped.
@@ -134,20 +153,7 @@ impl Strip {
         else {
             return event;
         };
-        let Ok(mut v) = serde_json::from_slice::<Value>(payload) else {
-            return event;
-        };
-        if !self.value(&mut v) {
-            return event;
-        }
-        let Ok(json) = serde_json::to_vec(&v) else {
-            return event;
-        };
-        let mut out = Vec::with_capacity(json.len() + 8);
-        out.extend_from_slice(SSE_DATA);
-        out.extend_from_slice(&json);
-        out.extend_from_slice(b"\n\n");
-        Bytes::from(out)
+        self.rewrite(payload, SSE_DATA, b"\n\n").unwrap_or(event)
     }
 }
 
