@@ -55,6 +55,9 @@ pub struct ActorMetrics {
     /// Losers left to drain to their finish after a winner was crowned, by why (`receipt`:
     /// its host had confirmed the start; `doubtful`: a Suspect/Probation host's credit run).
     pub losers_drained: IntCounterVec,
+    /// Attempts ended at the protocol's execution deadline (receipt + `execution_timeout`), by
+    /// role (`crowned`: the winner; `uncrowned`: a loser left to drain, or a contender).
+    pub execution_deadlines: IntCounterVec,
     /// Txs dropped from host mempools because hosts may not propose them, by kind.
     pub mempool_foreign_txs: IntCounterVec,
     /// Participants under repair (docs/health.md §6).
@@ -225,6 +228,13 @@ impl ActorMetrics {
                 ),
                 &["why"],
             )?,
+            execution_deadlines: IntCounterVec::new(
+                Opts::new(
+                    "attempt_execution_deadlines_total",
+                    "Attempts ended at the protocol's execution deadline, by role",
+                ),
+                &["role"],
+            )?,
             mempool_foreign_txs: IntCounterVec::new(
                 Opts::new(
                     "mempool_foreign_txs_total",
@@ -380,6 +390,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.panic_mode.clone()))?;
         registry.register(Box::new(m.suspect_winners.clone()))?;
         registry.register(Box::new(m.losers_drained.clone()))?;
+        registry.register(Box::new(m.execution_deadlines.clone()))?;
         registry.register(Box::new(m.mempool_foreign_txs.clone()))?;
         registry.register(Box::new(m.repairs_active.clone()))?;
         registry.register(Box::new(m.repair_attempts.clone()))?;

@@ -272,3 +272,62 @@ async fn a_host_injecting_finalize_or_start_through_its_mempool_changes_nothing_
         "charged as byzantine (ejected at once): {p:?}"
     );
 }
+
+/// CI chaos, commit seed `6264415078546872101`: a whole answer's host stalled after its receipt.
+/// A hedge won, and the stalled primary, left to drain to its finish, was bounded only by the
+/// 20 min attempt cap: its nonce stayed Started, unsettled, far past its 30 s execution
+/// deadline, and the escrow's settlement waited on it. The attempt now ends at the deadline and
+/// the escrow times the nonce out by vote.
+#[actix_rt::test]
+async fn seed_6264415078546872101_a_draining_loser_stalled_after_its_receipt_is_timed_out_at_its_deadline(
+) {
+    tokio::time::pause();
+    let mut cfg = sim("loser-stalls");
+    let mut session = SessionConfig::default_for_group(3);
+    session.execution_timeout = 30;
+    session.refusal_timeout = 10;
+    cfg.session_config = Some(session);
+    let h = Harness::start(cfg).await;
+    // Warm every host's estimates so a slow first token triggers a hedge.
+    for i in 0..9 {
+        assert!(h
+            .chat(Harness::body(&format!("warm {i}"), false))
+            .await
+            .is_success());
+    }
+    let (nonce, executor) = next_executor(&h).await;
+    h.sim
+        .set_faults(
+            executor,
+            Faults {
+                stall_after_chunks: Some(0),
+                stall_ms: Some(3_600_000),
+                times: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let a = h
+        .chat(Harness::body("stalls after its receipt", false))
+        .await;
+    assert!(matches!(a, Answer::Whole(_)), "{a:?}");
+    assert!(
+        h.snapshot("42").await.nonce > nonce,
+        "a hedge answered on a later nonce"
+    );
+    h.sim.clear_faults(executor).unwrap();
+    // Past confirmed_at + 30 s + the 5 s buffer, and a vote.
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    let ended = &h.metrics.execution_deadlines;
+    assert_eq!(ended.with_label_values(&["uncrowned"]).get(), 1);
+    let snap = h.snapshot("42").await;
+    assert!(snap.pending_timeouts.is_empty(), "{snap:?}");
+    h.escrow_addr("42")
+        .await
+        .send(devshard_actors::escrow::messages::SyncHosts)
+        .await
+        .unwrap();
+    let view = h.sim.host_view(0, "42").unwrap();
+    let status = view.state.record(nonce).map(|r| r.status);
+    assert_eq!(status, Some(InferenceStatus::TimedOut));
+}

@@ -369,6 +369,9 @@ impl Durable {
                 start: session.start_of(nonce),
             },
             link,
+            execution_timeout: std::time::Duration::from_secs(
+                u64::try_from(info.config.execution_timeout).unwrap_or(0),
+            ),
         })
     }
 }

@@ -10,7 +10,11 @@
 //! Timers while reading: `receipt_timeout` until the receipt; then, for a streaming request,
 //! `stall_timeout` between chunks. A non-streaming host writes nothing between its receipt and
 //! the whole body, so `stream: false` runs no stall timer there: only the hard
-//! `attempt_timeout` (20 min, upstream's bound) ends a long answer.
+//! `attempt_timeout` (20 min, upstream's bound) and the escrow's `execution_timeout` from the
+//! receipt (the protocol's deadline; the nonce is then the escrow's to time out by vote) end a
+//! long answer. A loser left to drain has the same bounds (commit seed `6264415078546872101`: a
+//! host stalled after its receipt held a draining loser's nonce for the 20 min bound, far past
+//! its 30 s execution deadline, and the escrow could not settle).
 //!
 //! End of stream: before any terminator it is a truncation (a host fault). After the receipt
 //! without `[DONE]` it is classified as upstream does: no content → an empty stream (upstream's
@@ -89,6 +93,8 @@ struct Progress {
     /// Told it lost before its receipt: it drains once the receipt comes (within the receipt
     /// timeout), else it ends `Cancelled`.
     lost: bool,
+    /// The protocol's execution deadline, from the receipt (`grant.execution_timeout` later).
+    execution_deadline: Option<tokio::time::Instant>,
 }
 
 impl AttemptTask {
@@ -108,6 +114,7 @@ impl AttemptTask {
             client_gone: false,
             draining: false,
             lost: false,
+            execution_deadline: None,
         };
         let end = self.drive(&mut p).await;
         let end = match (&end, p.client_gone) {
@@ -154,6 +161,9 @@ impl AttemptTask {
         };
         let hard_deadline = tokio::time::Instant::now() + self.limits.attempt_timeout;
         loop {
+            let deadline = p
+                .execution_deadline
+                .map_or(hard_deadline, |d| d.min(hard_deadline));
             let wait = self.read_limit(p);
             let read = stream.next_events();
             let next = tokio::select! {
@@ -170,7 +180,16 @@ impl AttemptTask {
                     }
                     return AttemptEnd::Cancelled;
                 }
-                _ = tokio::time::sleep_until(hard_deadline) => return AttemptEnd::Stalled,
+                _ = tokio::time::sleep_until(deadline) => {
+                    if deadline < hard_deadline {
+                        let role = if p.crowned { "crowned" } else { "uncrowned" };
+                        slog::info!(self.log, "attempt reached its execution deadline";
+                            "stage" => "attempt_execution_deadline", "nonce" => self.grant.nonce,
+                            "role" => role);
+                        self.metrics.execution_deadlines.with_label_values(&[role]).inc();
+                    }
+                    return AttemptEnd::Stalled;
+                }
             };
             let events = match next {
                 Err(_) if p.done => break,
@@ -238,6 +257,9 @@ impl AttemptTask {
                     self.race.do_send(ReceiptSeen { idx: self.idx });
                 }
                 p.timings.receipt_ms.get_or_insert(now);
+                p.execution_deadline.get_or_insert_with(|| {
+                    tokio::time::Instant::now() + self.grant.execution_timeout
+                });
                 if p.lost && !p.draining {
                     p.draining = true;
                     p.buffer.clear();
