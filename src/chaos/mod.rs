@@ -239,8 +239,12 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
         .collect();
     let start = tokio::time::Instant::now();
     let mut restarts = 0u64;
+    // The checks after each clear pause the load (quiesce, lockstep: up to ~15 s). The schedule's
+    // clock stops with them, so every later fault keeps its length and its distance to the clear
+    // (the commit seed's run lagged 10–20 s, and two faults fired 70 ms before their clears).
+    let mut paused = Duration::ZERO;
     for step in &steps {
-        tokio::time::sleep_until(start + Duration::from_millis(step.at_ms)).await;
+        tokio::time::sleep_until(start + paused + Duration::from_millis(step.at_ms)).await;
         report.borrow_mut().step(step);
         match &step.event {
             Event::Kill9 => {
@@ -257,6 +261,7 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
                 restarts += 1;
             }
             Event::Clear => {
+                let checks_from = tokio::time::Instant::now();
                 // Who answered during the round (invariant 3's peers, `spared.rs`).
                 let at_clear = checker.participants(&report, &secrets).await;
                 applier.clear().await;
@@ -281,6 +286,7 @@ async fn chaos(args: ChaosArgs, seed: u64, steps: Vec<Step>) -> ExitCode {
                 applier.set_escrows(&checker.escrows);
                 payouts.check_settled(&report).await;
                 checker.scan_log(&secrets, &report);
+                paused += checks_from.elapsed();
             }
             _ => {
                 let baseline = if applier.needs_baseline(step) {
