@@ -48,6 +48,20 @@ async fn next_executor(h: &Harness) -> (u64, usize) {
     (nonce, (nonce % 3) as usize)
 }
 
+/// Warms every host's estimates (so a slow first token triggers a hedge), then puts `fault` on
+/// the next nonce's executor; returns that nonce and executor.
+async fn warm_then_fault_next(h: &Harness, stream: bool, fault: Faults) -> (u64, usize) {
+    for i in 0..9 {
+        assert!(h
+            .chat(Harness::body(&format!("warm {i}"), stream))
+            .await
+            .is_success());
+    }
+    let (nonce, executor) = next_executor(h).await;
+    h.sim.set_faults(executor, fault).unwrap();
+    (nonce, executor)
+}
+
 #[actix_rt::test]
 async fn a_90_second_non_streaming_answer_succeeds_on_its_first_host() {
     tokio::time::pause();
@@ -110,24 +124,12 @@ async fn a_streaming_answer_that_stalls_past_the_stall_timeout_still_fails_over(
 async fn a_hedged_loser_with_a_receipt_drains_to_its_finish() {
     tokio::time::pause();
     let h = Harness::start(sim("loser-drains")).await;
-    // Warm every host's estimates so a slow first token triggers a hedge.
-    for i in 0..9 {
-        assert!(h
-            .chat(Harness::body(&format!("warm {i}"), true))
-            .await
-            .is_success());
-    }
-    let (nonce, executor) = next_executor(&h).await;
-    h.sim
-        .set_faults(
-            executor,
-            Faults {
-                first_token_delay_ms: Some(8_000),
-                times: Some(1),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let fault = Faults {
+        first_token_delay_ms: Some(8_000),
+        times: Some(1),
+        ..Default::default()
+    };
+    let (nonce, executor) = warm_then_fault_next(&h, true, fault).await;
     let a = h.chat(Harness::body("hedged", true)).await;
     assert!(a.is_success(), "{a:?}");
     let hedges: u64 = ["receipttimeout", "firsttokentimeout", "primaryunresponsive"]
@@ -288,25 +290,13 @@ async fn seed_6264415078546872101_a_draining_loser_stalled_after_its_receipt_is_
     session.refusal_timeout = 10;
     cfg.session_config = Some(session);
     let h = Harness::start(cfg).await;
-    // Warm every host's estimates so a slow first token triggers a hedge.
-    for i in 0..9 {
-        assert!(h
-            .chat(Harness::body(&format!("warm {i}"), false))
-            .await
-            .is_success());
-    }
-    let (nonce, executor) = next_executor(&h).await;
-    h.sim
-        .set_faults(
-            executor,
-            Faults {
-                stall_after_chunks: Some(0),
-                stall_ms: Some(3_600_000),
-                times: Some(1),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    let fault = Faults {
+        stall_after_chunks: Some(0),
+        stall_ms: Some(3_600_000),
+        times: Some(1),
+        ..Default::default()
+    };
+    let (nonce, executor) = warm_then_fault_next(&h, false, fault).await;
     let a = h
         .chat(Harness::body("stalls after its receipt", false))
         .await;
