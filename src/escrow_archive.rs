@@ -7,7 +7,7 @@
 use devshard_actors::{escrow::EscrowInfo, store::SharedStore};
 use serde::{Deserialize, Serialize};
 
-use crate::{escrows, http::error::ApiError};
+use crate::escrows::{self, RecordError};
 
 /// Store namespace of deleted escrows' archive rows: key = escrow id.
 pub const NS_DELETED: &str = "escrow_deleted";
@@ -58,16 +58,14 @@ pub struct Archived {
 }
 
 /// The chain data of an escrow: its registration, else its archive row.
-pub fn registration(store: &SharedStore, escrow_id: &str) -> Result<Option<EscrowInfo>, ApiError> {
+pub fn registration(
+    store: &SharedStore,
+    escrow_id: &str,
+) -> Result<Option<EscrowInfo>, RecordError> {
     if let Some(info) = escrows::stored_info(store, escrow_id)? {
         return Ok(Some(info));
     }
-    let value = store
-        .get(NS_DELETED, escrow_id)
-        .map_err(|e| ApiError::Internal(format!("reading escrow {escrow_id}'s archive: {e}")))?;
-    value
-        .map(serde_json::from_value::<Archived>)
-        .transpose()
-        .map(|a| a.map(|a| a.registration))
-        .map_err(|e| ApiError::Internal(format!("escrow {escrow_id}'s archive is unreadable: {e}")))
+    let archived: Option<Archived> =
+        escrows::read_record(store, (NS_DELETED, "archive"), escrow_id)?;
+    Ok(archived.map(|a| a.registration))
 }

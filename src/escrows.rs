@@ -21,7 +21,7 @@ use devshard_actors::{
     escrow::{key::KeySource, messages::GetSnapshot, EscrowInfo},
     protocol::{crypto::Address, version::ProtocolVersion},
     stats::TrackedAddr,
-    store::{ns, SharedStore},
+    store::{ns, SharedStore, StoreError},
 };
 use serde_json::{json, Value};
 use slog::{error, info, Logger};
@@ -66,15 +66,55 @@ pub async fn statuses(directory: &TrackedAddr<Directory>) -> Result<Vec<EntitySt
         .await?)
 }
 
-/// The stored registration record of an escrow.
-pub fn stored_info(store: &SharedStore, escrow_id: &str) -> Result<Option<EscrowInfo>, ApiError> {
+/// A stored escrow record (its registration, or its archive row) that cannot be read; the HTTP
+/// edge answers 503 `database_unavailable` while the store reconnects, else 500.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("reading escrow {escrow_id}'s {record}: {source}")]
+    Store {
+        escrow_id: String,
+        record: &'static str,
+        #[source]
+        source: StoreError,
+    },
+    #[error("escrow {escrow_id}'s {record} is unreadable: {source}")]
+    Unreadable {
+        escrow_id: String,
+        record: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Reads and decodes the record `key` of `namespace` (`record` names it in errors).
+pub fn read_record<T: serde::de::DeserializeOwned>(
+    store: &SharedStore,
+    (namespace, record): (&str, &'static str),
+    escrow_id: &str,
+) -> Result<Option<T>, RecordError> {
     let value = store
-        .get(ns::ESCROWS, escrow_id)
-        .map_err(|e| ApiError::Internal(format!("reading escrow {escrow_id}: {e}")))?;
+        .get(namespace, escrow_id)
+        .map_err(|source| RecordError::Store {
+            escrow_id: escrow_id.to_owned(),
+            record,
+            source,
+        })?;
     value
         .map(serde_json::from_value)
         .transpose()
-        .map_err(|e| ApiError::Internal(format!("escrow {escrow_id} record is unreadable: {e}")))
+        .map_err(|source| RecordError::Unreadable {
+            escrow_id: escrow_id.to_owned(),
+            record,
+            source,
+        })
+}
+
+/// The stored registration record of an escrow.
+pub fn stored_info(
+    store: &SharedStore,
+    escrow_id: &str,
+) -> Result<Option<EscrowInfo>, RecordError> {
+    read_record(store, (ns::ESCROWS, "registration"), escrow_id)
 }
 
 /// Registers `escrow_id` (see the module docs).

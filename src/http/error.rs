@@ -181,6 +181,8 @@ pub enum ApiError {
     Internal(String),
     #[error(transparent)]
     Forward(#[from] crate::replicas::ForwardError),
+    #[error(transparent)]
+    Record(#[from] crate::escrows::RecordError),
 }
 
 impl From<MailboxError> for ApiError {
@@ -284,6 +286,12 @@ impl ApiError {
             ApiError::ActorGone => parts(503, UNAVAILABLE, "actor_unavailable"),
             ApiError::Internal(_) => parts(500, SERVER, "internal_error"),
             ApiError::Forward(e) => parts(503, UNAVAILABLE, e.code()),
+            ApiError::Record(e) => match e {
+                crate::escrows::RecordError::Store { source, .. } => store_parts(source),
+                crate::escrows::RecordError::Unreadable { .. } => {
+                    parts(500, SERVER, "internal_error")
+                }
+            },
         }
     }
 

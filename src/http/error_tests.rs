@@ -167,3 +167,39 @@ fn an_unavailable_database_is_503_with_retry_after_other_store_errors_500() {
     let io = ApiError::Directory(DirectoryError::Store(StoreError::Io("disk".into())));
     assert_eq!(io.parts().status, 500);
 }
+
+/// A stored escrow record read for an admin call: the store's own mapping (503 while it
+/// reconnects, rather than the 500 these reads gave before), 500 for a record that does not
+/// decode, and the message names the escrow and the record.
+#[test]
+fn an_escrow_record_read_maps_like_the_store_and_names_the_record() {
+    use crate::escrows::RecordError;
+    use devshard_actors::store::{StoreError, Unavailable};
+    let down = ApiError::Record(RecordError::Store {
+        escrow_id: "42".into(),
+        record: "registration",
+        source: StoreError::Unavailable(Unavailable::Disconnected),
+    });
+    let p = down.parts();
+    assert_eq!((p.status, p.code.as_str()), (503, "database_unavailable"));
+    assert!(
+        down.to_string()
+            .starts_with("reading escrow 42's registration: "),
+        "{down}"
+    );
+    let bad = serde_json::from_str::<u64>("x").unwrap_err();
+    let odd = ApiError::Record(RecordError::Unreadable {
+        escrow_id: "42".into(),
+        record: "archive",
+        source: bad,
+    });
+    assert_eq!(
+        (odd.parts().status, odd.parts().code.as_str()),
+        (500, "internal_error")
+    );
+    assert!(
+        odd.to_string()
+            .contains("escrow 42's archive is unreadable"),
+        "{odd}"
+    );
+}
