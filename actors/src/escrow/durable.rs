@@ -369,9 +369,10 @@ impl Durable {
                 start: session.start_of(nonce),
             },
             link,
-            execution_timeout: std::time::Duration::from_secs(
-                u64::try_from(info.config.execution_timeout).unwrap_or(0),
-            ),
+            execution_timeout: u64::try_from(info.config.execution_timeout)
+                .ok()
+                .filter(|s| *s > 0)
+                .map(std::time::Duration::from_secs),
         })
     }
 }

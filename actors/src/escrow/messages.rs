@@ -105,8 +105,9 @@ pub struct NonceGrant {
     /// The body's turn on its host's link (`escrow/links.rs`); `None` without pacing.
     pub link: Option<Arc<crate::escrow::links::LinkTicket>>,
     /// The escrow's `execution_timeout`: from its receipt, the attempt reads no longer than this
-    /// (after it the nonce is the escrow's to time out by vote; `race/attempt.rs`).
-    pub execution_timeout: std::time::Duration,
+    /// (after it the nonce is the escrow's to time out by vote; `race/attempt.rs`). `None` when
+    /// the escrow's config has none (0): only the attempt timeout bounds it.
+    pub execution_timeout: Option<std::time::Duration>,
 }
 
 /// The escrow facts an attempt needs to pre-recover its host's signatures.

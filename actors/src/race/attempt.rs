@@ -257,9 +257,12 @@ impl AttemptTask {
                     self.race.do_send(ReceiptSeen { idx: self.idx });
                 }
                 p.timings.receipt_ms.get_or_insert(now);
-                p.execution_deadline.get_or_insert_with(|| {
-                    tokio::time::Instant::now() + self.grant.execution_timeout
-                });
+                if p.execution_deadline.is_none() {
+                    p.execution_deadline = self
+                        .grant
+                        .execution_timeout
+                        .map(|t| tokio::time::Instant::now() + t);
+                }
                 if p.lost && !p.draining {
                     p.draining = true;
                     p.buffer.clear();
