@@ -104,7 +104,7 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
         (&Method::PUT, ["faults"]) => match read_script(req).await {
             Ok(script) => {
                 for h in &core.hosts {
-                    h.set_script(script.clone());
+                    h.replace_script(script.clone()).await;
                 }
                 server::json(
                     StatusCode::OK,
@@ -115,7 +115,7 @@ pub(crate) async fn handle(core: &NetCore, req: Request<Incoming>) -> Resp {
         },
         (&Method::DELETE, ["faults"]) => {
             for h in &core.hosts {
-                h.set_script(Vec::new());
+                h.replace_script(Vec::new()).await;
             }
             server::json(
                 StatusCode::OK,
@@ -214,13 +214,13 @@ async fn host_route(
         (&Method::GET, []) => server::json(StatusCode::OK, &host_json(host)),
         (&Method::PUT, ["faults"]) => match read_script(req).await {
             Ok(script) => {
-                host.set_script(script);
+                host.replace_script(script).await;
                 server::json(StatusCode::OK, &host_json(host))
             }
             Err(reject) => reject.into_response(),
         },
         (&Method::DELETE, ["faults"]) => {
-            host.set_script(Vec::new());
+            host.replace_script(Vec::new()).await;
             server::json(StatusCode::OK, &host_json(host))
         }
         (&Method::PUT, ["latency"]) => {
@@ -237,33 +237,35 @@ async fn host_route(
             }
         }
         (&Method::GET, ["sessions", escrow]) => {
-            let view = host.with_session(escrow, |s| {
-                json!({
-                    "latest_nonce": s.sm.latest_nonce(),
-                    "state_root": hex::encode(s.reported_root()),
-                    "real_root": hex::encode(s.view().real_root),
-                    "forked_at": s.forked_at,
-                    "mempool_len": s.mempool.len(),
-                    "signed_nonces": s.signatures.keys().collect::<Vec<_>>(),
-                    "phase": s.sm.phase().as_str(),
-                    "balance": s.sm.balance(),
-                    "warm_keys": s.sm.warm_keys(),
-                    // Each slot's cost in this state (the chaos runner's payout check).
-                    "host_costs": s.held()["host_costs"].take(),
-                    // Inferences not finished nor timed out (the chaos runner's settlement check).
-                    "open_inferences": s.sm.records().filter(|r| matches!(r.status,
-                        InferenceStatus::Pending | InferenceStatus::Started))
-                        .map(|r| json!({"id": r.inference_id, "status": r.status.as_str(),
-                            "started_at": r.started_at, "confirmed_at": r.confirmed_at}))
-                        .collect::<Vec<_>>(),
+            let view = host
+                .on_session(escrow, |s| {
+                    json!({
+                        "latest_nonce": s.sm.latest_nonce(),
+                        "state_root": hex::encode(s.reported_root()),
+                        "real_root": hex::encode(s.view().real_root),
+                        "forked_at": s.forked_at,
+                        "mempool_len": s.mempool.len(),
+                        "signed_nonces": s.signatures.keys().collect::<Vec<_>>(),
+                        "phase": s.sm.phase().as_str(),
+                        "balance": s.sm.balance(),
+                        "warm_keys": s.sm.warm_keys(),
+                        // Each slot's cost in this state (the chaos runner's payout check).
+                        "host_costs": s.held()["host_costs"].take(),
+                        // Inferences not finished nor timed out (the chaos runner's settlement check).
+                        "open_inferences": s.sm.records().filter(|r| matches!(r.status,
+                            InferenceStatus::Pending | InferenceStatus::Started))
+                            .map(|r| json!({"id": r.inference_id, "status": r.status.as_str(),
+                                "started_at": r.started_at, "confirmed_at": r.confirmed_at}))
+                            .collect::<Vec<_>>(),
+                    })
                 })
-            });
+                .await;
             match view {
                 Some(v) => server::json(StatusCode::OK, &v),
                 None => server::message(StatusCode::NOT_FOUND, "session not found"),
             }
         }
-        (&Method::GET, ["forgotten", escrow]) => match host.forgotten(escrow) {
+        (&Method::GET, ["forgotten", escrow]) => match host.forgotten(escrow).await {
             Some(v) => server::json(StatusCode::OK, &v),
             None => server::message(StatusCode::NOT_FOUND, "nothing forgotten of this escrow"),
         },

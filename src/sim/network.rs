@@ -262,7 +262,7 @@ impl SimNetwork {
         ))
     }
 
-    fn host(&self, index: usize) -> Result<&Arc<HostState>, SimError> {
+    pub(crate) fn host(&self, index: usize) -> Result<&Arc<HostState>, SimError> {
         self.core
             .hosts
             .get(index)

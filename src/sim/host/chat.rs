@@ -249,23 +249,8 @@ fn apply_and_receipt(core: &NetCore, host: &HostState, input: &ChatInput) -> Res
         now,
     } = input;
     let (escrow_id, now) = (escrow_id.as_str(), *now);
-    let mut inner = host.lock();
-    if !inner.sessions.contains_key(escrow_id) {
-        let inc = HostState::next_incarnation(&mut inner);
-        let session = HostSession::new(
-            escrow,
-            host.key.address(),
-            inc,
-            host.session_seed(escrow_id, inc),
-            core.host_grants(),
-        )
-        .map_err(|e| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-        inner.sessions.insert(escrow_id.to_owned(), session);
-    }
-    let session = inner
-        .sessions
-        .get_mut(escrow_id)
-        .ok_or_else(|| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, "session not found"))?;
+    let mut sessions = host.sessions();
+    let session = sessions.get_or_create(core, host, escrow, escrow_id)?;
     session
         .apply_diffs(
             diffs,

@@ -7,18 +7,21 @@
 //! - `POST /v1/chat/completions`: plain OpenAI endpoint ([`super::openai`]);
 //! - `GET /v1/versions`: the miner's ML-node versions.
 //!
-//! All mutable host state sits behind one `std::sync::Mutex` that is never held across an
-//! `.await`. Sessions are created lazily from the in-process chain on the first POST.
+//! Mutable host state sits behind two `std::sync::Mutex`es, never held across an `.await` nor
+//! one inside the other: the fault script, latency and jitter here, the sessions in
+//! [`sessions`] (a catch-up holds that one for seconds). Sessions are created lazily from the
+//! in-process chain on the first POST.
 
 pub(crate) mod chat;
 pub(crate) mod logprobs;
 pub(crate) mod query;
 pub(crate) mod session;
+pub(crate) mod sessions;
 pub(crate) mod stream;
 pub(crate) mod timeout;
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard, OnceLock},
     time::Duration,
@@ -30,7 +33,7 @@ use serde_json::json;
 
 use devshard_actors::{clock::SharedClock, protocol::crypto::SigningKey};
 
-use self::session::HostSession;
+use self::sessions::HostSessions;
 use super::{
     faults::{AtomicCounters, Faults},
     network::NetCore,
@@ -38,9 +41,9 @@ use super::{
     server::{self, Listener, Reject, Resp},
 };
 
-/// Mutable part of a host.
+/// The fault script, latency and jitter of a host.
 #[derive(Debug)]
-pub(crate) struct HostInner {
+pub(crate) struct HostControl {
     /// Fault sets; the front one is active.
     script: VecDeque<Faults>,
     /// Remaining chat requests of the active set (`None` = until replaced).
@@ -50,13 +53,6 @@ pub(crate) struct HostInner {
     jitter: Jitter,
     /// Draws of the straggler knob (its own seeded stream: jitter draws never shift it).
     stragglers: Jitter,
-    pub(crate) sessions: HashMap<String, HostSession>,
-    /// What each session held when `forget_session` dropped it (the newest nonce per escrow):
-    /// the chaos runner checks a settled escrow's payouts against a host's state at its final
-    /// nonce, and every host holding it may have restarted empty since.
-    forgotten: HashMap<String, serde_json::Value>,
-    /// Counter of created sessions (new incarnation after `forget_session`).
-    session_seq: u64,
 }
 
 /// One simulated host.
@@ -76,7 +72,8 @@ pub(crate) struct HostState {
     rt: tokio::runtime::Handle,
     seed: String,
     listener: OnceLock<Listener>,
-    inner: Mutex<HostInner>,
+    control: Mutex<HostControl>,
+    sessions: Mutex<HostSessions>,
 }
 
 /// Runs `f` on the blocking pool. Applying diffs verifies every signature: a catch-up of
@@ -117,17 +114,15 @@ impl HostState {
             rt,
             seed: seed.to_owned(),
             listener: OnceLock::new(),
-            inner: Mutex::new(HostInner {
+            control: Mutex::new(HostControl {
                 script: VecDeque::new(),
                 remaining: None,
                 down_until_ms: 0,
                 latency,
                 jitter,
                 stragglers: Jitter::new(derive_seed(seed, "stragglers", index, "")),
-                sessions: HashMap::new(),
-                forgotten: HashMap::new(),
-                session_seq: 0,
             }),
+            sessions: Mutex::new(HostSessions::default()),
         }
     }
 
@@ -139,9 +134,14 @@ impl HostState {
         self.listener.get()
     }
 
-    /// The host state lock (poisoning is ignored: no invariant spans a panic).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, HostInner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    /// The fault script's lock (poisoning is ignored: no invariant spans a panic).
+    fn lock(&self) -> MutexGuard<'_, HostControl> {
+        self.control.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The runtime the simulator was started on.
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.rt
     }
 
     /// The host's clock in unix milliseconds: the network clock plus the active `clock_skew_s`.
@@ -170,11 +170,23 @@ impl HostState {
         self.lock().script.iter().cloned().collect()
     }
 
-    /// Replaces the fault script (empty = no faults) and activates its first set.
+    /// Replaces the fault script (empty = no faults) and activates its first set; a set that
+    /// restarts the host empty waits for the sessions lock (synchronous callers only).
     pub(crate) fn set_script(self: &Arc<Self>, script: Vec<Faults>) {
         let mut inner = self.lock();
         inner.script = script.into();
-        self.activate(&mut inner);
+        let forget = self.activate(&mut inner);
+        drop(inner);
+        if forget {
+            self.forget_sessions();
+        }
+    }
+
+    /// [`Self::set_script`] from async code, on the blocking pool: the control API answers once
+    /// the script is in place, without holding the runtime thread behind a catch-up.
+    pub(crate) async fn replace_script(self: &Arc<Self>, script: Vec<Faults>) {
+        let host = Arc::clone(self);
+        let _ = tokio::task::spawn_blocking(move || host.set_script(script)).await;
     }
 
     /// Returns the fault set that applies to this chat request and consumes one use of it.
@@ -186,14 +198,19 @@ impl HostState {
             inner.remaining = Some(left);
             if left == 0 {
                 inner.script.pop_front();
-                self.activate(&mut inner);
+                if self.activate(&mut inner) {
+                    drop(inner);
+                    self.forget_sessions_soon();
+                }
             }
         }
         current
     }
 
-    /// Runs the one-shot actions of the (new) front set and updates the listener.
-    fn activate(self: &Arc<Self>, inner: &mut HostInner) {
+    /// Runs the one-shot actions of the (new) front set and updates the listener; `true` when
+    /// the set restarts the host empty (the caller forgets the sessions, outside this lock).
+    #[must_use]
+    fn activate(self: &Arc<Self>, inner: &mut HostControl) -> bool {
         // Sets with `times: 0` are spent before they start.
         while inner.script.front().is_some_and(|f| f.times == Some(0)) {
             inner.script.pop_front();
@@ -204,17 +221,6 @@ impl HostState {
             // Clearing every fault also ends a down window.
             inner.down_until_ms = 0;
         }
-        if front.forget_session {
-            for (escrow, s) in inner.sessions.drain() {
-                let held = s.held();
-                let newer = |old: &serde_json::Value| {
-                    old["latest_nonce"].as_u64() < held["latest_nonce"].as_u64()
-                };
-                if inner.forgotten.get(&escrow).is_none_or(newer) {
-                    inner.forgotten.insert(escrow, held);
-                }
-            }
-        }
         if let Some(ms) = front.down_for_ms {
             inner.down_until_ms = self.clock.now_ms().saturating_add(ms as i64);
             let host = Arc::clone(self);
@@ -224,6 +230,7 @@ impl HostState {
             });
         }
         self.apply_listener_state(inner);
+        front.forget_session
     }
 
     fn refresh_listener(&self) {
@@ -231,7 +238,7 @@ impl HostState {
         self.apply_listener_state(&inner);
     }
 
-    fn apply_listener_state(&self, inner: &HostInner) {
+    fn apply_listener_state(&self, inner: &HostControl) {
         let refuse = inner.script.front().is_some_and(|f| f.refuse_connections);
         let down = self.clock.now_ms() < inner.down_until_ms;
         if let Some(l) = self.listener.get() {
@@ -289,26 +296,6 @@ impl HostState {
             self.index,
             escrow_id,
         )
-    }
-
-    /// Runs `f` on the session of `escrow_id`, if the host has it.
-    pub(crate) fn with_session<R>(
-        &self,
-        escrow_id: &str,
-        f: impl FnOnce(&mut HostSession) -> R,
-    ) -> Option<R> {
-        self.lock().sessions.get_mut(escrow_id).map(f)
-    }
-
-    /// What the host held of `escrow_id` before it last restarted empty ([`HostSession::held`]).
-    pub(crate) fn forgotten(&self, escrow_id: &str) -> Option<serde_json::Value> {
-        self.lock().forgotten.get(escrow_id).cloned()
-    }
-
-    /// Next session incarnation number.
-    pub(crate) fn next_incarnation(inner: &mut HostInner) -> u64 {
-        inner.session_seq += 1;
-        inner.session_seq
     }
 }
 

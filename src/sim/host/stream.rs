@@ -141,7 +141,7 @@ async fn produce(
 }
 
 async fn replay(
-    host: &HostState,
+    host: &Arc<HostState>,
     plan: &Plan,
     faults: &Faults,
     tx: &BodySender,
@@ -235,17 +235,19 @@ async fn run(
     );
     let finish = DevshardTx::new(Tx::FinishInference(finish));
     let late = faults.late_finish_ms;
-    host.with_session(&plan.escrow_id, |s| {
-        if s.incarnation != plan.incarnation {
+    let (incarnation, id, sequenced) = (plan.incarnation, exec.inference_id, finish.clone());
+    host.on_session(&plan.escrow_id, move |s| {
+        if s.incarnation != incarnation {
             return;
         }
-        if let Some(e) = s.executions.get_mut(&exec.inference_id) {
+        if let Some(e) = s.executions.get_mut(&id) {
             e.cached = Some(payloads);
         }
         if late.is_none() {
-            s.add_to_mempool(finish.clone());
+            s.add_to_mempool(sequenced);
         }
-    });
+    })
+    .await;
     if let Some(ms) = late.filter(|ms| *ms >= 0) {
         schedule_late_finish(core, host, plan, finish, ms as u64, faults.finish_via_peers);
     }
@@ -271,7 +273,7 @@ async fn stall_if(faults: &Faults, sent: usize, tx: &BodySender) -> Result<(), G
 
 /// Writes the meta event (unless `omit_meta`; undecodable with `garble_meta`).
 async fn send_meta(
-    host: &HostState,
+    host: &Arc<HostState>,
     plan: &Plan,
     faults: &Faults,
     tx: &BodySender,
@@ -280,7 +282,8 @@ async fn send_meta(
         return Ok(());
     }
     let mut mempool = host
-        .with_session(&plan.escrow_id, |s| s.mempool.clone())
+        .on_session(&plan.escrow_id, |s| s.mempool.clone())
+        .await
         .unwrap_or_default();
     if faults.inject_foreign_txs {
         mempool.push(DevshardTx::new(Tx::FinalizeRound(MsgFinalizeRound {})));
@@ -331,14 +334,15 @@ impl Drop for AbandonOnDrop {
 }
 
 /// Forgets a run that will not finish (a retry may start it again).
-fn abandon(host: &HostState, plan: &Plan) {
+fn abandon(host: &Arc<HostState>, plan: &Plan) {
     let Some(exec) = &plan.exec else { return };
     if !matches!(exec.mode, ExecMode::New) {
         return;
     }
-    host.with_session(&plan.escrow_id, |s| {
-        if s.incarnation == plan.incarnation {
-            s.executions.remove(&exec.inference_id);
+    let (incarnation, id) = (plan.incarnation, exec.inference_id);
+    host.on_session_detached(&plan.escrow_id, move |s| {
+        if s.incarnation == incarnation {
+            s.executions.remove(&id);
         }
     });
 }
@@ -366,11 +370,13 @@ fn schedule_late_finish(
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(after_ms)).await;
         for h in targets {
-            h.with_session(&escrow_id, |s| {
-                if h.index != own || s.incarnation == incarnation {
-                    s.add_to_mempool(finish.clone());
+            let (index, finish) = (h.index, finish.clone());
+            h.on_session(&escrow_id, move |s| {
+                if index != own || s.incarnation == incarnation {
+                    s.add_to_mempool(finish);
                 }
-            });
+            })
+            .await;
         }
     });
 }

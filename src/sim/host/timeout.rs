@@ -89,21 +89,8 @@ async fn decide(
         let (escrow_id, signer) = (escrow_id.to_owned(), host.signer(&faults).clone());
         let escrow = escrow.clone();
         super::off_thread(move || {
-            let mut inner = host.lock();
-            if !inner.sessions.contains_key(&escrow_id) {
-                let inc = HostState::next_incarnation(&mut inner);
-                let seed = host.session_seed(&escrow_id, inc);
-                let grants = core.host_grants();
-                let s = HostSession::new(&escrow, host.key.address(), inc, seed, grants)
-                    .map_err(|e| Reject::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-                inner.sessions.insert(escrow_id.clone(), s);
-            }
-            let Some(session) = inner.sessions.get_mut(&escrow_id) else {
-                return Err(Reject::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "session not found",
-                ));
-            };
+            let mut sessions = host.sessions();
+            let session = sessions.get_or_create(&core, &host, &escrow, &escrow_id)?;
             for d in &diffs {
                 let one = std::slice::from_ref(d);
                 let rate = core.cfg.validation_rate;
@@ -118,7 +105,7 @@ async fn decide(
     };
     let mut accept = local.accept;
     if let (true, Some(slot)) = (accept, local.executor_slot) {
-        accept = !executor_has_finish(core, escrow_id, &escrow.slots, slot, inference_id);
+        accept = !executor_has_finish(core, escrow_id, &escrow.slots, slot, inference_id).await;
     }
     let signature = accept.then(|| {
         sign_timeout_vote(
@@ -199,7 +186,7 @@ fn check_local(
 }
 
 /// The executor's `GET /mempool` (in process): does it hold a Finish for `id`?
-fn executor_has_finish(
+async fn executor_has_finish(
     core: &NetCore,
     escrow_id: &str,
     slots: &[devshard_actors::protocol::crypto::Address],
@@ -216,6 +203,7 @@ fn executor_has_finish(
         return false;
     }
     executor
-        .with_session(escrow_id, |s| s.mempool_has(KIND_FINISH, id))
+        .on_session(escrow_id, move |s| s.mempool_has(KIND_FINISH, id))
+        .await
         .unwrap_or(false)
 }
