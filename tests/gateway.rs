@@ -49,6 +49,8 @@ mod lifecycle;
 mod live;
 #[path = "gateway/load.rs"]
 mod load;
+#[path = "gateway/lying_far_host.rs"]
+mod lying_far_host;
 #[path = "gateway/nonce_limit.rs"]
 mod nonce_limit;
 #[path = "gateway/optimistic.rs"]

@@ -151,11 +151,15 @@ impl Routing {
         self.withheld = withheld;
     }
 
-    /// No host is routable (every one diverged, or diverged and given up): asks every repair to
-    /// tick now, at most once per [`URGENT_REPAIR_GAP_MS`]. A host that only lied in a receipt,
-    /// or that caught up, is unblocked by its verified signature instead of after its back-off.
+    /// No host can serve now (each one diverged, diverged and given up, or catching up from far
+    /// behind): asks every repair to tick now, at most once per [`URGENT_REPAIR_GAP_MS`]. A host
+    /// that only lied in a receipt, or that caught up, is unblocked by its verified signature
+    /// instead of after its back-off. Chaos (the seed of `e9cc4bc`'s hash, invariant 3): four
+    /// hosts lied about their state hash and were withheld for repair, the fifth was catching
+    /// up 5 600 diffs behind; after the clear the recovery probe waited for that catch-up,
+    /// while the four repairs waited for their 15 s back-off.
     pub(super) fn kick_repairs(&mut self, now_ms: i64) {
-        if !self.none_routable() || self.repairs.is_empty() {
+        if !self.none_serving() || self.repairs.is_empty() {
             return;
         }
         if self
@@ -191,6 +195,15 @@ impl Routing {
     /// Whether every distinct host is withheld.
     pub(super) fn none_routable(&self) -> bool {
         !self.hosts.is_empty() && self.withheld.len() >= self.hosts.len()
+    }
+
+    /// Whether every distinct host is withheld or catching up from far behind.
+    fn none_serving(&self) -> bool {
+        !self.hosts.is_empty()
+            && self
+                .hosts
+                .iter()
+                .all(|h| self.withheld.contains(h) || self.catching.contains(h))
     }
 
     /// Distinct and routable participants (for the escrow view of an outcome).

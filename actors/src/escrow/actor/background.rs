@@ -20,7 +20,8 @@
 //! Owns nothing but the host's reachability mark (`Reachability::syncing`), which its last round
 //! clears. Nothing survives a restart: a respawned escrow finds the far host again at its next
 //! nonce or nonce gap. Timers: `background_catch_up_retry` (a round that failed is run again
-//! `reach_probe_interval_ms` later).
+//! `reach_probe_interval_ms` later; one whose answers moved the host nowhere, later each time
+//! up to 32 times that, [`retry_wait`]).
 
 use std::{collections::BTreeSet, time::Duration};
 
@@ -45,7 +46,7 @@ impl EscrowActor {
             "stage" => "background_catch_up_started", "host" => host.short(),
             "lacks" => self.session.lacks(host), "sync" => self.session.host_sync(host));
         self.count_reach("background_started");
-        self.background_round(host.clone(), ctx);
+        self.background_round(host.clone(), 0, ctx);
     }
 
     /// Keep-warm (module docs): one background round for the reachable host that lacks the
@@ -84,7 +85,8 @@ impl EscrowActor {
     /// store's flush covers every diff composed so far). Its answers are taken in at its end, so
     /// the host's sync point (what votes judge a verifier's distance by, and what a restart
     /// resumes from) moves every round, not once at the end of a catch-up of a minute or more.
-    fn background_round(&mut self, host: Address, ctx: &mut Context<Self>) {
+    /// `stuck`: the rounds before it in a row that moved the host nowhere.
+    fn background_round(&mut self, host: Address, stuck: u32, ctx: &mut Context<Self>) {
         let ready = Some(self.deps.store.flush());
         let chunk = u64::try_from(self.deps.cfg.catch_up_chunk.max(1)).unwrap_or(u64::MAX);
         let round = chunk.saturating_mul(ROUND_CHUNKS);
@@ -101,43 +103,55 @@ impl EscrowActor {
                 Ok(answers) => act.absorb_sync_answers(answers, ctx).map(|e| e.to_string()),
                 Err(e) => Some(format!("the store did not flush: {e}")),
             };
-            act.background_round_done(host, from, failed, ctx);
+            act.background_round_done(host, (from, stuck), failed, ctx);
         }));
     }
 
     /// After a round: another while the host still lacks too many (and the last one moved it),
-    /// a retry after the probe interval when it failed, else the catch-up is over and the host
-    /// takes nonces again.
+    /// a retry after the probe interval when it failed or moved the host nowhere, else the
+    /// catch-up is over and the host takes nonces again.
     fn background_round_done(
         &mut self,
         host: Address,
-        from: u64,
+        (from, stuck): (u64, u32),
         failed: Option<String>,
         ctx: &mut Context<Self>,
     ) {
         if !self.reach.is_syncing(&host) {
             return;
         }
-        let ok = failed.is_none();
-        if ok {
+        if failed.is_none() {
             self.reach_answered(&host, ctx);
         }
         let lacks = self.session.lacks(&host);
         let sync = self.session.host_sync(&host);
         let active = self.session.state().phase() == Phase::Active;
         let routable = !self.routing.is_withheld(&host);
-        if active && routable && ok && self.reach.is_far(lacks) && sync > from {
-            return self.background_round(host, ctx);
+        let far = self.reach.is_far(lacks);
+        if active && routable && failed.is_none() && far && sync > from {
+            return self.background_round(host, 0, ctx);
         }
+        // A round whose answers were all refused (a wrong state hash) moved the host nowhere:
+        // it is retried like a failed one, later each time. It used to end the catch-up, and the
+        // host's next nonce started another at once: ≈ 100 rounds a second of 2 000 diffs each
+        // while the host lied (chaos, the seed of `e9cc4bc`'s hash).
+        let nowhere = failed.is_none() && far && sync <= from;
+        let failed = failed
+            .or_else(|| nowhere.then(|| format!("no answer moved the host past nonce {sync}")));
         if let Some(error) = failed.filter(|_| active && routable) {
             warn!(self.deps.log, "a background catch-up round failed: it runs again after the probe interval";
                 "stage" => "background_catch_up_failed", "host" => host.short(),
                 "lacks" => lacks, "sync" => sync, "error" => error);
             self.count_reach("background_failed");
-            let wait = Duration::from_millis(self.deps.cfg.reach_probe_interval_ms.max(1));
+            let stuck = if nowhere {
+                stuck.saturating_add(1)
+            } else {
+                stuck
+            };
+            let wait = retry_wait(self.deps.cfg.reach_probe_interval_ms, stuck);
             let name = "background_catch_up_retry";
             timers::run_later(&self.stats, ctx, name, wait, move |act, ctx| {
-                act.background_round(host, ctx);
+                act.background_round(host, stuck, ctx);
             });
             return;
         }
@@ -152,6 +166,20 @@ impl EscrowActor {
     }
 }
 
+/// Doublings of the retry wait after rounds that moved the host nowhere (250 ms → 8 s).
+const MAX_STUCK_DOUBLINGS: u32 = 5;
+
+/// The wait before a background round is run again: the probe interval, doubled for each round
+/// in a row that moved the host nowhere (at most [`MAX_STUCK_DOUBLINGS`] times). A round that
+/// failed to send keeps the probe interval: the host is back as soon as it answers.
+fn retry_wait(probe_ms: u64, stuck: u32) -> Duration {
+    Duration::from_millis(
+        probe_ms
+            .max(1)
+            .saturating_mul(1 << stuck.min(MAX_STUCK_DOUBLINGS)),
+    )
+}
+
 /// The host lacking the most diffs beyond `above` (ties: the first), if any.
 fn coldest(lags: impl Iterator<Item = (Address, u64)>, above: u64) -> Option<Address> {
     lags.filter(|(_, lacks)| *lacks > above)
@@ -162,6 +190,16 @@ fn coldest(lags: impl Iterator<Item = (Address, u64)>, above: u64) -> Option<Add
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_round_that_moved_the_host_nowhere_is_retried_later_each_time() {
+        let waits: Vec<u64> = (0..8)
+            .map(|s| retry_wait(250, s).as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [250, 500, 1_000, 2_000, 4_000, 8_000, 8_000, 8_000]);
+        assert_eq!(retry_wait(0, 0), Duration::from_millis(1));
+        assert_eq!(retry_wait(u64::MAX, 9), Duration::from_millis(u64::MAX));
+    }
 
     #[test]
     fn the_host_lacking_the_most_beyond_the_bound_is_kept_warm_first() {
