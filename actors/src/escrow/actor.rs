@@ -33,6 +33,7 @@ use actix::prelude::*;
 use slog::{debug, info, o, Logger};
 
 use super::{
+    background_slots::BackgroundSlots,
     book::{Deadlines, NonceBook},
     budget::BudgetCell,
     config::EscrowConfig,
@@ -111,6 +112,8 @@ pub struct EscrowActor {
     routing: Routing,
     /// Hosts refusing connections get no nonces but for probes (`escrow/reach/mod.rs`).
     reach: Reachability,
+    /// Background catch-ups running their rounds, and those waiting for a slot.
+    background: BackgroundSlots,
     /// Told when this actor stops, so the directory can respawn it.
     on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
@@ -158,6 +161,7 @@ impl EscrowActor {
             guard: FaultGuard::new(&deps.settings, log.clone(), metrics.clone()),
             routing: Routing::new(hosts, &deps.settings, log, metrics),
             reach: Reachability::new(deps.cfg.reach()),
+            background: BackgroundSlots::new(deps.cfg.reach_background_catch_ups),
             session,
             deps,
             on_stop: None,

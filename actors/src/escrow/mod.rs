@@ -40,6 +40,7 @@
 mod actor;
 pub mod adopt;
 pub mod attempt;
+mod background_slots;
 mod book;
 pub mod budget;
 pub mod config;

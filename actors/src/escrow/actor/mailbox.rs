@@ -281,7 +281,11 @@ impl Handler<GetSnapshot> for EscrowActor {
                 .collect(),
             warm_keys: self.session.warm_keys().clone(),
             links: self.durable.links(),
-            reach: self.reach.view(),
+            reach: {
+                let mut view = self.reach.view();
+                (view.background_running, view.background_waiting) = self.background.counts();
+                view
+            },
         })
     }
 }
