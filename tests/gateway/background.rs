@@ -9,8 +9,6 @@ use std::time::Duration;
 use devshard_actors::race::RaceErrorKind;
 use devshard_gateway::sim::LatencyProfile;
 
-use devshard_gateway::sim::Faults;
-
 use super::{
     harness::{Answer, Harness},
     reach::{catch_ups, fill, restart_and_burst},
@@ -148,65 +146,4 @@ async fn seed_long_1_with_no_other_host_requests_get_a_bounded_503_while_it_catc
     assert!(waited <= Duration::from_secs(6), "waited {waited:?}");
     background_done(&h, async || {}).await;
     assert!(h.chat(Harness::body("after", false)).await.is_success());
-}
-
-/// Chaos (seed `s33-a`, invariant 3): every host restarted empty 32 000 nonces behind and all
-/// five were caught up in the background at once; 42 s later each held 15 200 and none could
-/// serve. Now at most `reach_background_catch_ups` (2) run their rounds at once, the others
-/// wait their turn (still passed over), and each is caught up in turn.
-#[actix_rt::test]
-async fn s33_a_at_most_two_far_hosts_are_caught_up_at_once_and_the_others_in_turn() {
-    tokio::time::pause();
-    let h = catch_ups(5, 100).await;
-    fill(&h, 300).await;
-    // A 200 ms link: a catch-up of 300 diffs in chunks of 20 takes 3 s.
-    for host in 0..5 {
-        let link = LatencyProfile {
-            rtt_ms: 200,
-            ..LatencyProfile::zero()
-        };
-        h.sim.set_latency(host, link).unwrap();
-    }
-    let restart = Faults {
-        forget_session: true,
-        ..Default::default()
-    };
-    for host in 0..4 {
-        h.sim.set_faults(host, restart.clone()).unwrap();
-    }
-    let done = h.metrics.reach.with_label_values(&["background_done"]);
-    let (mut most_running, mut most_waiting) = (0, 0);
-    let watch = async {
-        for _ in 0..240 {
-            let reach = h.snapshot("42").await.reach;
-            most_running = most_running.max(reach.background_running);
-            most_waiting = most_waiting.max(reach.background_waiting);
-            if done.get() >= 4 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    };
-    let burst = (0..40).map(|i| h.chat(Harness::body(&format!("burst {i}"), false)));
-    let (answers, ()) = futures::join!(futures::future::join_all(burst), watch);
-    let failed = answers.iter().filter(|a| !a.is_success()).count();
-    eprintln!("most running {most_running}, most waiting {most_waiting}, {failed} failed");
-    assert!(most_running <= 2, "{most_running} caught up at once");
-    assert!(most_waiting >= 1, "some waited their turn");
-    assert!(
-        done.get() >= 4,
-        "all four caught up in turn: {}",
-        done.get()
-    );
-    // Whatever is still caught up (the fifth host, kept warm) ends too, and no slot is left.
-    let mut reach = h.snapshot("42").await.reach;
-    for _ in 0..120 {
-        if reach.catching_up.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        reach = h.snapshot("42").await.reach;
-    }
-    assert!(reach.catching_up.is_empty(), "{reach:?}");
-    assert_eq!((reach.background_running, reach.background_waiting), (0, 0));
 }

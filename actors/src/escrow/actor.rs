@@ -33,7 +33,6 @@ use actix::prelude::*;
 use slog::{debug, info, o, Logger};
 
 use super::{
-    background_slots::BackgroundSlots,
     book::{Deadlines, NonceBook},
     budget::BudgetCell,
     config::EscrowConfig,
@@ -112,8 +111,6 @@ pub struct EscrowActor {
     routing: Routing,
     /// Hosts refusing connections get no nonces but for probes (`escrow/reach/mod.rs`).
     reach: Reachability,
-    /// Background catch-ups running their rounds, and those waiting for a slot.
-    background: BackgroundSlots,
     /// Told when this actor stops, so the directory can respawn it.
     on_stop: Option<TrackedRecipient<Died>>,
     /// Set by `Retire`: the stop is final and nobody should respawn the actor.
@@ -161,7 +158,6 @@ impl EscrowActor {
             guard: FaultGuard::new(&deps.settings, log.clone(), metrics.clone()),
             routing: Routing::new(hosts, &deps.settings, log, metrics),
             reach: Reachability::new(deps.cfg.reach()),
-            background: BackgroundSlots::new(deps.cfg.reach_background_catch_ups),
             session,
             deps,
             on_stop: None,

@@ -71,9 +71,6 @@ pub struct EscrowConfig {
     /// requests are answered 503 `hosts_catching_up` after `reach_catch_up_wait_ms`
     /// (`escrow/reach/mod.rs`, `actor/background.rs`). 0: every catch-up rides an attempt.
     pub reach_background_catch_up_diffs: u64,
-    /// Background catch-ups that run their rounds at once; the others wait, the host lacking
-    /// the fewest diffs first (`escrow/background_slots.rs`). 0: no bound.
-    pub reach_background_catch_ups: usize,
     /// Keep-warm: once a second the reachable host that lacks the most diffs beyond this (it
     /// got no nonces: ejected or passed over) gets a background catch-up round, so it can take
     /// over at once when the others fail (`actor/background.rs`). 0: hosts are caught up only
@@ -110,7 +107,6 @@ impl Default for EscrowConfig {
             reach_probe_interval_ms: 250,
             reach_catch_up_wait_ms: 5_000,
             reach_background_catch_up_diffs: 2_000,
-            reach_background_catch_ups: 2,
             reach_keep_warm_diffs: 1_000,
             host_timeouts: HostTimeouts::default(),
         }

@@ -40,7 +40,6 @@
 mod actor;
 pub mod adopt;
 pub mod attempt;
-mod background_slots;
 mod book;
 pub mod budget;
 pub mod config;

@@ -85,17 +85,8 @@ impl EscrowActor {
     /// store's flush covers every diff composed so far). Its answers are taken in at its end, so
     /// the host's sync point (what votes judge a verifier's distance by, and what a restart
     /// resumes from) moves every round, not once at the end of a catch-up of a minute or more.
-    /// `stuck`: the rounds before it in a row that moved the host nowhere. Without a free slot
-    /// (`background_slots.rs`) the host waits its turn instead, still passed over.
+    /// `stuck`: the rounds before it in a row that moved the host nowhere.
     fn background_round(&mut self, host: Address, stuck: u32, ctx: &mut Context<Self>) {
-        if !self.background.enter(&host, stuck) {
-            let (running, waiting) = self.background.counts();
-            info!(self.deps.log, "a background catch-up waits for another to end";
-                "stage" => "background_catch_up_queued", "host" => host.short(),
-                "lacks" => self.session.lacks(&host), "running" => running, "waiting" => waiting);
-            self.count_reach("background_queued");
-            return;
-        }
         let ready = Some(self.deps.store.flush());
         let chunk = u64::try_from(self.deps.cfg.catch_up_chunk.max(1)).unwrap_or(u64::MAX);
         let round = chunk.saturating_mul(ROUND_CHUNKS);
@@ -127,7 +118,7 @@ impl EscrowActor {
         ctx: &mut Context<Self>,
     ) {
         if !self.reach.is_syncing(&host) {
-            return self.background_slot_freed(&host, ctx);
+            return;
         }
         if failed.is_none() {
             self.reach_answered(&host, ctx);
@@ -157,11 +148,6 @@ impl EscrowActor {
             } else {
                 stuck
             };
-            let session = &self.session;
-            let lacks_of = |h: &Address| session.lacks(h);
-            if let Some((next, next_stuck)) = self.background.yield_slot(&host, stuck, lacks_of) {
-                return self.background_round(next, next_stuck, ctx);
-            }
             let wait = retry_wait(self.deps.cfg.reach_probe_interval_ms, stuck);
             let name = "background_catch_up_retry";
             timers::run_later(&self.stats, ctx, name, wait, move |act, ctx| {
@@ -170,7 +156,6 @@ impl EscrowActor {
             return;
         }
         self.reach.sync_over(&host);
-        self.background_slot_freed(&host, ctx);
         self.routing.set_catching(&host, false);
         info!(self.deps.log, "a host's background catch-up is over: it takes nonces again";
             "stage" => "background_catch_up_done", "host" => host.short(), "lacks" => lacks,
@@ -178,16 +163,6 @@ impl EscrowActor {
         self.count_reach("background_done");
         self.release_resends(&host);
         self.pump(ctx);
-    }
-}
-
-impl EscrowActor {
-    /// `host`'s background catch-up ended: the waiting host lacking the fewest diffs runs next.
-    fn background_slot_freed(&mut self, host: &Address, ctx: &mut Context<Self>) {
-        let session = &self.session;
-        if let Some((next, stuck)) = self.background.leave(host, |h| session.lacks(h)) {
-            self.background_round(next, stuck, ctx);
-        }
     }
 }
 

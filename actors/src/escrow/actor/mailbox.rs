@@ -281,11 +281,7 @@ impl Handler<GetSnapshot> for EscrowActor {
                 .collect(),
             warm_keys: self.session.warm_keys().clone(),
             links: self.durable.links(),
-            reach: {
-                let mut view = self.reach.view();
-                (view.background_running, view.background_waiting) = self.background.counts();
-                view
-            },
+            reach: self.reach.view(),
         })
     }
 }

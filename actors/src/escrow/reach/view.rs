@@ -44,10 +44,6 @@ pub struct ReachView {
     pub catching_up: Vec<CatchingView>,
     /// Every host the escrow could route to is unreachable since (unix ms).
     pub gate_closed_since_ms: Option<i64>,
-    /// Background catch-ups running their rounds now, and those waiting for a slot
-    /// (`reach_background_catch_ups`; `escrow/background_slots.rs`).
-    pub background_running: usize,
-    pub background_waiting: usize,
     /// This actor's life: nonces passed over, requests answered without a nonce, probes.
     pub withheld: u64,
     pub refused: u64,
@@ -72,8 +68,6 @@ impl Reachability {
                 })
                 .collect(),
             gate_closed_since_ms: self.gate_closed_since_ms,
-            background_running: 0,
-            background_waiting: 0,
             withheld: self.withheld,
             refused: self.refused,
             probes: self.probes,
