@@ -14,11 +14,15 @@ use super::{
 };
 
 /// Three hosts (catch-ups of more than 100 diffs in the background), 300 requests served, then
-/// hosts 1 and 2 lie about their state hash and host 0 restarts empty on `far_link` (and lies
-/// too when `far_lies`).
-async fn two_liars_and_one_far(far_lies: bool, far_link: LatencyProfile) -> Harness {
+/// hosts 1 and 2 lie about their state hash and host 0 restarts empty behind a `far_rtt_ms`
+/// round trip (and lies too when `far_lies`).
+async fn two_liars_and_one_far(far_lies: bool, far_rtt_ms: u64) -> Harness {
     let h = catch_ups(3, 100).await;
     fill(&h, 300).await;
+    let far_link = LatencyProfile {
+        rtt_ms: far_rtt_ms,
+        ..LatencyProfile::zero()
+    };
     h.sim.set_latency(0, far_link).unwrap();
     let far = Faults {
         wrong_state_hash: far_lies,
@@ -68,11 +72,7 @@ fn rounds(h: &Harness) -> u64 {
 async fn e9cc4bc_a_far_host_whose_answers_are_all_refused_is_not_caught_up_in_a_hot_loop() {
     tokio::time::pause();
     // A 20 ms round trip: each round takes virtual time, so a loop of them lets the clock move.
-    let link = LatencyProfile {
-        rtt_ms: 20,
-        ..LatencyProfile::zero()
-    };
-    let h = two_liars_and_one_far(true, link).await;
+    let h = two_liars_and_one_far(true, 20).await;
     let before = rounds(&h);
     let (_, during) = futures::join!(load(&h, Duration::from_secs(4)), async {
         tokio::time::sleep(Duration::from_secs(4)).await;
@@ -92,11 +92,7 @@ async fn e9cc4bc_a_far_host_whose_answers_are_all_refused_is_not_caught_up_in_a_
 async fn e9cc4bc_with_the_only_other_host_catching_up_the_repairs_tick_at_once_after_a_clear() {
     tokio::time::pause();
     // Host 0's catch-up of 300 diffs, in chunks of 20 over a 2 s round trip, takes about 30 s.
-    let slow = LatencyProfile {
-        rtt_ms: 2_000,
-        ..LatencyProfile::zero()
-    };
-    let h = two_liars_and_one_far(false, slow).await;
+    let h = two_liars_and_one_far(false, 2_000).await;
     let after_the_clear = async {
         // The repairs' first ticks (2 s) find hosts 1 and 2 still lying.
         tokio::time::sleep(Duration::from_secs(3)).await;
