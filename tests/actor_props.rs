@@ -36,6 +36,7 @@ use devshard_gateway::{
     sim::{Faults, Profile, SimConfig},
 };
 
+use harness::recent_log;
 use harness::{Answer, Harness};
 use schedule::{judged_after_shared, schedule, Before, Schedule, HOSTS};
 /// Schedules per network (a fresh simulator and escrow: bounded nonces, isolated histories).
@@ -321,6 +322,7 @@ async fn schedule_1175_refusals_seen_as_reset_and_refused_are_one_shared_fault()
 /// Runs `total` schedules from seed `first`, a fresh network every [`BLOCK`]; panics on the first
 /// broken invariant with the schedule and how to replay it.
 async fn run_schedules(first: u64, total: u64) {
+    recent_log::keep_recent_log();
     let mut n = 0;
     let mut unsettled = 0;
     let wall = std::time::Instant::now();
@@ -338,10 +340,18 @@ async fn run_schedules(first: u64, total: u64) {
                 first + start,
                 n - start + 1
             );
+            recent_log::mark_recent_log(format!("--- schedule {seed}"));
             let ran = tokio::time::timeout(STEP_LIMIT, run_schedule(&h, seed, &s)).await;
+            let log = || {
+                let lines = recent_log::recent_log().join("\n");
+                format!("the gateway's last log lines (info and above):\n{lines}")
+            };
             match ran {
-                Err(_) => panic!("schedule {seed} {s:?}: stuck for {STEP_LIMIT:?}\n{replay}"),
-                Ok(Err(e)) => panic!("schedule {seed} {s:?}: {e}\n{replay}"),
+                Err(_) => panic!(
+                    "schedule {seed} {s:?}: stuck for {STEP_LIMIT:?}\n{replay}\n{}",
+                    log()
+                ),
+                Ok(Err(e)) => panic!("schedule {seed} {s:?}: {e}\n{replay}\n{}", log()),
                 Ok(Ok(())) => {}
             }
             n += 1;

@@ -161,9 +161,16 @@ pub fn escrow_info(sim: &SimNetwork, escrow_id: &str) -> EscrowInfo {
     }
 }
 
-/// A JSON test logger that discards output unless `TEST_LOG=1`.
+#[path = "recent_log.rs"]
+pub mod recent_log;
+
+/// A JSON test logger that discards output unless `TEST_LOG=1`, or keeps the last lines in
+/// memory once the test binary asked for them (`recent_log::keep_recent_log`).
 pub fn logger() -> slog::Logger {
     use slog::Drain;
+    if let Some(drain) = recent_log::recent_drain() {
+        return slog::Logger::root(drain, slog::o!());
+    }
     if std::env::var("TEST_LOG").is_ok() {
         let drain = slog_json::Json::default(std::io::stderr()).fuse();
         let drain = std::sync::Mutex::new(drain).fuse();
