@@ -111,11 +111,11 @@ impl VoteQueue {
             self.short.remove(&nonce);
             return None;
         }
-        let doubled = self
-            .limits
-            .retry_ms
-            .saturating_mul(1u64 << (*rounds - 1).min(20));
-        Some(Duration::from_millis(doubled.min(self.limits.retry_max_ms)))
+        Some(crate::policy::backoff::doubled(
+            Duration::from_millis(self.limits.retry_ms),
+            *rounds - 1,
+            Duration::from_millis(self.limits.retry_max_ms),
+        ))
     }
 
     /// Whether a round of `nonce` fell short already.

@@ -1,9 +1,12 @@
 //! Back-off with jitter for the repair loop (docs/health.md §6.4: 2 s first, then 15 s → 30 s →
-//! 60 s → 300 s, ±20 %). The chain poller's 429/503 back-off and `Retry-After` parsing live in
-//! `chain::backoff`.
+//! 60 s → 300 s, ±20 %), and the plain doubling the escrow's retries share ([`doubled`]: vote
+//! rounds that fell short, background catch-up rounds that moved their host nowhere). The chain
+//! poller's 429/503 back-off and `Retry-After` parsing live in `chain::backoff`.
 //!
 //! Jitter is an explicit draw in `[-1, 1]` ([`jitter_draw`] makes one from any `rand::Rng`), so
 //! callers and tests are deterministic.
+
+use std::time::Duration;
 
 use rand::Rng;
 
@@ -15,6 +18,11 @@ pub const REPAIR_FIRST_DELAY_MS: i64 = 2_000;
 pub const REPAIR_DELAYS_MS: [i64; 4] = [15_000, 30_000, 60_000, 300_000];
 /// ± fraction of jitter on repair delays.
 pub const REPAIR_JITTER: f64 = 0.2;
+
+/// `first · 2^doublings`, at most `max` (saturating: never overflows).
+pub fn doubled(first: Duration, doublings: u32, max: Duration) -> Duration {
+    first.saturating_mul(1u32 << doublings.min(31)).min(max)
+}
 
 /// A uniform draw in `[-1, 1]`.
 pub fn jitter_draw(rng: &mut impl Rng) -> f64 {
@@ -58,6 +66,15 @@ pub fn repair_gave_up(started_ms: i64, now_ms: i64, settings: &HealthSettings) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doubling_stops_at_its_cap_and_never_overflows() {
+        let ms = |d: Duration| d.as_millis();
+        let (first, max) = (Duration::from_millis(250), Duration::from_secs(8));
+        let waits: Vec<u128> = (0..8).map(|n| ms(doubled(first, n, max))).collect();
+        assert_eq!(waits, [250, 500, 1_000, 2_000, 4_000, 8_000, 8_000, 8_000]);
+        assert_eq!(doubled(Duration::MAX, 40, Duration::MAX), Duration::MAX);
+    }
 
     #[test]
     fn repair_schedule() {

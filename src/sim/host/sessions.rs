@@ -75,6 +75,15 @@ impl HostState {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The sessions lock if it is free now (poisoning ignored), else `None`: a catch-up holds it.
+    fn try_sessions(&self) -> Option<MutexGuard<'_, HostSessions>> {
+        match self.sessions.try_lock() {
+            Ok(s) => Some(s),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Runs `f` on the session of `escrow_id`, if the host has it, waiting for the lock (tests
     /// and synchronous callers).
     pub(crate) fn with_session<R>(
@@ -92,12 +101,8 @@ impl HostState {
         escrow_id: &str,
         f: impl FnOnce(&mut HostSession) -> R + Send + 'static,
     ) -> Option<R> {
-        match self.sessions.try_lock() {
-            Ok(mut s) => return s.sessions.get_mut(escrow_id).map(f),
-            Err(TryLockError::Poisoned(p)) => {
-                return p.into_inner().sessions.get_mut(escrow_id).map(f)
-            }
-            Err(TryLockError::WouldBlock) => {}
+        if let Some(mut s) = self.try_sessions() {
+            return s.sessions.get_mut(escrow_id).map(f);
         }
         let (host, id) = (Arc::clone(self), escrow_id.to_owned());
         tokio::task::spawn_blocking(move || host.with_session(&id, f))
@@ -113,19 +118,13 @@ impl HostState {
         escrow_id: &str,
         f: impl FnOnce(&mut HostSession) + Send + 'static,
     ) {
-        match self.sessions.try_lock() {
-            Ok(mut s) => {
-                s.sessions.get_mut(escrow_id).map(f);
-            }
-            Err(TryLockError::Poisoned(p)) => {
-                p.into_inner().sessions.get_mut(escrow_id).map(f);
-            }
-            Err(TryLockError::WouldBlock) => {
-                let (host, id) = (Arc::clone(self), escrow_id.to_owned());
-                self.runtime()
-                    .spawn_blocking(move || host.with_session(&id, f));
-            }
+        if let Some(mut s) = self.try_sessions() {
+            s.sessions.get_mut(escrow_id).map(f);
+            return;
         }
+        let (host, id) = (Arc::clone(self), escrow_id.to_owned());
+        self.runtime()
+            .spawn_blocking(move || host.with_session(&id, f));
     }
 
     /// What the host held of `escrow_id` before it last restarted empty ([`HostSession::held`]).
@@ -145,15 +144,13 @@ impl HostState {
     /// [`Self::forget_sessions`] from a request handler: at once when the lock is free, else as
     /// soon as the catch-up holding it ends (a host restarting a moment later).
     pub(crate) fn forget_sessions_soon(self: &Arc<Self>) {
-        match self.sessions.try_lock() {
-            Ok(mut s) => s.forget_all(),
-            Err(TryLockError::Poisoned(p)) => p.into_inner().forget_all(),
-            Err(TryLockError::WouldBlock) => {
-                let host = Arc::clone(self);
-                self.runtime()
-                    .spawn_blocking(move || host.forget_sessions());
-            }
+        if let Some(mut s) = self.try_sessions() {
+            s.forget_all();
+            return;
         }
+        let host = Arc::clone(self);
+        self.runtime()
+            .spawn_blocking(move || host.forget_sessions());
     }
 }
 

@@ -173,11 +173,9 @@ const MAX_STUCK_DOUBLINGS: u32 = 5;
 /// in a row that moved the host nowhere (at most [`MAX_STUCK_DOUBLINGS`] times). A round that
 /// failed to send keeps the probe interval: the host is back as soon as it answers.
 fn retry_wait(probe_ms: u64, stuck: u32) -> Duration {
-    Duration::from_millis(
-        probe_ms
-            .max(1)
-            .saturating_mul(1 << stuck.min(MAX_STUCK_DOUBLINGS)),
-    )
+    let probe_ms = probe_ms.max(1);
+    let most = Duration::from_millis(probe_ms.saturating_mul(1 << MAX_STUCK_DOUBLINGS));
+    crate::policy::backoff::doubled(Duration::from_millis(probe_ms), stuck, most)
 }
 
 /// The host lacking the most diffs beyond `above` (ties: the first), if any.
