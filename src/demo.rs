@@ -86,6 +86,7 @@ pub fn rotation_settings(args: &DemoArgs, sim: &SimConfig) -> RotationSettings {
             nonce_margin: ROTATION_NONCE_MARGIN,
             reserve_requests: crate::rotation::settings::DEFAULT_RESERVE_REQUESTS,
             margin_s: crate::rotation::settings::DEFAULT_MARGIN_S,
+            max_spares: crate::rotation::settings::DEFAULT_MAX_SPARES,
         }],
         ..RotationSettings::default()
     }

@@ -73,6 +73,8 @@ mod reroute;
 mod retention;
 #[path = "gateway/rotation.rs"]
 mod rotation;
+#[path = "gateway/rotation_spares.rs"]
+mod rotation_spares;
 #[path = "gateway/settle.rs"]
 mod settle;
 #[path = "gateway/settle_edges.rs"]

@@ -18,12 +18,14 @@
 //!   every 2 s and do nothing else. The creator's writes are fenced by that lease.
 //! - **Timers**: one — a 100 ms tick that starts the check once `rotation.check_interval_ms`
 //!   (as in force at that tick) has passed since the last one, or 2 s (the confirmation poll)
-//!   while a creation intent is open; the first runs at start, and a settings change runs one
-//!   at once. Each check first reconciles every open intent (also when rotation
-//!   is off: admin creations need it), then, per rotating model, creates a replacement when too
-//!   few escrows are active (before any runs dry: see [`super::plan::role`]) and retires the
-//!   running-low ones once their replacements serve (drain + settle by the settlement actors:
-//!   here, or by the escrow's owner through a retire request).
+//!   while a creation intent is open or a model has nothing to serve from; the first runs at
+//!   start, and a settings change runs one at once. Each check first reconciles every open
+//!   intent (also when rotation is off: admin creations need it), then, per rotating model,
+//!   creates a replacement when too few escrows are active (before any runs dry: see
+//!   [`super::plan::role`]) or a spare when the serving ones last less than `margin_s`
+//!   ([`super::runway`]), and retires the running-low ones once their replacements serve and
+//!   the others cover the margin without them (drain + settle by the settlement actors: here,
+//!   or by the escrow's owner through a retire request).
 
 use std::{cell::RefCell, collections::BTreeMap, rc::Rc, time::Duration};
 
@@ -36,7 +38,7 @@ use super::{
     burn::BurnRates,
     check::{check_model, Backoff, Checked, Retention},
     facts::{self, Sources},
-    plan::backoff_ms,
+    plan::creation_wait,
     remote::Freshness,
     settings::RotationSettings,
     Rotation,
@@ -68,6 +70,8 @@ pub struct RotationActor {
     burn: Rc<RefCell<BurnRates>>,
     view: RotationView,
     busy: bool,
+    /// The last check found a model with nothing to serve from (`check::Checked::dry`).
+    dry: bool,
     /// When the last check started.
     started_ms: Option<i64>,
 }
@@ -111,6 +115,7 @@ impl RotationActor {
             burn: Rc::default(),
             view: RotationView::default(),
             busy: false,
+            dry: false,
             started_ms: None,
         }
     }
@@ -120,8 +125,10 @@ impl RotationActor {
     fn due(&mut self, ctx: &mut Context<Self>) {
         let mut every =
             i64::try_from(self.rotation.settings().check_interval_ms).unwrap_or(i64::MAX);
-        if !self.view.intents.is_empty() || !self.view.leading {
-            // Open intents are polled; a replica that does not lead tries to take over as often.
+        if !self.view.intents.is_empty() || !self.view.leading || self.dry {
+            // Open intents are polled; a replica that does not lead tries to take over as often;
+            // a model with nothing to serve from gets its creation tried again as often (within
+            // its back-off, `plan::creation_wait`).
             every = every.min(CONFIRM_POLL_MS);
         }
         let now = self.rotation.creator.clock.now_ms();
@@ -147,9 +154,11 @@ impl RotationActor {
             other => {
                 self.view.leading = false;
                 self.leading_since_ms = None;
-                // The budget sources are the leader's figures.
+                // The budget sources, runways and serving counts are the leader's figures.
                 if let Some(m) = &self.rotation.creator.metrics {
                     m.count_sources(std::iter::empty());
+                    m.runway_seconds.reset();
+                    m.serving.reset();
                 }
                 self.view.leader_elsewhere = match other {
                     Leadership::Elsewhere { owner } => Some(owner),
@@ -234,6 +243,7 @@ impl RotationActor {
         let log = self.rotation.creator.log.clone();
         let metrics = self.rotation.creator.metrics.clone();
         let mut models = Vec::new();
+        let mut dry = false;
         for mut c in out {
             let b = self.backoff.entry(c.view.model.clone()).or_default();
             match c.created {
@@ -245,24 +255,36 @@ impl RotationActor {
                 }
                 Some(Err(e)) => {
                     b.failures += 1;
-                    let wait = backoff_ms(
+                    let wait = creation_wait(
                         b.failures,
+                        c.dry,
                         settings.backoff_first_ms,
                         settings.backoff_max_ms,
                     );
                     b.until_ms = now + i64::try_from(wait).unwrap_or(i64::MAX);
                     warn!(log, "replacement escrow not created; backing off";
                         "stage" => "escrow_rotation_started", "model" => &c.view.model,
-                        "failures" => b.failures, "retry_in_ms" => wait, "error" => &e);
+                        "failures" => b.failures, "retry_in_ms" => wait, "dry" => c.dry,
+                        "error" => &e);
                     b.last_error = Some(e);
                 }
                 None => {}
             }
             b.removed_settled += c.removed;
+            dry |= c.dry;
             if let Some(m) = &metrics {
+                let model = [c.view.model.as_str()];
                 m.backing_off
-                    .with_label_values(&[&c.view.model])
+                    .with_label_values(&model)
                     .set(i64::from(b.until_ms > now));
+                let runway = c
+                    .view
+                    .runway_s
+                    .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX));
+                m.runway_seconds.with_label_values(&model).set(runway);
+                m.serving
+                    .with_label_values(&model)
+                    .set(i64::from(c.view.serving));
             }
             c.view.failures = b.failures;
             c.view.backoff_until_ms = b.until_ms;
@@ -281,6 +303,8 @@ impl RotationActor {
         if facts_error.is_some() {
             // Nothing was decided: the previous figures stay on view.
             models = std::mem::take(&mut self.view.models);
+        } else {
+            self.dry = dry;
         }
         self.view = RotationView {
             enabled: settings.active(),

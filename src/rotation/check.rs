@@ -14,6 +14,7 @@ use super::{
     plan::{decide, nonce_margin, role, Create, EscrowFacts, Role},
     remote::BudgetSource,
     retention,
+    runway::Runway,
     settings::ModelRotation,
     Rotation,
 };
@@ -52,6 +53,15 @@ pub struct ModelView {
     pub deposited_today: u64,
     pub pending_creations: u32,
     pub decision: Option<Create>,
+    /// Nonces the serving (active and low) escrows have left, and what the model uses in
+    /// `margin_s` at its recent rate (`super::runway`).
+    pub runway_nonces: u64,
+    pub runway_need: u64,
+    /// Seconds the serving escrows last at the model's recent rate (`None`: no rate measured).
+    pub runway_s: Option<u64>,
+    /// Escrows serving (active and low); up to `target_count + max_spares`.
+    pub serving: u32,
+    pub max_spares: u32,
     pub failures: u32,
     pub backoff_until_ms: i64,
     pub last_error: Option<String>,
@@ -93,6 +103,8 @@ pub(super) struct Backoff {
 /// What one check did for one model.
 pub(super) struct Checked {
     pub view: ModelView,
+    /// Nothing of the model can serve (no serving escrow with nonces and balance left).
+    pub dry: bool,
     /// `Some(Ok)`: a creation was broadcast; `Some(Err)`: it failed.
     pub created: Option<Result<(), String>>,
     /// Settled escrows this check removed.
@@ -119,27 +131,28 @@ pub(super) async fn check_model(
     let creator = &rotation.creator;
     let now = creator.clock.now_ms();
     let escrows = facts.get(&rule.model).cloned().unwrap_or_default();
-    let roles: Vec<(String, Role)> = escrows
-        .iter()
-        .map(|e| (e.escrow_id.clone(), role(e, rule)))
-        .collect();
+    let roles: Vec<Role> = escrows.iter().map(|e| role(e, rule)).collect();
+    let runway = Runway::of(&escrows, &roles, rule);
     let pending = creator
         .intents()
         .iter()
         .filter(|i| i.model == rule.model)
         .count() as u32;
     let deposited = creator.deposits.today(&rule.model);
-    let d = decide(rule, &roles, pending, deposited, now, b.until_ms);
+    let d = decide(rule, &runway, pending, deposited, now, b.until_ms);
     let log = &creator.log;
     let mut created = None;
-    if d.create == Create::Now {
-        let low: Vec<&str> = roles
+    if let Create::Now { why } = d.create {
+        let low: Vec<&str> = runway
+            .serving
             .iter()
-            .filter(|(_, r)| *r == Role::Low)
-            .map(|(id, _)| id.as_str())
+            .filter(|s| s.role == Role::Low)
+            .map(|s| s.escrow_id.as_str())
             .collect();
         info!(log, "replacement escrow being created"; "stage" => "escrow_rotation_started",
             "model" => &rule.model, "amount" => rule.amount, "running_low" => low.join(","),
+            "why" => why.label(), "serving" => runway.serving.len(),
+            "runway_nonces" => runway.left, "runway_need" => runway.need,
             "deposited_today" => deposited, "cap" => rule.max_deposit_per_day);
         let r = creator
             .create(&rule.model, rule.amount, Origin::Rotation)
@@ -147,7 +160,9 @@ pub(super) async fn check_model(
         created = Some(match r {
             Ok(intent) => {
                 if let Some(m) = &creator.metrics {
-                    m.rotations.with_label_values(&[&rule.model]).inc();
+                    m.rotations
+                        .with_label_values(&[&rule.model, why.label()])
+                        .inc();
                 }
                 creator.reconcile(&intent.tx_hash).await;
                 Ok(())
@@ -177,6 +192,11 @@ pub(super) async fn check_model(
         deposited_today: creator.deposits.today(&rule.model),
         pending_creations: pending,
         decision: Some(d.create),
+        runway_nonces: runway.left,
+        runway_need: runway.need,
+        runway_s: runway.seconds(),
+        serving: u32::try_from(runway.serving.len()).unwrap_or(u32::MAX),
+        max_spares: rule.max_spares,
         failures: 0,
         backoff_until_ms: 0,
         last_error: None,
@@ -186,7 +206,7 @@ pub(super) async fn check_model(
             .iter()
             .zip(&roles)
             .filter(|(e, _)| !removed.contains(&e.escrow_id))
-            .map(|(e, (_, r))| EscrowRole {
+            .map(|(e, r)| EscrowRole {
                 escrow_id: e.escrow_id.clone(),
                 role: if d.retire.contains(&e.escrow_id) {
                     Role::Retiring
@@ -205,6 +225,7 @@ pub(super) async fn check_model(
     };
     Checked {
         view,
+        dry: runway.left == 0,
         created,
         removed: removed.len() as u64,
     }

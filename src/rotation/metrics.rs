@@ -13,8 +13,14 @@ pub struct RotationMetrics {
     pub creations: IntCounterVec,
     /// Deposited today, per model.
     pub deposit_today: IntGaugeVec,
-    /// Replacements started, per model.
+    /// Creations started, per model and why (`target`: too few active; `spare`: the runway is
+    /// short, `super::runway`).
     pub rotations: IntCounterVec,
+    /// Seconds the serving escrows last at the model's recent rate, as of the last check (-1:
+    /// no rate measured yet).
+    pub runway_seconds: IntGaugeVec,
+    /// Escrows serving (active and low) per model, as of the last check.
+    pub serving: IntGaugeVec,
     /// 1 while a model's creations back off after failures.
     pub backing_off: IntGaugeVec,
     /// Escrows of the last check by where their budget came from (`source`: the labels of
@@ -41,7 +47,24 @@ impl RotationMetrics {
                 &["model"],
             )?,
             rotations: IntCounterVec::new(
-                Opts::new("rotations_total", "Replacement escrows started, per model"),
+                Opts::new(
+                    "rotations_total",
+                    "Escrow creations the rotation started, per model and why (target, spare)",
+                ),
+                &["model", "why"],
+            )?,
+            runway_seconds: IntGaugeVec::new(
+                Opts::new(
+                    "rotation_runway_seconds",
+                    "Seconds a model's serving escrows last at its recent nonce rate (-1: not measured)",
+                ),
+                &["model"],
+            )?,
+            serving: IntGaugeVec::new(
+                Opts::new(
+                    "rotation_serving_escrows",
+                    "Escrows serving (active and low) per model, at the last rotation check",
+                ),
                 &["model"],
             )?,
             backing_off: IntGaugeVec::new(
@@ -62,6 +85,8 @@ impl RotationMetrics {
         registry.register(Box::new(m.creations.clone()))?;
         registry.register(Box::new(m.deposit_today.clone()))?;
         registry.register(Box::new(m.rotations.clone()))?;
+        registry.register(Box::new(m.runway_seconds.clone()))?;
+        registry.register(Box::new(m.serving.clone()))?;
         registry.register(Box::new(m.backing_off.clone()))?;
         registry.register(Box::new(m.budget_sources.clone()))?;
         for l in BudgetSource::LABELS {

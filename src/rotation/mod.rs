@@ -6,13 +6,17 @@
 //! - [`deposits`]: today's deposits per model, persisted (the daily cap survives a restart).
 //! - [`settings`]: `[rotation]` / the `rotation` section of the admin settings.
 //! - [`plan`]: pure decisions (roles, create now?, retire which, back-off).
+//! - [`runway`]: pure: the nonces a model's serving escrows have left against `margin_s`, the
+//!   spares short-lived escrows need and which low escrows may retire.
 //! - [`retention`]: pure: which settled escrows go now (`settled_retention_s`), removed through
 //!   `crate::escrow_removal` like an admin's `DELETE`.
 //! - [`actor`]: [`RotationActor`](actor::RotationActor), the periodic check; `check`: one
 //!   model's check and the view it leaves.
 //! - [`remote`]: the budget of an escrow another replica runs (pure: freshness, estimate).
 //! - [`metrics`]: `escrow_creations_total{result}`, `rotation_deposit_today{model}`,
-//!   `rotations_total{model}`, `rotation_backing_off{model}`, `rotation_budget_sources{source}`.
+//!   `rotations_total{model,why}`, `rotation_runway_seconds{model}`,
+//!   `rotation_serving_escrows{model}`, `rotation_backing_off{model}`,
+//!   `rotation_budget_sources{source}`.
 //!
 //! [`Rotation`] is the handle the HTTP layer holds: the creator, the settings in force and the
 //! actor's address.
@@ -28,6 +32,7 @@ pub mod metrics;
 pub mod plan;
 pub mod remote;
 pub mod retention;
+pub mod runway;
 pub mod settings;
 
 use std::sync::{Arc, OnceLock, RwLock};

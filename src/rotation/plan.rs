@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{remote::BudgetSource, settings::ModelRotation};
+use super::{remote::BudgetSource, runway::Runway, settings::ModelRotation};
 
 /// What the rotation knows of one registered escrow of a model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -101,9 +101,12 @@ pub fn nonce_margin(e: &EscrowFacts, rule: &ModelRotation) -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub enum Create {
-    /// Enough active escrows (and creations on their way).
+    /// Enough active escrows (and creations on their way), and a runway that covers `margin_s`
+    /// or `max_spares` spares already.
     NotNeeded,
-    Now,
+    Now {
+        why: Why,
+    },
     /// The deposit would go past `max_deposit_per_day`.
     CapReached {
         deposited_today: u64,
@@ -115,6 +118,25 @@ pub enum Create {
     },
 }
 
+/// Why a creation is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Why {
+    /// Fewer than `target_count` escrows are active (not low).
+    Target,
+    /// The serving escrows last less than `margin_s` at the model's rate ([`Runway`]).
+    Spare,
+}
+
+impl Why {
+    pub fn label(self) -> &'static str {
+        match self {
+            Why::Target => "target",
+            Why::Spare => "spare",
+        }
+    }
+}
+
 /// What one check decides for one model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
@@ -123,41 +145,61 @@ pub struct Decision {
     pub retire: Vec<String>,
 }
 
-/// The decision for `rule` given each escrow's role and the creations still pending.
+/// The decision for `rule` given the model's runway (its serving escrows and their roles) and
+/// the creations still pending. Low escrows retire once `target_count` escrows are active, and
+/// (with spares) only while the others cover the runway without them ([`Runway::retirable`]).
 pub fn decide(
     rule: &ModelRotation,
-    roles: &[(String, Role)],
+    runway: &Runway,
     pending: u32,
     deposited_today: u64,
     now_ms: i64,
     backoff_until_ms: i64,
 ) -> Decision {
-    let active = roles.iter().filter(|(_, r)| *r == Role::Active).count() as u64;
+    let active = runway
+        .serving
+        .iter()
+        .filter(|s| s.role == Role::Active)
+        .count() as u64;
     let target = u64::from(rule.target_count);
     let retire = if active >= target {
-        roles
-            .iter()
-            .filter(|(_, r)| *r == Role::Low)
-            .map(|(id, _)| id.clone())
-            .collect()
+        runway.retirable(rule)
     } else {
         Vec::new()
     };
-    let create = if active + u64::from(pending) >= target {
-        Create::NotNeeded
-    } else if deposited_today.saturating_add(rule.amount) > rule.max_deposit_per_day {
-        Create::CapReached {
-            deposited_today,
-            cap: rule.max_deposit_per_day,
-        }
-    } else if now_ms < backoff_until_ms {
-        Create::BackingOff {
-            until_ms: backoff_until_ms,
-        }
+    let why = if active + u64::from(pending) < target {
+        Some(Why::Target)
+    } else if runway.wants_spare(rule, pending) {
+        Some(Why::Spare)
     } else {
-        Create::Now
+        None
+    };
+    let create = match why {
+        None => Create::NotNeeded,
+        Some(_) if deposited_today.saturating_add(rule.amount) > rule.max_deposit_per_day => {
+            Create::CapReached {
+                deposited_today,
+                cap: rule.max_deposit_per_day,
+            }
+        }
+        Some(_) if now_ms < backoff_until_ms => Create::BackingOff {
+            until_ms: backoff_until_ms,
+        },
+        Some(why) => Create::Now { why },
     };
     Decision { create, retire }
+}
+
+/// How long a model's creations wait after `failures` failures in a row: `first · 2^(failures−1)`
+/// capped at `max`, but never past `first` while the model is dry (nothing it could serve from:
+/// every request meets 503 until a creation lands, so the chain is tried again soon).
+pub fn creation_wait(failures: u32, dry: bool, first: u64, max: u64) -> u64 {
+    let wait = backoff_ms(failures, first, max);
+    if dry {
+        wait.min(first)
+    } else {
+        wait
+    }
 }
 
 /// `first · 2^(failures−1)`, capped at `max` (0 failures: no wait).
@@ -177,6 +219,7 @@ pub fn utc_day(unix_ms: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rotation::runway::Serving;
 
     fn rule() -> ModelRotation {
         ModelRotation {
@@ -187,6 +230,26 @@ mod tests {
             nonce_margin: 10,
             reserve_requests: 3,
             margin_s: 5,
+            max_spares: 0,
+        }
+    }
+
+    /// A runway of escrows with these roles, 50 nonces left each, no burn measured.
+    fn runway(roles: &[(&str, Role)]) -> Runway {
+        let serving: Vec<Serving> = roles
+            .iter()
+            .map(|(id, role)| Serving {
+                escrow_id: (*id).to_owned(),
+                role: *role,
+                left: 50,
+            })
+            .collect();
+        Runway {
+            left: 50 * serving.len() as u64,
+            serving,
+            per_s: 0,
+            need: 0,
+            fresh: 100,
         }
     }
 
@@ -244,26 +307,30 @@ mod tests {
 
     #[test]
     fn the_replacement_comes_first_and_the_low_escrow_retires_after() {
-        let low = vec![("1".to_owned(), Role::Low)];
+        let now = Create::Now { why: Why::Target };
+        let low = runway(&[("1", Role::Low)]);
         let d = decide(&rule(), &low, 0, 0, 0, 0);
-        assert_eq!(d.create, Create::Now);
+        assert_eq!(d.create, now);
         assert!(d.retire.is_empty(), "no replacement serves yet");
         // Pending creation: not created twice.
         assert_eq!(decide(&rule(), &low, 1, 0, 0, 0).create, Create::NotNeeded);
-        let both = vec![("1".to_owned(), Role::Low), ("2".to_owned(), Role::Active)];
+        let both = runway(&[("1", Role::Low), ("2", Role::Active)]);
         let d = decide(&rule(), &both, 0, 100, 0, 0);
         assert_eq!(d.create, Create::NotNeeded);
         assert_eq!(d.retire, ["1"]);
-        // An escrow whose budget is unknown neither covers the target nor retires.
-        let unknown = vec![("1".to_owned(), Role::Unknown)];
-        let d = decide(&rule(), &unknown, 0, 0, 0, 0);
-        assert_eq!((d.create, d.retire.len()), (Create::Now, 0));
+        // An escrow whose budget is unknown is not serving: it neither covers the target nor
+        // retires.
+        let d = decide(&rule(), &runway(&[]), 0, 0, 0, 0);
+        assert_eq!((d.create, d.retire.len()), (now, 0));
     }
 
     #[test]
     fn the_daily_cap_and_the_back_off_hold_creations() {
-        let none: Vec<(String, Role)> = Vec::new();
-        assert_eq!(decide(&rule(), &none, 0, 150, 0, 0).create, Create::Now);
+        let none = runway(&[]);
+        assert_eq!(
+            decide(&rule(), &none, 0, 150, 0, 0).create,
+            Create::Now { why: Why::Target }
+        );
         assert_eq!(
             decide(&rule(), &none, 0, 151, 0, 0).create,
             Create::CapReached {
@@ -279,6 +346,10 @@ mod tests {
         assert_eq!(backoff_ms(1, 5, 60), 5);
         assert_eq!(backoff_ms(3, 5, 60), 20);
         assert_eq!(backoff_ms(30, 5, 60), 60);
+        // A dry model tries again after the first delay, however many failures.
+        assert_eq!(creation_wait(3, false, 5, 60), 20);
+        assert_eq!(creation_wait(3, true, 5, 60), 5);
+        assert_eq!(creation_wait(0, true, 5, 60), 0);
         assert_eq!(utc_day(86_400_000 - 1), 0);
         assert_eq!(utc_day(86_400_000), 1);
     }

@@ -21,6 +21,11 @@ pub const DEFAULT_NONCE_MARGIN: u64 = 200;
 /// Worst-case requests the balance must still pay for.
 pub const DEFAULT_RESERVE_REQUESTS: u64 = 8;
 pub const DEFAULT_MARGIN_S: u64 = 60;
+/// Escrows a model may keep serving beyond `target_count` when its escrows are short-lived
+/// (`super::runway`).
+pub const DEFAULT_MAX_SPARES: u32 = 2;
+/// The most spares accepted (each holds a deposit).
+pub const MAX_SPARES: u32 = 16;
 /// Upstream checks every 30 s.
 pub const DEFAULT_CHECK_INTERVAL_MS: u64 = 30_000;
 /// Back-off of failed creations: first delay, cap.
@@ -53,10 +58,19 @@ pub struct ModelRotation {
     /// this many seconds (never more than half of them).
     #[serde(default = "default_margin_s")]
     pub margin_s: u64,
+    /// At most this many escrows beyond `target_count` serve at once, kept while the serving
+    /// escrows would last less than `margin_s` at the model's rate (short-lived escrows: each
+    /// holds a deposit; 0 keeps `target_count` alone).
+    #[serde(default = "default_max_spares")]
+    pub max_spares: u32,
 }
 
 fn default_margin_s() -> u64 {
     DEFAULT_MARGIN_S
+}
+
+fn default_max_spares() -> u32 {
+    DEFAULT_MAX_SPARES
 }
 
 fn default_nonce_margin() -> u64 {
@@ -154,6 +168,9 @@ impl RotationSettings {
             if m.amount == 0 {
                 err(at("amount"), "must be > 0");
             }
+            if m.max_spares > MAX_SPARES {
+                err(at("max_spares"), "must be at most 16");
+            }
             if m.max_deposit_per_day < m.amount {
                 err(
                     at("max_deposit_per_day"),
@@ -182,6 +199,7 @@ mod tests {
             nonce_margin: 10,
             reserve_requests: 2,
             margin_s: 60,
+            max_spares: DEFAULT_MAX_SPARES,
         }
     }
 
@@ -191,7 +209,13 @@ mod tests {
         assert!(!d.active());
         assert!(d.validate().is_ok());
         let bad = RotationSettings {
-            models: vec![model(10, 5), model(0, 5)],
+            models: vec![
+                model(10, 5),
+                ModelRotation {
+                    max_spares: MAX_SPARES + 1,
+                    ..model(0, 5)
+                },
+            ],
             ..RotationSettings::default()
         };
         let fields: Vec<String> = bad
@@ -205,7 +229,8 @@ mod tests {
             [
                 "models[0].max_deposit_per_day",
                 "models[1].model",
-                "models[1].amount"
+                "models[1].amount",
+                "models[1].max_spares"
             ]
         );
         let toml: RotationSettings = toml::from_str(
@@ -215,6 +240,7 @@ mod tests {
         assert!(toml.active());
         assert_eq!(toml.model("m").unwrap().nonce_margin, DEFAULT_NONCE_MARGIN);
         assert_eq!(toml.model("m").unwrap().margin_s, DEFAULT_MARGIN_S);
+        assert_eq!(toml.model("m").unwrap().max_spares, DEFAULT_MAX_SPARES);
         assert_eq!(toml.settled_retention_s, DEFAULT_SETTLED_RETENTION_S);
         let forever: RotationSettings = toml::from_str("settled_retention_s = 0\n").unwrap();
         assert_eq!(forever.settled_retention_s, 0);

@@ -42,6 +42,8 @@ pub(crate) fn rotation(model: &str, amount: u64, cap: u64, nonce_margin: u64) ->
             nonce_margin,
             reserve_requests: 8,
             margin_s: 60,
+            // No spares: these escrows last seconds, and the tests count what serves.
+            max_spares: 0,
         }],
         ..RotationSettings::default()
     }
