@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use devshard_actors::{
     escrow::messages::SyncHosts,
+    outcome::OutcomeClass,
     policy::health::HealthStatus,
     protocol::state::{InferenceStatus, SessionConfig},
 };
@@ -38,7 +39,9 @@ use devshard_gateway::{
 
 use harness::recent_log;
 use harness::{Answer, Harness};
-use schedule::{judged_after_shared, schedule, Before, Schedule, HOSTS};
+use schedule::{
+    judged_after_shared, peers, schedule, shared_can_strike, Before, Schedule, Shared, HOSTS,
+};
 /// Schedules per network (a fresh simulator and escrow: bounded nonces, isolated histories).
 /// Each diff costs more as the state grows (a schedule at nonce 5 000 took ~4× one at 500), so
 /// blocks stay short.
@@ -99,7 +102,8 @@ async fn run_schedule(h: &Harness, n: u64, s: &Schedule) -> Result<(), String> {
         };
         before.push((i, b));
     }
-    let healthy_before = judged_after_shared(&before);
+    let peers = peers(s);
+    let successes_before = successes(h, &peers).await;
     for (hosts, f) in &s.faults {
         for &i in hosts {
             h.sim.set_faults(i, f.clone()).map_err(|e| e.to_string())?;
@@ -113,6 +117,11 @@ async fn run_schedule(h: &Harness, n: u64, s: &Schedule) -> Result<(), String> {
         .map_err(|_| "a request hung past 300 s (virtual)".to_string())?;
     judge(&a).map_err(|e| format!("invariant 2, stream: {e}"))?;
     judge(&b).map_err(|e| format!("invariant 2, whole: {e}"))?;
+    let shared = Shared {
+        can_strike: shared_can_strike(s),
+        peer_answered: successes(h, &peers).await > successes_before,
+    };
+    let healthy_before = judged_after_shared(&before, shared);
     h.sim.clear_all_faults();
     // Like a client retrying: requests back to back until one succeeds, for 2 s (virtual).
     let cleared = tokio::time::Instant::now();
@@ -154,6 +163,20 @@ async fn run_schedule(h: &Harness, n: u64, s: &Schedule) -> Result<(), String> {
         }
     }
     lockstep(h).await
+}
+
+/// The successes the participants of `hosts` have had, summed.
+async fn successes(h: &Harness, hosts: &[usize]) -> u64 {
+    let mut n = 0;
+    for &i in hosts {
+        let record = h.participant(&h.host(i)).await;
+        n += record
+            .outcomes
+            .get(&OutcomeClass::Success)
+            .copied()
+            .unwrap_or(0);
+    }
+    n
 }
 
 /// Invariant 1 after a sync (forked, repairing and ejected hosts may lag, never lead). A diff
@@ -295,14 +318,54 @@ async fn schedule_4163_a_refusal_only_one_routable_host_showed_is_that_hosts_own
         (1, Before::Healthy),
         (0, Before::Unroutable),
     ];
-    assert!(judged_after_shared(&seen_alone).is_empty());
+    let no_peer = Shared {
+        can_strike: true,
+        peer_answered: false,
+    };
+    assert!(judged_after_shared(&seen_alone, no_peer).is_empty());
     let seen_by_two = [
         (3, Before::Doubtful),
         (1, Before::Healthy),
         (0, Before::Unroutable),
     ];
-    assert_eq!(judged_after_shared(&seen_by_two), vec![1]);
+    assert_eq!(judged_after_shared(&seen_by_two, no_peer), vec![1]);
     run_schedules(4100, 64).await;
+}
+
+/// Failed CI's clean-clone run of `64efed2` (schedule 7259, invariant 3: "host 1 is Ejected
+/// { level: 1 } after a fault every faulted host shared"): hosts 1 and 2 refused connections,
+/// both healthy before. A host outside the fault answered between their refusals (the two
+/// requests run at once, and which host answers when is the machine's timing: 16 replays
+/// passed), so by relative evidence each refusal was its host's own, and the gateway ejected
+/// host 1, the documented behaviour (docs/health.md §1). The checker now judges a fault that can
+/// strike only when no host outside every fault answered while it lasted, as the chaos runner
+/// does; a 403, 429 or 503 (which never strike) is judged whoever answered.
+#[actix_rt::test]
+async fn schedule_7259_a_refusal_two_hosts_showed_while_a_peer_answered_is_each_hosts_own() {
+    let both_healthy = [(1, Before::Healthy), (2, Before::Healthy)];
+    let peer_answered = Shared {
+        can_strike: true,
+        peer_answered: true,
+    };
+    assert!(judged_after_shared(&both_healthy, peer_answered).is_empty());
+    let never_strikes = Shared {
+        can_strike: false,
+        peer_answered: true,
+    };
+    assert_eq!(
+        judged_after_shared(&both_healthy, never_strikes),
+        vec![1, 2]
+    );
+    let no_peer = Shared {
+        can_strike: true,
+        peer_answered: false,
+    };
+    assert_eq!(judged_after_shared(&both_healthy, no_peer), vec![1, 2]);
+    // Schedule 7259 itself: its shared fault can strike, and hosts outside it exist.
+    let s = schedule(7259);
+    assert_eq!(s.shared_only, vec![1, 2], "{s:?}");
+    assert!(shared_can_strike(&s));
+    assert!(!peers(&s).is_empty(), "{s:?}");
 }
 
 /// Found by 10⁴ schedules (schedule 1175, invariant 3: "host 1 is Ejected after a fault every

@@ -29,7 +29,7 @@ mod report;
 pub mod schedule;
 mod secrets;
 mod sim_thread;
-mod spared;
+pub mod spared;
 
 use std::{cell::RefCell, process::ExitCode, rc::Rc, time::Duration};
 

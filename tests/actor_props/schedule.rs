@@ -100,17 +100,24 @@ pub enum Before {
 }
 
 /// The hosts invariant 3 may require not to be ejected or on probation after a fault every
-/// faulted host shared: the healthy ones, and only when at least two faulted hosts were routable.
-/// A fault only one routable host shows, while hosts outside the fault answer, is by every
-/// observable that host's own (docs/health.md §1), whatever the unroutable hosts suffered
-/// (schedule 4163: hosts 3, 1 and 0 refused connections, but 3 was ejected and 0 under repair,
-/// so the gateway saw host 1 refuse while host 2 answered, and ejected host 1).
-pub fn judged_after_shared(before: &[(usize, Before)]) -> Vec<usize> {
+/// faulted host shared: the healthy ones, and only when at least two faulted hosts were routable
+/// and, for a fault that can strike, no host outside every fault of the schedule answered while
+/// it lasted (the chaos runner's rule, `devshard_gateway::chaos::spared`).
+/// - A fault only one routable host shows, while hosts outside the fault answer, is by every
+///   observable that host's own (docs/health.md §1), whatever the unroutable hosts suffered
+///   (schedule 4163: hosts 3, 1 and 0 refused connections, but 3 was ejected and 0 under repair,
+///   so the gateway saw host 1 refuse while host 2 answered, and ejected host 1).
+/// - A fault that can strike (refused connections, 401, 404) on several routable hosts while a
+///   host outside it answers makes each faulted host's failures its own by relative evidence;
+///   ejecting them is the documented behaviour (schedule 7259: hosts 1 and 2 refused
+///   connections, both healthy, and host 1 was ejected; which host answered in between depends
+///   on the timing of the two concurrent requests).
+pub fn judged_after_shared(before: &[(usize, Before)], shared: Shared) -> Vec<usize> {
     let routable = before
         .iter()
         .filter(|(_, b)| *b != Before::Unroutable)
         .count();
-    if routable < 2 {
+    if routable < 2 || (shared.can_strike && shared.peer_answered) {
         return Vec::new();
     }
     before
@@ -118,4 +125,28 @@ pub fn judged_after_shared(before: &[(usize, Before)]) -> Vec<usize> {
         .filter(|(_, b)| *b == Before::Healthy)
         .map(|(i, _)| *i)
         .collect()
+}
+
+/// What invariant 3 knows of a schedule's shared fault besides its hosts' standing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shared {
+    /// Its knob can carry a strike (every knob but 403, 429 and 503).
+    pub can_strike: bool,
+    /// A host outside every fault of the schedule succeeded while the faults were set.
+    pub peer_answered: bool,
+}
+
+/// The hosts outside every fault of `s`.
+pub fn peers(s: &Schedule) -> Vec<usize> {
+    (0..HOSTS)
+        .filter(|i| s.faults.iter().all(|(hosts, _)| !hosts.contains(i)))
+        .collect()
+}
+
+/// Whether the shared fault of `s` (its first fault set, when it has shared-only hosts) can
+/// strike.
+pub fn shared_can_strike(s: &Schedule) -> bool {
+    s.faults.first().is_some_and(|(_, f)| {
+        serde_json::to_value(f).is_ok_and(|v| devshard_gateway::chaos::spared::knob_can_strike(&v))
+    })
 }
