@@ -27,20 +27,28 @@ meta_drain_ms = 5000
 /// cover a creation (a chain tx) under chain faults at the nonce rate of a fault round: a tenth
 /// (2 000 nonces) ran out 26 s into the rotating hour-long run, the nonce at ≈ 1 000 a second
 /// while four hosts answered empty streams, the creation refused by a chain answering 429 and
-/// retried 5 s later, after both escrows had reached their limit.
+/// retried 5 s later, after both escrows had reached their limit. Up to four spares
+/// (`src/rotation/runway.rs`): at `--max-nonce 4000` an escrow lasts 6–16 s (≈ 250 nonces a
+/// second in a debug build, ≈ 700 in a release build), and seed 12 ends with 10 s of chain
+/// outage; with the default two spares the release build's three escrows ran dry 4 s before the
+/// chain came back.
 pub fn rotation_config(max_nonce: Option<u64>, sim: &SimConfig) -> String {
     let Some(max_nonce) = max_nonce else {
         return String::new();
     };
     format!(
         "[rotation]\ncheck_interval_ms = 1000\n[[rotation.models]]\nmodel = \"{}\"\n\
-         target_count = 1\namount = {}\nmax_deposit_per_day = {}\nnonce_margin = {}\n",
+         target_count = 1\namount = {}\nmax_deposit_per_day = {}\nnonce_margin = {}\n\
+         max_spares = {CHAOS_MAX_SPARES}\n",
         sim.model,
         sim.amount,
         sim.amount.saturating_mul(1_000),
         (max_nonce / 4).max(20)
     )
 }
+
+/// `max_spares` of the runner's rotation.
+pub const CHAOS_MAX_SPARES: u32 = 4;
 
 /// How to start the gateway (fixed for a run).
 #[derive(Debug, Clone)]
@@ -173,6 +181,7 @@ mod tests {
         assert_eq!(model.model, sim.model);
         assert_eq!((model.target_count, model.amount), (1, sim.amount));
         assert_eq!(model.nonce_margin, 5_000);
+        assert_eq!(model.max_spares, CHAOS_MAX_SPARES);
         assert_eq!(raw.rotation.check_interval_ms, 1_000);
     }
 }

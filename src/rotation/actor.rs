@@ -38,7 +38,7 @@ use super::{
     burn::BurnRates,
     check::{check_model, Backoff, Checked, Retention},
     facts::{self, Sources},
-    plan::creation_wait,
+    plan::{creation_wait, Delays},
     remote::Freshness,
     settings::RotationSettings,
     Rotation,
@@ -210,8 +210,13 @@ impl RotationActor {
             };
             for rule in &out.settings.models {
                 let b = backoff.get(&rule.model).cloned().unwrap_or_default();
-                out.models
-                    .push(check_model(&rotation, &settlements, rule, &facts, &b, keep).await);
+                let delays = Delays {
+                    first_ms: out.settings.backoff_first_ms,
+                    max_ms: out.settings.backoff_max_ms,
+                };
+                out.models.push(
+                    check_model(&rotation, &settlements, rule, &facts, (&b, delays), keep).await,
+                );
             }
             out
         };
@@ -249,7 +254,7 @@ impl RotationActor {
             match c.created {
                 Some(Ok(())) => {
                     b.failures = 0;
-                    b.until_ms = 0;
+                    c.view.backoff_until_ms = 0;
                     b.last_error = None;
                     b.rotations += 1;
                 }
@@ -261,7 +266,9 @@ impl RotationActor {
                         settings.backoff_first_ms,
                         settings.backoff_max_ms,
                     );
-                    b.until_ms = now + i64::try_from(wait).unwrap_or(i64::MAX);
+                    b.failed_at_ms = now;
+                    c.view.backoff_until_ms =
+                        now.saturating_add(i64::try_from(wait).unwrap_or(i64::MAX));
                     warn!(log, "replacement escrow not created; backing off";
                         "stage" => "escrow_rotation_started", "model" => &c.view.model,
                         "failures" => b.failures, "retry_in_ms" => wait, "dry" => c.dry,
@@ -276,7 +283,7 @@ impl RotationActor {
                 let model = [c.view.model.as_str()];
                 m.backing_off
                     .with_label_values(&model)
-                    .set(i64::from(b.until_ms > now));
+                    .set(i64::from(c.view.backoff_until_ms > now));
                 let runway = c
                     .view
                     .runway_s
@@ -287,7 +294,6 @@ impl RotationActor {
                     .set(i64::from(c.view.serving));
             }
             c.view.failures = b.failures;
-            c.view.backoff_until_ms = b.until_ms;
             c.view.last_error = b.last_error.clone();
             c.view.rotations = b.rotations;
             c.view.removed_settled = b.removed_settled;

@@ -11,7 +11,7 @@ use slog::{info, warn};
 
 use super::{
     intent::{CreateIntent, Origin},
-    plan::{decide, nonce_margin, role, Create, EscrowFacts, Role},
+    plan::{decide, nonce_margin, retry_at, role, Create, Delays, EscrowFacts, Role},
     remote::BudgetSource,
     retention,
     runway::Runway,
@@ -94,7 +94,8 @@ pub struct RotationView {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Backoff {
     pub failures: u32,
-    pub until_ms: i64,
+    /// When the last creation failed (the back-off counts from there: `plan::retry_at`).
+    pub failed_at_ms: i64,
     pub last_error: Option<String>,
     pub rotations: u64,
     pub removed_settled: u64,
@@ -125,7 +126,7 @@ pub(super) async fn check_model(
     settlements: &Settlements,
     rule: &ModelRotation,
     facts: &BTreeMap<String, Vec<EscrowFacts>>,
-    b: &Backoff,
+    (b, delays): (&Backoff, Delays),
     keep: Retention<'_>,
 ) -> Checked {
     let creator = &rotation.creator;
@@ -139,7 +140,9 @@ pub(super) async fn check_model(
         .filter(|i| i.model == rule.model)
         .count() as u32;
     let deposited = creator.deposits.today(&rule.model);
-    let d = decide(rule, &runway, pending, deposited, now, b.until_ms);
+    let dry = runway.left == 0;
+    let until_ms = retry_at(b.failures, b.failed_at_ms, dry, delays);
+    let d = decide(rule, &runway, pending, deposited, now, until_ms);
     let log = &creator.log;
     let mut created = None;
     if let Create::Now { why } = d.create {
@@ -198,7 +201,7 @@ pub(super) async fn check_model(
         serving: u32::try_from(runway.serving.len()).unwrap_or(u32::MAX),
         max_spares: rule.max_spares,
         failures: 0,
-        backoff_until_ms: 0,
+        backoff_until_ms: until_ms,
         last_error: None,
         rotations: 0,
         removed_settled: 0,
@@ -225,7 +228,7 @@ pub(super) async fn check_model(
     };
     Checked {
         view,
-        dry: runway.left == 0,
+        dry,
         created,
         removed: removed.len() as u64,
     }

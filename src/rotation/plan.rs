@@ -190,6 +190,24 @@ pub fn decide(
     Decision { create, retire }
 }
 
+/// The back-off of failed creations (`rotation.backoff_first_ms`, `backoff_max_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delays {
+    pub first_ms: u64,
+    pub max_ms: u64,
+}
+
+/// When a model's next creation may start: `failed_at_ms` (its last failure) plus
+/// [`creation_wait`], judged with `dry` as it stands now, so a model that ran dry during a long
+/// back-off tries again at once once its first delay has passed; 0 without failures.
+pub fn retry_at(failures: u32, failed_at_ms: i64, dry: bool, delays: Delays) -> i64 {
+    if failures == 0 {
+        return 0;
+    }
+    let wait = creation_wait(failures, dry, delays.first_ms, delays.max_ms);
+    failed_at_ms.saturating_add(i64::try_from(wait).unwrap_or(i64::MAX))
+}
+
 /// How long a model's creations wait after `failures` failures in a row: `first · 2^(failures−1)`
 /// capped at `max`, but never past `first` while the model is dry (nothing it could serve from:
 /// every request meets 503 until a creation lands, so the chain is tried again soon).
@@ -350,6 +368,14 @@ mod tests {
         assert_eq!(creation_wait(3, false, 5, 60), 20);
         assert_eq!(creation_wait(3, true, 5, 60), 5);
         assert_eq!(creation_wait(0, true, 5, 60), 0);
+        // Judged as the model stands now: it ran dry during a 20 ms wait begun at 100.
+        let delays = Delays {
+            first_ms: 5,
+            max_ms: 60,
+        };
+        assert_eq!(retry_at(3, 100, false, delays), 120);
+        assert_eq!(retry_at(3, 100, true, delays), 105);
+        assert_eq!(retry_at(0, 100, true, delays), 0);
         assert_eq!(utc_day(86_400_000 - 1), 0);
         assert_eq!(utc_day(86_400_000), 1);
     }
