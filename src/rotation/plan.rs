@@ -34,6 +34,32 @@ pub struct EscrowFacts {
     pub burn_per_s: u64,
 }
 
+#[cfg(test)]
+impl EscrowFacts {
+    /// A live, open escrow `id` at `nonce` of `serving_limit`, its worst-case request 10.
+    pub(crate) fn for_test(
+        id: &str,
+        (nonce, serving_limit): (u64, u64),
+        spendable: u64,
+        burn_per_s: u64,
+    ) -> EscrowFacts {
+        EscrowFacts {
+            escrow_id: id.into(),
+            nonce,
+            serving_limit,
+            spendable,
+            worst_cost: 10,
+            closed: false,
+            settled: false,
+            settled_at_ms: None,
+            deactivated: false,
+            budget_known: true,
+            source: BudgetSource::Live,
+            burn_per_s,
+        }
+    }
+}
+
 /// An escrow's role in the rotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -272,20 +298,7 @@ mod tests {
     }
 
     fn facts(nonce: u64, spendable: u64) -> EscrowFacts {
-        EscrowFacts {
-            escrow_id: "1".into(),
-            nonce,
-            serving_limit: 100,
-            spendable,
-            worst_cost: 10,
-            closed: false,
-            settled: false,
-            settled_at_ms: None,
-            deactivated: false,
-            budget_known: true,
-            source: BudgetSource::Live,
-            burn_per_s: 0,
-        }
+        EscrowFacts::for_test("1", (nonce, 100), spendable, 0)
     }
 
     #[test]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::rotation::{plan::role, remote::BudgetSource};
+use crate::rotation::plan::role;
 
 fn rule(max_spares: u32) -> ModelRotation {
     ModelRotation {
@@ -16,20 +16,7 @@ fn rule(max_spares: u32) -> ModelRotation {
 
 /// Escrow `id` at `nonce` of a 4 000-nonce serving limit, burning `per_s`.
 fn escrow(id: &str, nonce: u64, per_s: u64) -> EscrowFacts {
-    EscrowFacts {
-        escrow_id: id.into(),
-        nonce,
-        serving_limit: 4_000,
-        spendable: 1_000_000,
-        worst_cost: 10,
-        closed: false,
-        settled: false,
-        settled_at_ms: None,
-        deactivated: false,
-        budget_known: true,
-        source: BudgetSource::Live,
-        burn_per_s: per_s,
-    }
+    EscrowFacts::for_test(id, (nonce, 4_000), 1_000_000, per_s)
 }
 
 fn runway_of(escrows: &[EscrowFacts], rule: &ModelRotation) -> Runway {
