@@ -4,12 +4,10 @@
 //! the queue of timeout votes (`vote_queue.rs`: several nonces at once, bounded, retried when
 //! short of quorum). A nonce's timeout reason and deadline follow its record in our state.
 
+mod payloads;
 mod votes;
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    time::Duration,
-};
+use std::{collections::BTreeMap, time::Duration};
 
 use slog::{info, Logger};
 
@@ -60,10 +58,8 @@ pub(super) struct NonceBook {
     timers: BTreeMap<u64, Timer>,
     /// Nonces waiting for, or collecting, their timeout vote.
     votes: VoteQueue,
-    /// Nonces whose refused-timeout payload is persisted (`actor/payloads.rs`), and those of
-    /// them settled since the record was last deleted.
-    kept_payloads: BTreeSet<u64>,
-    released_payloads: Vec<u64>,
+    /// Nonces whose refused-timeout payload is persisted (`actor/payloads.rs`).
+    payloads: payloads::Payloads,
     deadlines: Deadlines,
     log: Logger,
 }
@@ -74,8 +70,7 @@ impl NonceBook {
             attempts: BTreeMap::new(),
             timers: BTreeMap::new(),
             votes: VoteQueue::new(limits),
-            kept_payloads: BTreeSet::new(),
-            released_payloads: Vec::new(),
+            payloads: payloads::Payloads::default(),
             deadlines,
             log,
         }
@@ -204,19 +199,34 @@ impl NonceBook {
     pub(super) fn forget(&mut self, nonce: u64) {
         self.attempts.remove(&nonce);
         self.votes.forget(nonce);
-        if self.kept_payloads.remove(&nonce) {
-            self.released_payloads.push(nonce);
-        }
+        self.payloads.release(nonce);
+    }
+
+    /// Drops a nonce timed out by vote; its persisted payload stays until the timeout is
+    /// durable (`book/payloads.rs`).
+    pub(super) fn forget_timed_out(&mut self, nonce: u64) {
+        self.attempts.remove(&nonce);
+        self.votes.forget(nonce);
+        self.payloads.hold_until_durable(nonce);
     }
 
     /// Records that `nonce`'s payload is persisted; `false` when it was already.
     pub(super) fn keep_payload(&mut self, nonce: u64) -> bool {
-        self.attempts.contains_key(&nonce) && self.kept_payloads.insert(nonce)
+        self.attempts.contains_key(&nonce) && self.payloads.keep(nonce)
     }
 
-    /// Settled nonces whose persisted payload is to be deleted.
-    pub(super) fn take_released_payloads(&mut self) -> Vec<u64> {
-        std::mem::take(&mut self.released_payloads)
+    /// Settled nonces whose persisted payload is to be deleted: those that settled otherwise,
+    /// and those timed out by vote whose timeout is durable (`sequenced`: the state no longer
+    /// has the nonce pending or started; `escrow_nonce` and `durable_nonce` now).
+    pub(super) fn take_released_payloads(
+        &mut self,
+        sequenced: impl Fn(u64) -> bool,
+        escrow_nonce: u64,
+        durable_nonce: u64,
+    ) -> Vec<u64> {
+        self.payloads
+            .release_durable(sequenced, escrow_nonce, durable_nonce);
+        self.payloads.take_released()
     }
 
     /// A nonce whose finish marker the diff at `durable_at` sequences: kept until that diff is

@@ -4,14 +4,15 @@
 //! written to the store (`timeout_payload`, key `<escrow>/<nonce>`) before its diff, so a nonce
 //! restored from the log without a ConfirmStart — its host refused it, or never got it before
 //! the kill — gets it back (`Directory`'s spawn) and its refused-timeout vote can still pass.
-//! The record is deleted by the 1 s `sync_persist` tick once the nonce settled. Log stage
+//! The record is deleted by the 1 s `sync_persist` tick once the nonce settled; for a nonce timed
+//! out by vote, once the diff carrying its timeout is durable (`book/payloads.rs`). Log stage
 //! `timeout_payload_store_failed`.
 
 use slog::warn;
 
 use super::{EscrowActor, EscrowDeps};
 use crate::{
-    protocol::wire::PayloadJson,
+    protocol::{state::InferenceStatus, wire::PayloadJson},
     store::{ns, Store},
 };
 
@@ -53,9 +54,24 @@ pub(in crate::escrow) fn persist(
 }
 
 impl EscrowActor {
-    /// Deletes the payloads of nonces settled since the last tick.
+    /// Deletes the payloads of nonces settled since the last tick; those timed out by vote once
+    /// their timeout is durable (a `kill -9` before it makes their vote run again, which needs
+    /// the payload: `book/payloads.rs`).
     pub(super) fn drop_settled_payloads(&mut self) {
-        for nonce in self.book.take_released_payloads() {
+        let state = self.session.state();
+        let sequenced = |n: u64| {
+            state.record(n).is_some_and(|r| {
+                !matches!(
+                    r.status,
+                    InferenceStatus::Pending | InferenceStatus::Started
+                )
+            })
+        };
+        let (escrow_nonce, durable) = (self.session.nonce(), self.durable.durable_nonce());
+        let released = self
+            .book
+            .take_released_payloads(sequenced, escrow_nonce, durable);
+        for nonce in released {
             let key = payload_key(self.escrow_id(), nonce);
             let ack = self.deps.store.delete(ns::TIMEOUT_PAYLOADS, &key);
             let log = self.deps.log.clone();

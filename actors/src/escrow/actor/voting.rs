@@ -171,7 +171,7 @@ impl EscrowActor {
                         OutcomeReason::TimeoutConfirmed,
                         None,
                     );
-                    act.book.forget(nonce);
+                    act.book.forget_timed_out(nonce);
                     act.session.queue(tx);
                     act.batch_timeout_txs(ctx);
                 }
