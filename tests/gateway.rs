@@ -85,8 +85,6 @@ mod settle_faults;
 mod supervision;
 #[path = "gateway/timeout_batch.rs"]
 mod timeout_batch;
-#[path = "gateway/timeout_payloads.rs"]
-mod timeout_payloads;
 #[path = "gateway/timeout_votes.rs"]
 mod timeout_votes;
 #[path = "gateway/tls.rs"]

@@ -1,13 +1,14 @@
 //! Seed 002: a finish marker that arrives after the stream ended is a success, never a failure;
 //! only a finish that never arrives becomes a host fault, and only after a confirmed timeout vote.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use devshard_actors::{
     directory::{ActorKind, InjectPanicInto},
-    escrow::messages::SyncHosts,
+    escrow::{messages::SyncHosts, EscrowConfig},
     outcome::OutcomeClass,
     protocol::state::{InferenceStatus, SessionConfig},
+    store::MemoryStore,
 };
 use devshard_gateway::sim::{Faults, Profile, SimConfig};
 
@@ -36,6 +37,23 @@ async fn crash_escrow(h: &Harness) {
         .unwrap()
         .unwrap();
     h.wait_alive(ActorKind::Escrow, "42").await;
+}
+
+/// A request whose nonce's host refuses connections, answered by another host: the nonce
+/// awaits its refused-timeout vote (the refusals go on until the test clears them).
+async fn refused_elsewhere(h: &Harness) -> u64 {
+    let nonce = h.snapshot("42").await.nonce + 1;
+    let refuse = Faults {
+        refuse_connections: true,
+        ..Default::default()
+    };
+    h.sim.set_faults((nonce % 3) as usize, refuse).unwrap();
+    assert!(h
+        .chat(Harness::body("refused, then answered elsewhere", false))
+        .await
+        .is_success());
+    assert_eq!(h.snapshot("42").await.pending_timeouts, vec![nonce]);
+    nonce
 }
 
 /// After a sync, every host holds `nonce` settled (neither Pending nor Started).
@@ -110,18 +128,8 @@ async fn a_finish_lost_with_a_crash_before_its_diff_is_reconciled_from_the_execu
 async fn seed_12_a_refused_nonce_restored_after_a_crash_is_timed_out_by_vote() {
     tokio::time::pause();
     let h = Harness::start(sim()).await;
-    let nonce = h.snapshot("42").await.nonce + 1;
+    let nonce = refused_elsewhere(&h).await;
     let executor = (nonce % 3) as usize;
-    let refuse = Faults {
-        refuse_connections: true,
-        ..Default::default()
-    };
-    h.sim.set_faults(executor, refuse).unwrap();
-    assert!(h
-        .chat(Harness::body("refused, then answered elsewhere", false))
-        .await
-        .is_success());
-    assert_eq!(h.snapshot("42").await.pending_timeouts, vec![nonce]);
     crash_escrow(&h).await;
     // Refusal deadline (10 s) + the gateway's buffer (5 s) + the vote.
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -132,6 +140,43 @@ async fn seed_12_a_refused_nonce_restored_after_a_crash_is_timed_out_by_vote() {
         view.state.record(nonce).map(|r| r.status),
         Some(InferenceStatus::TimedOut)
     );
+}
+
+/// Found by CI's chaos run of `c49679b` (seed 12, release build; invariant 4, eleven nonces
+/// pending on their hosts 71 s past their deadline): timeout votes were confirmed 40 ms before a
+/// `kill -9`, their queued timeouts not yet in a diff, and the 1 s tick deleted their payloads
+/// meanwhile; the restarted escrow voted again without them, which every verifier refuses. A
+/// nonce timed out by vote now keeps its payload until its timeout is durable
+/// (`actors/src/escrow/book/payloads.rs`). Here the timeout waits 10 s for a diff to ride in,
+/// and the crash comes 2.5 s after the vote: pending forever before, timed out after.
+#[actix_rt::test]
+async fn ci_c49679b_a_timeout_confirmed_just_before_a_crash_is_voted_again_with_its_payload() {
+    tokio::time::pause();
+    let escrow_cfg = EscrowConfig {
+        timeout_tx_batch_ms: 10_000,
+        ..EscrowConfig::default()
+    };
+    let h = Harness::start_with(sim(), Arc::new(MemoryStore::new()), escrow_cfg).await;
+    let nonce = refused_elsewhere(&h).await;
+    // Refusal deadline (10 s) + the gateway's buffer (5 s): the vote confirms, its tx is queued.
+    for _ in 0..600 {
+        if h.snapshot("42").await.pending_timeouts.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let snap = h.snapshot("42").await;
+    assert!(snap.pending_timeouts.is_empty(), "the vote confirmed");
+    assert_eq!(
+        snap.pending_txs, 1,
+        "the timeout is queued, not yet in a diff"
+    );
+    // Two ticks of the 1 s payload clean-up, then the crash.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    crash_escrow(&h).await;
+    h.sim.clear_faults((nonce % 3) as usize).unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    settled_on_every_host(&h, nonce).await;
 }
 
 #[actix_rt::test]
