@@ -38,7 +38,7 @@ use super::{
     burn::BurnRates,
     check::{check_model, Backoff, Checked, Retention},
     facts::{self, Sources},
-    plan::{creation_wait, Delays},
+    plan::{retry_at, Delays},
     remote::Freshness,
     settings::RotationSettings,
     Rotation,
@@ -70,8 +70,6 @@ pub struct RotationActor {
     burn: Rc<RefCell<BurnRates>>,
     view: RotationView,
     busy: bool,
-    /// The last check found a model with nothing to serve from (`check::Checked::dry`).
-    dry: bool,
     /// When the last check started.
     started_ms: Option<i64>,
 }
@@ -115,7 +113,6 @@ impl RotationActor {
             burn: Rc::default(),
             view: RotationView::default(),
             busy: false,
-            dry: false,
             started_ms: None,
         }
     }
@@ -125,10 +122,11 @@ impl RotationActor {
     fn due(&mut self, ctx: &mut Context<Self>) {
         let mut every =
             i64::try_from(self.rotation.settings().check_interval_ms).unwrap_or(i64::MAX);
-        if !self.view.intents.is_empty() || !self.view.leading || self.dry {
+        let dry = self.view.models.iter().any(ModelView::dry);
+        if !self.view.intents.is_empty() || !self.view.leading || dry {
             // Open intents are polled; a replica that does not lead tries to take over as often;
             // a model with nothing to serve from gets its creation tried again as often (within
-            // its back-off, `plan::creation_wait`).
+            // its back-off, `plan::retry_at`).
             every = every.min(CONFIRM_POLL_MS);
         }
         let now = self.rotation.creator.clock.now_ms();
@@ -248,7 +246,6 @@ impl RotationActor {
         let log = self.rotation.creator.log.clone();
         let metrics = self.rotation.creator.metrics.clone();
         let mut models = Vec::new();
-        let mut dry = false;
         for mut c in out {
             let b = self.backoff.entry(c.view.model.clone()).or_default();
             match c.created {
@@ -260,25 +257,23 @@ impl RotationActor {
                 }
                 Some(Err(e)) => {
                     b.failures += 1;
-                    let wait = creation_wait(
-                        b.failures,
-                        c.dry,
-                        settings.backoff_first_ms,
-                        settings.backoff_max_ms,
-                    );
                     b.failed_at_ms = now;
-                    c.view.backoff_until_ms =
-                        now.saturating_add(i64::try_from(wait).unwrap_or(i64::MAX));
+                    let dry = c.view.dry();
+                    let delays = Delays {
+                        first_ms: settings.backoff_first_ms,
+                        max_ms: settings.backoff_max_ms,
+                    };
+                    c.view.backoff_until_ms = retry_at(b.failures, now, dry, delays);
+                    let wait = c.view.backoff_until_ms.saturating_sub(now);
                     warn!(log, "replacement escrow not created; backing off";
                         "stage" => "escrow_rotation_started", "model" => &c.view.model,
-                        "failures" => b.failures, "retry_in_ms" => wait, "dry" => c.dry,
+                        "failures" => b.failures, "retry_in_ms" => wait, "dry" => dry,
                         "error" => &e);
                     b.last_error = Some(e);
                 }
                 None => {}
             }
             b.removed_settled += c.removed;
-            dry |= c.dry;
             if let Some(m) = &metrics {
                 let model = [c.view.model.as_str()];
                 m.backing_off
@@ -309,8 +304,6 @@ impl RotationActor {
         if facts_error.is_some() {
             // Nothing was decided: the previous figures stay on view.
             models = std::mem::take(&mut self.view.models);
-        } else {
-            self.dry = dry;
         }
         self.view = RotationView {
             enabled: settings.active(),

@@ -71,6 +71,13 @@ pub struct ModelView {
     pub escrows: Vec<EscrowRole>,
 }
 
+impl ModelView {
+    /// Nothing of the model can serve (no serving escrow with nonces and balance left).
+    pub fn dry(&self) -> bool {
+        self.runway_nonces == 0
+    }
+}
+
 /// What `GET /v1/admin/rotation` and the debug listing show.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RotationView {
@@ -104,8 +111,6 @@ pub(super) struct Backoff {
 /// What one check did for one model.
 pub(super) struct Checked {
     pub view: ModelView,
-    /// Nothing of the model can serve (no serving escrow with nonces and balance left).
-    pub dry: bool,
     /// `Some(Ok)`: a creation was broadcast; `Some(Err)`: it failed.
     pub created: Option<Result<(), String>>,
     /// Settled escrows this check removed.
@@ -228,7 +233,6 @@ pub(super) async fn check_model(
     };
     Checked {
         view,
-        dry,
         created,
         removed: removed.len() as u64,
     }
