@@ -373,7 +373,7 @@ async fn schedule_7259_a_refusal_two_hosts_showed_while_a_peer_answered_is_each_
 /// connections, one attempt met a pooled connection the closing listener reset and the next a
 /// refused connect; the socket messages made two fault signatures, the refusals were held as
 /// each host's own and the next success struck host 1 three times. Connection-lost signatures
-/// now keep only the typed reason (`policy/correlation.rs`). Which attempt meets a pooled
+/// now keep only the typed reason (`policy/correlation/signature.rs`). Which attempt meets a pooled
 /// connection depends on the machine's timing: this replay failed 4 runs of 4 on a quiet
 /// machine before the fix.
 #[actix_rt::test]

@@ -182,7 +182,7 @@ impl FaultGuard {
             return settled;
         }
         let signature = FaultSignature::new(class, status, reason, message);
-        if self.detector.excuses(&msg.participant, &signature, now) {
+        if self.detector.excuse(&msg.participant, &signature, now) {
             info!(self.log, "connection lost in a shared outage; no strike"; "stage" => "shared_outage_excused",
                 "participant" => msg.participant.as_str(), "reason" => &reason);
             self.metrics
