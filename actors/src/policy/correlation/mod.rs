@@ -235,19 +235,7 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
             }
         }
         self.last_success_ms = Some(self.last_success_ms.map_or(now_ms, |t| t.max(now_ms)));
-        let (before, after): (Vec<_>, Vec<_>) = std::mem::take(&mut self.entries)
-            .into_iter()
-            .partition(|e| e.at_ms <= sent_ms);
-        self.entries = after;
-        before
-            .into_iter()
-            .filter(|e| e.held)
-            .map(|e| HeldFault {
-                host: e.host,
-                signature: e.signature,
-                at_ms: e.at_ms,
-            })
-            .collect()
+        self.take_held(|e| e.at_ms <= sent_ms)
     }
 
     /// Confirms held failures whose window has passed unmatched (and forgets stale entries).
@@ -262,11 +250,16 @@ impl<H: Clone + Ord> SharedFaultDetector<H> {
         {
             self.outage = None;
         }
-        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.entries)
+        self.take_held(|e| now_ms.saturating_sub(e.at_ms) > window)
+    }
+
+    /// Forgets the entries `gone` picks and returns the held ones among them.
+    fn take_held(&mut self, gone: impl Fn(&Entry<H>) -> bool) -> Vec<HeldFault<H>> {
+        let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.entries)
             .into_iter()
-            .partition(|e| now_ms.saturating_sub(e.at_ms) > window);
+            .partition(gone);
         self.entries = keep;
-        due.into_iter()
+        gone.into_iter()
             .filter(|e| e.held)
             .map(|e| HeldFault {
                 host: e.host,
