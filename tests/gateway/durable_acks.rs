@@ -5,14 +5,11 @@
 //! nonce stayed below it and the finish never left the nonce book. No later diff came (the
 //! escrow was draining), and the settlement stayed `draining` for good (invariant 7).
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
-use devshard_actors::{
-    escrow::{
-        messages::{BeginDrain, SyncHosts},
-        EscrowConfig,
-    },
-    store::MemoryStore,
+use devshard_actors::escrow::{
+    messages::{BeginDrain, SyncHosts},
+    EscrowConfig,
 };
 
 use super::{harness::Harness, timeout_votes::sim};
@@ -25,12 +22,7 @@ async fn ci_seed_12_a_finish_sequenced_by_a_sync_diff_leaves_the_book_and_the_dr
         finish_poll_initial_ms: 600_000,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(
-        sim("finish-in-a-sync-diff"),
-        Arc::new(MemoryStore::new()),
-        escrow_cfg,
-    )
-    .await;
+    let h = Harness::start_escrow(sim("finish-in-a-sync-diff"), escrow_cfg).await;
     let a = h
         .chat(Harness::body("answered, its finish queued", false))
         .await;

@@ -183,7 +183,12 @@ pub fn logger() -> slog::Logger {
 impl Harness {
     /// Starts the simulator and the actors, and registers every simulated escrow.
     pub async fn start(cfg: SimConfig) -> Harness {
-        Self::start_with(cfg, Arc::new(MemoryStore::new()), EscrowConfig::default()).await
+        Self::start_escrow(cfg, EscrowConfig::default()).await
+    }
+
+    /// [`Harness::start`] with escrows configured as `escrow_cfg`.
+    pub async fn start_escrow(cfg: SimConfig, escrow_cfg: EscrowConfig) -> Harness {
+        Self::start_with(cfg, Arc::new(MemoryStore::new()), escrow_cfg).await
     }
 
     pub async fn start_with(

@@ -4,13 +4,12 @@
 //! no worse than without hedging, and no honest host's `missed` grows (checked after every
 //! deadline of the run has passed). The figures are printed.
 
-use std::{cell::RefCell, sync::Arc, time::Duration};
+use std::{cell::RefCell, time::Duration};
 
 use devshard_actors::{
     directory::{ListParticipants, SetHealthSettings},
     escrow::EscrowConfig,
     policy::settings::HealthSettings,
-    store::MemoryStore,
 };
 use devshard_gateway::sim::{Faults, Profile, SimConfig};
 
@@ -213,7 +212,7 @@ async fn seed_12_a_primary_catching_up_after_a_clear_is_hedged_at_once() {
         catch_up_chunk: 2,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(cfg, Arc::new(MemoryStore::new()), escrow_cfg).await;
+    let h = Harness::start_escrow(cfg, escrow_cfg).await;
     for k in 0..6 {
         let a = h.chat(Harness::body(&format!("behind {k}"), false)).await;
         assert!(a.is_success(), "{a:?}");

@@ -3,12 +3,11 @@
 //! escrow by background rounds, so when the hosts that served restart empty it takes over at
 //! once instead of needing a background catch-up of every nonce it missed.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use devshard_actors::{
     directory::{AdminParticipants, ParticipantOp},
     escrow::EscrowConfig,
-    store::MemoryStore,
 };
 use devshard_gateway::sim::{Faults, LatencyProfile};
 
@@ -29,7 +28,7 @@ async fn small_catch_ups(hosts: usize, keep_warm: u64) -> Harness {
         reach_keep_warm_diffs: keep_warm,
         ..EscrowConfig::default()
     };
-    Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await
+    Harness::start_escrow(sim, cfg).await
 }
 
 /// Three hosts ([`small_catch_ups`]); five requests served, then host 2 ejected by an admin

@@ -1,14 +1,13 @@
 //! Seed 002: a finish marker that arrives after the stream ended is a success, never a failure;
 //! only a finish that never arrives becomes a host fault, and only after a confirmed timeout vote.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use devshard_actors::{
     directory::{ActorKind, InjectPanicInto},
     escrow::{messages::SyncHosts, EscrowConfig},
     outcome::OutcomeClass,
     protocol::state::{InferenceStatus, SessionConfig},
-    store::MemoryStore,
 };
 use devshard_gateway::sim::{Faults, Profile, SimConfig};
 
@@ -156,7 +155,7 @@ async fn ci_c49679b_a_timeout_confirmed_just_before_a_crash_is_voted_again_with_
         timeout_tx_batch_ms: 10_000,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(sim(), Arc::new(MemoryStore::new()), escrow_cfg).await;
+    let h = Harness::start_escrow(sim(), escrow_cfg).await;
     let nonce = refused_elsewhere(&h).await;
     // Refusal deadline (10 s) + the gateway's buffer (5 s): the vote confirms, its tx is queued.
     for _ in 0..600 {

@@ -25,12 +25,7 @@ async fn rounds(seed: &str, window: usize) -> (u64, f64, u64) {
         catch_up_window: window,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(
-        cfg,
-        std::sync::Arc::new(devshard_actors::store::MemoryStore::new()),
-        escrow,
-    )
-    .await;
+    let h = Harness::start_escrow(cfg, escrow).await;
     no_hedging(&h).await;
     let jittery = LatencyProfile {
         rtt_ms: 40,

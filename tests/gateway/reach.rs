@@ -5,13 +5,12 @@
 //! the fault clears opens the gate again. Without it, every request leaves an open inference
 //! that only a timeout vote settles.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use devshard_actors::{
     directory::{AdminParticipants, ParticipantOp},
     escrow::EscrowConfig,
     race::RaceErrorKind,
-    store::MemoryStore,
 };
 use devshard_gateway::sim::{Faults, LatencyProfile, Profile, SimConfig};
 
@@ -31,7 +30,7 @@ pub(super) async fn harness(tracking: bool) -> Harness {
         reach_tracking: tracking,
         ..EscrowConfig::default()
     };
-    Harness::start_with(five(), Arc::new(MemoryStore::new()), cfg).await
+    Harness::start_escrow(five(), cfg).await
 }
 
 /// `REQUESTS` requests, one every 20 ms of virtual time, while every host refuses connections:
@@ -224,7 +223,7 @@ async fn restarted_empty(tracking: bool) -> (u64, u64, u64, u64, u64) {
         diff_window: 64,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(five(), Arc::new(MemoryStore::new()), cfg).await;
+    let h = Harness::start_escrow(five(), cfg).await;
     for a in burst_after_restart(&h, 400, 2).await {
         assert!(a.is_success(), "{a:?}");
     }
@@ -284,7 +283,7 @@ pub(super) async fn catch_ups(hosts: usize, background: u64) -> Harness {
         reach_background_catch_up_diffs: background,
         ..EscrowConfig::default()
     };
-    Harness::start_with(sim, Arc::new(MemoryStore::new()), cfg).await
+    Harness::start_escrow(sim, cfg).await
 }
 
 /// The hour-long run (seed `long-1`, 16 s in): one host served alone (the others ejected or

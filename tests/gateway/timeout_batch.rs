@@ -4,9 +4,9 @@
 //! applied and verified, while the edge admitted 45 requests a second and invariant 3's probe
 //! waited past its 2 s.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
-use devshard_actors::{escrow::EscrowConfig, store::MemoryStore};
+use devshard_actors::escrow::EscrowConfig;
 
 use super::{
     harness::Harness,
@@ -24,12 +24,7 @@ async fn confirm_backlog(batch_ms: u64) -> (u64, u64, f64) {
         timeout_tx_batch_ms: batch_ms,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(
-        sim("timeout-batch"),
-        Arc::new(MemoryStore::new()),
-        escrow_cfg,
-    )
-    .await;
+    let h = Harness::start_escrow(sim("timeout-batch"), escrow_cfg).await;
     let (open, _, start) = dead_executor_backlog(&h).await;
     let before = h.snapshot("42").await.nonce;
     tokio::time::sleep(REFUSAL_DEADLINE.saturating_sub(start.elapsed())).await;

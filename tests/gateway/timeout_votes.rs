@@ -10,7 +10,7 @@
 //! - finding (seed 2624105436825454089): a finish sequenced by a confirmed timeout's diff never
 //!   left the book, and the final drain waited for it forever.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use devshard_actors::{
     escrow::{
@@ -18,7 +18,6 @@ use devshard_actors::{
         EscrowConfig,
     },
     protocol::state::{InferenceStatus, SessionConfig},
-    store::MemoryStore,
 };
 use devshard_gateway::sim::{Faults, LatencyProfile, Profile, SimConfig};
 use futures::future::join_all;
@@ -223,7 +222,7 @@ async fn seed_2624105436825454089_a_finish_sequenced_by_a_timeout_diff_leaves_th
         finish_poll_initial_ms: 600_000,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(cfg, Arc::new(MemoryStore::new()), escrow_cfg).await;
+    let h = Harness::start_escrow(cfg, escrow_cfg).await;
     let refused = h.snapshot("42").await.nonce + 1;
     let refuse = Faults {
         refuse_connections: true,
@@ -258,7 +257,7 @@ async fn hour_long_run_a_verifier_far_below_the_window_is_not_sent_its_catch_up_
         diff_window: 64,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(cfg, Arc::new(MemoryStore::new()), escrow).await;
+    let h = Harness::start_escrow(cfg, escrow).await;
     no_hedging(&h).await;
     let dead_host = executor(&h, 1);
     let behind = (0..5).find(|i| *i != dead_host).unwrap();
@@ -315,7 +314,7 @@ async fn far_verifiers(diff_window: usize) -> (u64, u64, u64) {
         diff_window,
         ..EscrowConfig::default()
     };
-    let h = Harness::start_with(cfg, Arc::new(MemoryStore::new()), escrow).await;
+    let h = Harness::start_escrow(cfg, escrow).await;
     no_hedging(&h).await;
     let dead_host = executor(&h, 1);
     let far: Vec<usize> = (0..5).filter(|i| *i != dead_host).take(2).collect();
