@@ -30,3 +30,39 @@ impl Secrets {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    const KEY: &str = "ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12cd34ef56ab12";
+
+    fn found(bytes: &[u8]) -> Vec<String> {
+        let report = RefCell::new(Report::scratch(0));
+        Secrets::new(KEY, "admin-secret").scan(bytes, "a response", &report);
+        let report = report.into_inner();
+        assert!(report.violations.iter().all(|v| v.invariant == 5));
+        report.violations.into_iter().map(|v| v.message).collect()
+    }
+
+    #[test]
+    fn either_key_in_any_case_of_hex_is_a_violation_and_clean_bytes_are_not() {
+        assert!(found(br#"{"error":{"message":"all hosts failed"}}"#).is_empty());
+        let lower = format!("signing with {KEY}");
+        assert_eq!(
+            found(lower.as_bytes()),
+            ["the private key appears in a response"]
+        );
+        let upper = format!("key={}", KEY.to_ascii_uppercase());
+        assert_eq!(
+            found(upper.as_bytes()),
+            ["the private key appears in a response"]
+        );
+        assert_eq!(
+            found(b"Authorization: Bearer admin-secret"),
+            ["the admin key appears in a response"]
+        );
+    }
+}
