@@ -27,6 +27,8 @@ pub struct ActorMetrics {
     pub participants: IntGaugeVec,
     /// Ejections.
     pub ejections: IntCounter,
+    /// Strikes charged, by outcome reason.
+    pub strikes: IntCounterVec,
     /// Escrows this replica stopped because another replica took their lease over (fenced).
     pub escrow_leases_lost: IntCounter,
     /// Diffs not composed because they would pass the last active nonce, which is kept for the
@@ -170,6 +172,10 @@ impl ActorMetrics {
                 &["state"],
             )?,
             ejections: IntCounter::new("participant_ejections_total", "Participants ejected")?,
+            strikes: IntCounterVec::new(
+                Opts::new("participant_strikes_total", "Strikes charged, by reason"),
+                &["reason"],
+            )?,
             diffs_deferred_at_nonce_limit: IntCounter::new(
                 "escrow_diffs_deferred_at_nonce_limit_total",
                 "Diffs not composed because only the finalize round may take the last active nonce",
@@ -374,6 +380,7 @@ impl ActorMetrics {
         registry.register(Box::new(m.late_finishes.clone()))?;
         registry.register(Box::new(m.participants.clone()))?;
         registry.register(Box::new(m.ejections.clone()))?;
+        registry.register(Box::new(m.strikes.clone()))?;
         registry.register(Box::new(m.escrow_leases_lost.clone()))?;
         registry.register(Box::new(m.diffs_deferred_at_nonce_limit.clone()))?;
         registry.register(Box::new(m.escrow_restores.clone()))?;

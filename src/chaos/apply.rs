@@ -23,6 +23,26 @@ pub struct PeerHealth {
     pub ejected_until: i64,
     /// Its attempts that succeeded, ever (`outcomes.success`).
     pub successes: u64,
+    /// Its last strikes as the gateway lists them (`recent_strikes`), spelled for a violation
+    /// message by [`strikes_seen`].
+    pub recent_strikes: Vec<String>,
+}
+
+/// A participant's `recent_strikes`, newest first, each as `reason (escrow E, N ms before the
+/// read at now_ms)`: what a violation of invariant 3 names, so that a CI run without the data
+/// directory still says what struck the host.
+pub fn strikes_seen(recent: &Value, now_ms: i64) -> Vec<String> {
+    let notes = recent.as_array().map(Vec::as_slice).unwrap_or_default();
+    notes
+        .iter()
+        .rev()
+        .map(|n| {
+            let ago = now_ms.saturating_sub(n["at_ms"].as_i64().unwrap_or(0));
+            let reason = n["reason"].as_str().unwrap_or("?");
+            let escrow = n["escrow"].as_str().unwrap_or("?");
+            format!("{reason} (escrow {escrow}, {ago} ms before the read)")
+        })
+        .collect()
 }
 
 /// `{address: health}`.
@@ -317,6 +337,25 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_violation_names_the_host_s_last_strikes_newest_first() {
+        let listed = json!([
+            {"at_ms": 1_000, "escrow": "1", "reason": "connect_failed"},
+            {"at_ms": 1_900, "escrow": "2", "reason": "empty_stream"},
+        ]);
+        assert_eq!(
+            strikes_seen(&listed, 2_000),
+            [
+                "empty_stream (escrow 2, 100 ms before the read)",
+                "connect_failed (escrow 1, 1000 ms before the read)",
+            ]
+        );
+        assert!(
+            strikes_seen(&Value::Null, 2_000).is_empty(),
+            "an older gateway"
+        );
+    }
 
     #[test]
     fn seed_long_1_a_stall_acts_past_the_clear_for_its_length() {

@@ -350,8 +350,9 @@ impl Checker {
             };
             let (ej0, ej1, state) = (was.ejections, now.ejections, &now.state);
             if was.state == "healthy" && (ej1 > ej0 || state == "ejected" || state == "probation") {
+                let struck = now.recent_strikes.join(", ");
                 report.borrow_mut().violation(3, format!(
-                    "host {h} was ejected for a fault several hosts shared (now {state}, ejections {ej0} → {ej1})"
+                    "host {h} was ejected for a fault several hosts shared (now {state}, ejections {ej0} → {ej1}; its last strikes, newest first: {struck})"
                 ));
             }
         }

@@ -76,12 +76,23 @@ impl Round<'_> {
     /// connections, judged as one shared fault of four hosts; the two refusing hosts had served
     /// while the first two failed, so the gateway rightly struck the first two (relative
     /// evidence), and the runner reported the designed ejection as a violation.
+    ///
+    /// A host of a striking event that is not judged (a peer answered, so its failures there are
+    /// its own) is not judged for the round's other events either: whatever ejected it in the
+    /// round, its own strikes explain it. Found by CI's commit seed `372529727077129671`
+    /// (clear at 112 s): three hosts refused connections while two served, then all five
+    /// answered 429; one of the three, struck for its refusals, was judged through the 429s.
     pub fn judged(&self, events: &[(BTreeSet<String>, bool)]) -> Vec<String> {
         let mut judged = BTreeSet::new();
+        let mut own = BTreeSet::new();
         for (hosts, can_strike) in events {
-            judged.extend(self.judged_after_shared(hosts, *can_strike));
+            let these = self.judged_after_shared(hosts, *can_strike);
+            if these.is_empty() {
+                own.extend(hosts.difference(self.excluded).cloned());
+            }
+            judged.extend(these);
         }
-        judged.into_iter().collect()
+        judged.difference(&own).cloned().collect()
     }
 }
 
@@ -106,6 +117,7 @@ mod tests {
             ejections: u64::from(state == "ejected"),
             ejected_until,
             successes,
+            recent_strikes: Vec::new(),
         }
     }
 
@@ -225,6 +237,37 @@ mod tests {
             vec!["b".to_owned(), "e".to_owned()],
             "a 503 never strikes, whoever answered"
         );
+    }
+
+    #[test]
+    fn ci_seed_372529727077129671_hosts_struck_on_their_own_refusals_are_not_judged_through_a_later_429(
+    ) {
+        // 0, 1, 2 refusing while 3 and 4 served (can strike), then 429 on all five.
+        let base = healthy(&["a", "b", "c", "d", "e"]);
+        let none = BTreeSet::new();
+        let all = all();
+        let round = Round {
+            excluded: &none,
+            all: &all,
+            baseline: &base,
+            at_clear: &base,
+            now_ms: 0,
+        };
+        let refused = (set(&["a", "b", "c"]), true);
+        let overloaded = (set(&["a", "b", "c", "d", "e"]), false);
+        assert_eq!(
+            round.judged(&[refused.clone(), overloaded.clone()]),
+            vec!["d".to_owned(), "e".to_owned()],
+            "a 429 never strikes: d and e are judged, a, b and c have refusals of their own"
+        );
+        assert_eq!(
+            round.judged(std::slice::from_ref(&overloaded)).len(),
+            5,
+            "the 429s alone: all five judged"
+        );
+        // Every host refusing: nobody answered, so the refusals are shared and all are judged.
+        let all_refused = (set(&["a", "b", "c", "d", "e"]), true);
+        assert_eq!(round.judged(&[all_refused, overloaded]).len(), 5);
     }
 
     #[test]

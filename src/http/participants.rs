@@ -62,6 +62,7 @@ pub fn participant_json(v: &ParticipantView, settings: &HealthSettings, now_ms: 
         "routable": v.routable,
         "escrows": v.record.escrows,
         "outcomes": v.record.outcomes,
+        "recent_strikes": v.record.recent_strikes,
         "perf": {
             "unresponsive": v.unresponsive,
             "samples": p.decayed_samples(settings, now_ms),

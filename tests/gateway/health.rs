@@ -43,6 +43,17 @@ async fn health_of(h: &Harness, i: usize) -> (String, HealthState) {
     (v.state.to_string(), v.record.health.clone())
 }
 
+/// The reasons of host `i`'s last strikes (`recent_strikes`, what the admin listing shows).
+async fn strikes_of(h: &Harness, i: usize) -> Vec<&'static str> {
+    let views = h.directory.send(ListParticipants).await.unwrap();
+    let v = views.iter().find(|p| p.address == h.host(i)).unwrap();
+    v.record
+        .recent_strikes
+        .iter()
+        .map(|s| s.reason.as_str())
+        .collect()
+}
+
 async fn warm_up(h: &Harness, n: usize) {
     for i in 0..n {
         assert!(h
@@ -198,7 +209,7 @@ async fn probation_with_no_healthy_host_still_serves_and_hosts_recover() {
     assert!(s.iter().all(|(_, st, _)| st == "healthy"), "{s:?}");
 }
 
-async fn two_bad_hosts(faults: Faults, label: &str) {
+async fn two_bad_hosts(faults: Faults, label: &str, struck_for: &[&str]) {
     let h = Harness::start(seven()).await;
     warm_up(&h, 3).await;
     h.sim.set_faults(2, faults.clone()).unwrap();
@@ -221,8 +232,14 @@ async fn two_bad_hosts(faults: Faults, label: &str) {
                 "{label}: host {i} ejected, is {state}"
             );
             assert!(health.ejections >= 1, "{label}: host {i} was ejected");
+            let reasons = strikes_of(&h, i).await;
+            assert!(
+                !reasons.is_empty() && reasons.iter().all(|r| struck_for.contains(r)),
+                "{label}: host {i}'s strikes say why: {reasons:?}"
+            );
         } else {
             assert_eq!(state, "healthy", "{label}: host {i} untouched");
+            assert!(strikes_of(&h, i).await.is_empty(), "{label}: host {i}");
         }
     }
     // Healed: after the ejection, probation, then Healthy after two finished attempts each.
@@ -254,6 +271,7 @@ async fn refusing_hosts_are_ejected_and_return_through_probation() {
             ..Default::default()
         },
         "refuse",
+        &["connect_failed"],
     )
     .await;
 }
@@ -267,6 +285,7 @@ async fn empty_streams_while_peers_succeed_eject_exactly_those_hosts() {
             ..Default::default()
         },
         "empty",
+        &["empty_stream"],
     )
     .await;
 }
@@ -279,5 +298,5 @@ async fn stalled_winners_are_ejected_at_once_and_return_through_probation() {
         stall_ms: Some(3_600_000),
         ..Default::default()
     };
-    two_bad_hosts(f, "stalled").await;
+    two_bad_hosts(f, "stalled", &["stalled"]).await;
 }

@@ -2,8 +2,9 @@
 //! the address holds slots). Runs the health state machine and the decayed perf estimates of
 //! docs/health.md §2–§3 (pure functions in `policy`) over the final outcomes escrows send it.
 //!
-//! - **Owns**: the participant's record (health state, perf estimates, outcome counts) and the
-//!   latest view each escrow reported (for the floor and the relative-evidence rule).
+//! - **Owns**: the participant's record (health state, perf estimates, outcome counts, last 8
+//!   strikes) and the latest view each escrow reported (for the floor and the relative-evidence
+//!   rule).
 //! - **Survives a restart**: the record is written to the store on every change (admin changes
 //!   are durable before they answer) and reloaded when the directory respawns the actor.
 //! - **Timers**: `health_tick`, one tick at the record's next deadline (strike decay to Healthy,
@@ -31,7 +32,7 @@ use crate::{
     metrics::ActorMetrics,
     outcome::ParticipantOutcome,
     policy::{
-        health::{self, EjectionContext, EscrowView, HealthEffect, OutcomeFacts},
+        health::{self, Charge, EjectionContext, EscrowView, HealthEffect, OutcomeFacts},
         perf::{self, PerfSample},
         settings::HealthSettings,
     },
@@ -345,6 +346,16 @@ impl Handler<ParticipantOutcome> for ParticipantActor {
         }
         let mut facts = OutcomeFacts::from_outcome(o, msg.winner);
         facts.shared = msg.shared;
+        if matches!(facts.charge(), Charge::Strike | Charge::EjectNow) {
+            self.record.note_strike(o, now);
+            self.deps
+                .metrics
+                .strikes
+                .with_label_values(&[o.reason.as_str()])
+                .inc();
+            info!(self.log, "struck"; "stage" => "participant_struck", "reason" => o.reason,
+                "escrow" => &o.escrow_id, "nonce" => o.nonce);
+        }
         let draw = rand::random::<f64>() * 2.0 - 1.0;
         let (next, effects) = health::on_outcome(
             &self.record.health,

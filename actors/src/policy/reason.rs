@@ -6,7 +6,7 @@
 //! message, the withheld-nonce metric). Logs, metric labels and serialized forms (debug JSON)
 //! use [`OutcomeReason::as_str`] / [`EmptyDiffReason::as_str`], the one place that spells them.
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Defines a reason enum, its `as_str` spelling and the list of every variant from one table.
 macro_rules! reasons {
@@ -32,6 +32,18 @@ macro_rules! reasons {
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            /// The spelling of [`Self::as_str`] (a persisted record's reasons).
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|r| r.as_str() == text)
+                    .ok_or_else(|| serde::de::Error::unknown_variant(&text, &[$($text,)*]))
             }
         }
 
@@ -271,7 +283,11 @@ mod tests {
             assert!(seen.insert(r.as_str()), "{r:?} spelled twice");
             let json = serde_json::to_string(r).unwrap_or_default();
             assert_eq!(json, format!("\"{}\"", r.as_str()));
+            let back: OutcomeReason = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, *r, "reads back as written");
         }
+        let unknown = serde_json::from_str::<OutcomeReason>("\"no_such_reason\"");
+        assert!(unknown.is_err_and(|e| e.to_string().contains("no_such_reason")));
         for r in EmptyDiffReason::ALL {
             assert_eq!(r.to_string(), r.as_str());
         }

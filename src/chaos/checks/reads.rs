@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{now_s, Checker, HostSession, Report, Secrets};
 use crate::chaos::{
-    apply::{Health, PeerHealth},
+    apply::{strikes_seen, Health, PeerHealth},
     lockstep::syncing,
 };
 
@@ -182,6 +182,7 @@ impl Checker {
         let list = self
             .admin("GET", "/v1/admin/participants", report, secrets)
             .await;
+        let now = super::now_ms();
         list.as_ref()
             .and_then(|v| v["data"].as_array().or_else(|| v.as_array()))
             .cloned()
@@ -193,6 +194,7 @@ impl Checker {
                     ejections: p["ejections"].as_u64().unwrap_or(0),
                     ejected_until: p["ejected_until"].as_i64().unwrap_or(0),
                     successes: p["outcomes"]["success"].as_u64().unwrap_or(0),
+                    recent_strikes: strikes_seen(&p["recent_strikes"], now),
                 };
                 Some((p["participant_key"].as_str()?.to_owned(), health))
             })
