@@ -9,7 +9,8 @@
 //! 3. [`Checker::recovery`]: once faults clear, a request succeeds within 2 s; a host that was
 //!    healthy and only suffered a fault several hosts shared is not ejected or on probation.
 //! 4. [`Checker::settlement`]: on a host in lockstep, no inference is still pending or started
-//!    past its protocol deadline (+ the timeout buffer and a slack for votes and clock skew).
+//!    past its protocol deadline (+ the timeout buffer and a slack for votes and clock skew;
+//!    judged by `checks/overdue.rs`).
 //! 5. [`Secrets`] (`secrets.rs`): neither the private key nor the admin key appears in any
 //!    response or log line.
 //!
@@ -35,6 +36,7 @@ use super::{
 pub use super::secrets::Secrets;
 
 mod escrows;
+mod overdue;
 mod reads;
 
 pub use self::escrows::escrow_ids;
@@ -265,31 +267,16 @@ impl Checker {
         }
     }
 
-    /// Invariant 4 on one host in lockstep: no open inference past its deadline.
+    /// Invariant 4 on one host in lockstep: no open inference past its deadline (each reported
+    /// once).
     fn settlement(&mut self, escrow: &str, s: &HostSession, report: &std::cell::RefCell<Report>) {
-        let now = now_s();
-        let d = self.deadlines;
-        for r in &s.open {
-            let (due, what) = match r["status"].as_str() {
-                Some("started") => (
-                    r["confirmed_at"].as_i64().unwrap_or(0) + d.execution_s,
-                    "execution",
-                ),
-                _ => (
-                    r["started_at"].as_i64().unwrap_or(0) + d.refusal_s,
-                    "refusal",
-                ),
-            };
-            let id = r["id"].as_u64().unwrap_or(0);
-            if now > due + d.slack_s && self.overdue.insert((escrow.to_owned(), id)) {
+        for o in overdue::overdue(&s.open, now_s(), self.deadlines) {
+            if self.overdue.insert((escrow.to_owned(), o.id)) {
                 report.borrow_mut().violation(
                     4,
                     format!(
-                        "escrow {escrow}: inference {} is still {} {} s after its {what} deadline (host {})",
-                        r["id"],
-                        r["status"].as_str().unwrap_or("?"),
-                        now - due,
-                        s.index
+                        "escrow {escrow}: inference {} is still {} {} s after its {} deadline (host {})",
+                        o.id, o.status, o.late_s, o.deadline, s.index
                     ),
                 );
             }
