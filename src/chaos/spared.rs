@@ -146,6 +146,19 @@ mod tests {
         round.judged_after_shared(shared, can_strike)
     }
 
+    /// Judges a round's events with nothing excluded and the participants unchanged at the clear.
+    fn judge_round(base: &Health, events: &[(BTreeSet<String>, bool)]) -> Vec<String> {
+        let (none, all) = (BTreeSet::new(), all());
+        let round = Round {
+            excluded: &none,
+            all: &all,
+            baseline: base,
+            at_clear: base,
+            now_ms: 0,
+        };
+        round.judged(events)
+    }
+
     #[test]
     fn only_403_429_and_503_never_strike() {
         for s in [403, 429, 503] {
@@ -211,29 +224,20 @@ mod tests {
         // a ejected before the round; b, e down (can strike), then c, d refusing (can strike).
         let mut base = healthy(&["b", "c", "d", "e"]);
         base.insert("a".to_owned(), peer("ejected", i64::MAX, 0));
-        let none = BTreeSet::new();
-        let all = all();
-        let round = Round {
-            excluded: &none,
-            all: &all,
-            baseline: &base,
-            at_clear: &base,
-            now_ms: 0,
-        };
         let events = vec![(set(&["b", "e"]), true), (set(&["c", "d"]), true)];
         assert!(
-            round.judged(&events).is_empty(),
+            judge_round(&base, &events).is_empty(),
             "c and d answered while b and e failed, and the other way round"
         );
         let union = set(&["b", "c", "d", "e"]);
         assert_eq!(
-            round.judged_after_shared(&union, true).len(),
+            judge(&union, &BTreeSet::new(), &base, true, 0).len(),
             4,
             "judged as one event, all four (the runner's old, too strict reading)"
         );
         let quiet = vec![(set(&["b", "e"]), false), (set(&["c", "d"]), true)];
         assert_eq!(
-            round.judged(&quiet),
+            judge_round(&base, &quiet),
             vec!["b".to_owned(), "e".to_owned()],
             "a 503 never strikes, whoever answered"
         );
@@ -244,30 +248,21 @@ mod tests {
     ) {
         // 0, 1, 2 refusing while 3 and 4 served (can strike), then 429 on all five.
         let base = healthy(&["a", "b", "c", "d", "e"]);
-        let none = BTreeSet::new();
-        let all = all();
-        let round = Round {
-            excluded: &none,
-            all: &all,
-            baseline: &base,
-            at_clear: &base,
-            now_ms: 0,
-        };
         let refused = (set(&["a", "b", "c"]), true);
         let overloaded = (set(&["a", "b", "c", "d", "e"]), false);
         assert_eq!(
-            round.judged(&[refused.clone(), overloaded.clone()]),
+            judge_round(&base, &[refused.clone(), overloaded.clone()]),
             vec!["d".to_owned(), "e".to_owned()],
             "a 429 never strikes: d and e are judged, a, b and c have refusals of their own"
         );
         assert_eq!(
-            round.judged(std::slice::from_ref(&overloaded)).len(),
+            judge_round(&base, std::slice::from_ref(&overloaded)).len(),
             5,
             "the 429s alone: all five judged"
         );
         // Every host refusing: nobody answered, so the refusals are shared and all are judged.
         let all_refused = (set(&["a", "b", "c", "d", "e"]), true);
-        assert_eq!(round.judged(&[all_refused, overloaded]).len(), 5);
+        assert_eq!(judge_round(&base, &[all_refused, overloaded]).len(), 5);
     }
 
     #[test]
