@@ -2,6 +2,8 @@
 //! (SIGKILL and restart).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "process/allocator.rs"]
+mod allocator;
 #[path = "process/child.rs"]
 mod child;
 #[path = "process/crash.rs"]
