@@ -7,7 +7,7 @@ use devshard_gateway::{demo::DemoArgs, sim::cli::SimArgs};
 
 /// jemalloc, with the options of `.cargo/config.toml` (a background thread returns freed pages
 /// within about a second): against mimalloc, used until 2026-12-06, it measured the same or less
-/// CPU per request and ≈ 30 MiB less RSS at 64 streams, and 153 MiB against 181 MiB 40 s idle
+/// CPU per request and ≈ 30 MiB less RSS at 64 streams, and 155–158 MiB against 181 MiB 40 s idle
 /// after 100 000 requests over 1 000 escrows (README, "Memory and disk").
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
