@@ -241,6 +241,7 @@ impl Actor for EscrowActor {
                 act.durable.checkpoint(&act.session, &act.deps);
                 act.compact_when_idle();
                 act.drop_settled_payloads();
+                act.requeue_lost_timeouts(ctx);
                 // With no routable host the pick refuses this escrow, so no request waits here
                 // to kick the repairs: the 1 s tick does (the kicks are at least 500 ms apart, so a kick
                 // by a waiting request just before never makes the tick skip; `routing.rs`).

@@ -54,6 +54,28 @@ pub(in crate::escrow) fn persist(
 }
 
 impl EscrowActor {
+    /// Settles again the nonces whose confirmed timeout a compose skipped while their inference
+    /// stayed open (`Session::take_lost_timeouts`). Stage `timeout_lost`, counted in
+    /// `devshard_timeout_votes_total{result="lost"}`.
+    pub(super) fn requeue_lost_timeouts(&mut self, ctx: &mut actix::Context<Self>) {
+        let now = self.now_ms();
+        for entry in self.session.take_lost_timeouts(now) {
+            let nonce = entry.nonce;
+            if self.book.entry(nonce).is_some() {
+                continue;
+            }
+            self.deps
+                .metrics
+                .timeouts
+                .with_label_values(&["lost"])
+                .inc();
+            warn!(self.deps.log, "a confirmed timeout no longer applied and the inference is still open; settled again";
+                "stage" => "timeout_lost", "nonce" => nonce);
+            self.book.insert(entry);
+            self.arm_nonce_timer(nonce, ctx);
+        }
+    }
+
     /// Deletes the payloads of nonces settled since the last tick; those timed out by vote once
     /// their timeout is durable (a `kill -9` before it makes their vote run again, which needs
     /// the payload: `book/payloads.rs`).

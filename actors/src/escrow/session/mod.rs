@@ -85,6 +85,8 @@ pub struct Session {
     grants: SharedResolver,
     /// Warm keys bound by the last composed diff.
     last_warm_delta: Vec<WarmBinding>,
+    /// Nonces whose confirmed timeout a compose skipped (`unsettled.rs`, `take_lost_timeouts`).
+    lost_timeouts: Vec<u64>,
 }
 
 impl Session {
@@ -110,6 +112,7 @@ impl Session {
             finished: BTreeSet::new(),
             grants: Arc::new(NoGrants),
             last_warm_delta: Vec::new(),
+            lost_timeouts: Vec::new(),
         })
     }
 
@@ -165,6 +168,9 @@ impl Session {
         };
         for (tx, _) in &best.skipped {
             self.pending.forget(tx);
+            if let Some(Tx::TimeoutInference(t)) = &tx.tx {
+                self.lost_timeouts.push(t.inference_id);
+            }
         }
         self.last_warm_delta = best.warm_delta;
         let diff = Arc::new(Diff::sign(

@@ -311,3 +311,39 @@ fn hour_long_run_a_root_read_back_for_one_report_is_kept_when_the_recalled_roots
     let root = diffs[4].post_state_root.clone();
     assert_eq!(s.process_receipt(&host, None, &answer_at(5, &root)), Ok(()));
 }
+
+/// CI's 10⁴ property schedules on `ed800b2` (schedule 6199, invariant 4): a confirmed timeout
+/// that no longer applied when its diff was composed was dropped, and its inference stayed open
+/// for good. A skipped timeout of an open inference now comes back as an entry to settle, once.
+#[test]
+fn ci_ed800b2_a_confirmed_timeout_that_no_longer_applies_is_settled_again() {
+    use crate::protocol::proto::{DevshardTx, MsgTimeoutInference, TimeoutReason, Tx};
+    let (mut s, key, _) = session(8);
+    let params = StartParams {
+        prompt_hash: [7u8; 32],
+        model: "m".into(),
+        input_length: 10,
+        max_tokens: 20,
+        started_at: 1_700_000_000,
+    };
+    let open = s.compose_start(&params, &key).unwrap().nonce;
+    let timeout = |id: u64| {
+        DevshardTx::new(Tx::TimeoutInference(MsgTimeoutInference {
+            inference_id: id,
+            reason: TimeoutReason::Execution as i32,
+            votes: Vec::new(),
+        }))
+    };
+    // An execution timeout of a Pending record, without votes: the state skips it.
+    s.queue(timeout(open));
+    s.queue(timeout(open + 100));
+    s.compose(Vec::new(), &key).unwrap();
+    let lost: Vec<u64> = s.take_lost_timeouts(5).iter().map(|e| e.nonce).collect();
+    assert_eq!(
+        lost,
+        [open],
+        "the open inference only; nonce {} has none",
+        open + 100
+    );
+    assert!(s.take_lost_timeouts(6).is_empty(), "taken once");
+}
