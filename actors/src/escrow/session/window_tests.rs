@@ -46,6 +46,17 @@ fn session_funded(window: usize, amount: u64) -> (Session, SigningKey, Address) 
     (s, creator, host.address().clone())
 }
 
+/// The start of one small inference.
+fn start_params() -> StartParams {
+    StartParams {
+        prompt_hash: [7u8; 32],
+        model: "m".into(),
+        input_length: 10,
+        max_tokens: 20,
+        started_at: 1_700_000_000,
+    }
+}
+
 fn answer_at(nonce: u64, root: &[u8]) -> ReceiptBody {
     ReceiptBody {
         nonce,
@@ -169,13 +180,7 @@ fn diffs_every_host_acknowledged_leave_memory() {
 #[test]
 fn a_start_below_the_window_is_rebuilt_from_its_inference_record() {
     let (mut s, key, _) = session(4);
-    let params = StartParams {
-        prompt_hash: [7u8; 32],
-        model: "m".into(),
-        input_length: 10,
-        max_tokens: 20,
-        started_at: 1_700_000_000,
-    };
+    let params = start_params();
     let first = s.compose_start(&params, &key).unwrap();
     let sequenced = s.start_of(first.nonce).unwrap();
     for _ in 0..10 {
@@ -319,13 +324,7 @@ fn hour_long_run_a_root_read_back_for_one_report_is_kept_when_the_recalled_roots
 fn ci_ed800b2_a_confirmed_timeout_that_no_longer_applies_is_settled_again() {
     use crate::protocol::proto::{DevshardTx, MsgTimeoutInference, TimeoutReason, Tx};
     let (mut s, key, _) = session(8);
-    let params = StartParams {
-        prompt_hash: [7u8; 32],
-        model: "m".into(),
-        input_length: 10,
-        max_tokens: 20,
-        started_at: 1_700_000_000,
-    };
+    let params = start_params();
     let open = s.compose_start(&params, &key).unwrap().nonce;
     let timeout = |id: u64| {
         DevshardTx::new(Tx::TimeoutInference(MsgTimeoutInference {
