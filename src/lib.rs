@@ -24,6 +24,7 @@ pub mod escrows;
 pub mod fuzzing;
 pub mod http;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod overload;
 pub mod replicas;

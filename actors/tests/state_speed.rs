@@ -45,8 +45,8 @@ fn record(id: u64) -> InferenceRecord {
         status: InferenceStatus::Finished,
         executor_slot: (id % u64::from(SLOTS)) as u32,
         model: MODEL.into(),
-        prompt_hash: vec![(id % 251) as u8; 32],
-        response_hash: vec![(id % 241) as u8; 32],
+        prompt_hash: vec![(id % 251) as u8; 32].into(),
+        response_hash: vec![(id % 241) as u8; 32].into(),
         input_length: 800 + id % 1000,
         max_tokens: 512,
         input_tokens: 200 + id % 300,
@@ -80,7 +80,7 @@ fn session(n: u64, extra: u64) -> StateMachine {
                 r.validated_by = 0b1110;
             } else if id == n || id + 1 == n {
                 r.status = InferenceStatus::Pending;
-                r.response_hash.clear();
+                r.response_hash = Default::default();
                 (
                     r.input_tokens,
                     r.output_tokens,
@@ -89,7 +89,7 @@ fn session(n: u64, extra: u64) -> StateMachine {
                 ) = (0, 0, 0, 0);
             } else if id + 3 == n || id + 5 == n {
                 r.status = InferenceStatus::Started;
-                r.response_hash.clear();
+                r.response_hash = Default::default();
                 (r.input_tokens, r.output_tokens, r.actual_cost) = (0, 0, 0);
             }
             r
@@ -117,8 +117,8 @@ fn confirm(sm: &StateMachine, id: u64) -> DevshardTx {
     let r = sm.record(id).unwrap();
     let start = MsgStartInference {
         inference_id: id,
-        prompt_hash: r.prompt_hash.clone(),
-        model: r.model.clone(),
+        prompt_hash: r.prompt_hash.to_vec(),
+        model: r.model.to_string(),
         input_length: r.input_length,
         max_tokens: r.max_tokens,
         started_at: r.started_at,

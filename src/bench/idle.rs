@@ -61,7 +61,7 @@ pub(super) async fn run(args: BenchArgs) -> Result<(), String> {
 
 async fn phases(args: &BenchArgs, escrows: usize, gw: &Gateway) -> Result<(), String> {
     tokio::time::sleep(SETTLE).await;
-    say(&reading("registered, idle", gw, 0));
+    say(&reading("registered, idle", gw, 0).await);
     let via = vec![format!("{}/v1/chat/completions", gw.url)];
     let load = Load {
         concurrency: args.concurrency,
@@ -71,34 +71,59 @@ async fn phases(args: &BenchArgs, escrows: usize, gw: &Gateway) -> Result<(), St
     let total = escrows * args.requests_per_escrow;
     let first = drive("first", &via, total / 5, load).await;
     say(&first.line());
-    say(&reading("after", gw, first.served()));
+    say(&reading("after", gw, first.served()).await);
     let rest = drive("rest", &via, total - total / 5, load).await;
     say(&rest.line());
     let served = first.served() + rest.served();
-    say(&reading("after", gw, served));
+    say(&reading("after", gw, served).await);
     say(&spread(&[&first, &rest], escrows));
     tokio::time::sleep(SETTLE).await;
-    say(&reading("5 s idle after", gw, served));
+    say(&reading("5 s idle after", gw, served).await);
     tokio::time::sleep(IDLE - SETTLE).await;
-    say(&reading("40 s idle after", gw, served));
+    say(&reading("40 s idle after", gw, served).await);
     say(&crypto_floor());
     Ok(())
 }
 
-/// The gateway's memory and store sizes now.
-fn reading(when: &str, gw: &Gateway, served: usize) -> String {
+/// The gateway's memory and store sizes now, and its heap as its own metrics give it
+/// (`devshard_memory_bytes`: the live heap, and the pages jemalloc holds).
+async fn reading(when: &str, gw: &Gateway, served: usize) -> String {
+    let heap = heap_reading(gw).await.unwrap_or_else(|| "heap n/a".into());
     let mib = |k: Option<u64>| {
         k.map_or("n/a".to_string(), |k| {
             format!("{:.1} MiB", k as f64 / 1024.0)
         })
     };
     format!(
-        "{when} {served} requests: rss {} (peak {}), wal {:.1} MiB, db {:.1} MiB",
+        "{when} {served} requests: rss {} (peak {}), {heap}, wal {:.1} MiB, db {:.1} MiB",
         mib(rss_kib(gw.pid())),
         mib(peak_rss_kib(gw.pid())),
         gw.wal_bytes() as f64 / f64::from(1 << 20),
         gw.db_bytes() as f64 / f64::from(1 << 20),
     )
+}
+
+/// `heap allocated A MiB in R MiB resident` from the gateway's `/metrics`.
+async fn heap_reading(gw: &Gateway) -> Option<String> {
+    let mut res = awc::Client::default()
+        .get(format!("{}/metrics", gw.url))
+        .send()
+        .await
+        .ok()?;
+    let body = res.body().limit(8 << 20).await.ok()?;
+    let text = std::str::from_utf8(&body).ok()?;
+    let kind = |k: &str| {
+        let prefix = format!("devshard_memory_bytes{{kind=\"{k}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map(|b| b / f64::from(1 << 20))
+    };
+    Some(format!(
+        "heap allocated {:.1} MiB in {:.1} MiB resident",
+        kind("allocated")?,
+        kind("resident")?
+    ))
 }
 
 /// How the served requests spread over the escrows (min / median / max per escrow).

@@ -53,7 +53,7 @@ async fn executor_hash(l: &live::Live, headers: &awc::http::header::HeaderMap) -
         .record(nonce)
         .expect("finished on its executor")
         .response_hash
-        .clone()
+        .to_vec()
 }
 
 fn has_any(text: &str, keys: &[&str]) -> bool {

@@ -196,8 +196,8 @@ async fn a_host_signing_with_an_ungranted_key_is_rejected_by_every_other_host() 
     let rec = s.sm.record(nonce).unwrap();
     let start = devshard_actors::protocol::proto::MsgStartInference {
         inference_id: nonce,
-        prompt_hash: rec.prompt_hash.clone(),
-        model: rec.model.clone(),
+        prompt_hash: rec.prompt_hash.to_vec(),
+        model: rec.model.to_string(),
         input_length: rec.input_length,
         max_tokens: rec.max_tokens,
         started_at: rec.started_at,

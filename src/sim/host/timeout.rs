@@ -160,8 +160,8 @@ fn check_local(
         _ => {
             let start = MsgStartInference {
                 inference_id: id,
-                prompt_hash: rec.prompt_hash.clone(),
-                model: rec.model.clone(),
+                prompt_hash: rec.prompt_hash.to_vec(),
+                model: rec.model.to_string(),
                 input_length: rec.input_length,
                 max_tokens: rec.max_tokens,
                 started_at: rec.started_at,

@@ -304,8 +304,8 @@ impl Session {
         let Some(diff) = self.diffs.get(&nonce) else {
             return self.sm.record(nonce).map(|r| MsgStartInference {
                 inference_id: r.inference_id,
-                prompt_hash: r.prompt_hash.clone(),
-                model: r.model.clone(),
+                prompt_hash: r.prompt_hash.to_vec(),
+                model: r.model.to_string(),
                 input_length: r.input_length,
                 max_tokens: r.max_tokens,
                 started_at: r.started_at,

@@ -14,7 +14,7 @@ use crate::protocol::{
 use super::{
     content::{finish_unsigned_bytes, record_receipt_content},
     warm::SigKind,
-    InferenceRecord, InferenceStatus, Phase, StateError, StateMachine,
+    InferenceRecord, InferenceStatus, Phase, ShortBytes, StateError, StateMachine,
 };
 
 /// `(a + b) * price` with overflow checks (`ErrCostOverflow`).
@@ -126,9 +126,9 @@ impl StateMachine {
             inference_id: m.inference_id,
             status: InferenceStatus::Pending,
             executor_slot,
-            model: m.model.clone(),
-            prompt_hash: m.prompt_hash.clone(),
-            response_hash: Vec::new(),
+            model: self.st.records.shared_model(&m.model),
+            prompt_hash: ShortBytes::new(&m.prompt_hash),
+            response_hash: ShortBytes::default(),
             input_length: m.input_length,
             max_tokens: m.max_tokens,
             input_tokens: 0,
@@ -210,7 +210,7 @@ impl StateMachine {
             .ok_or(StateError::Overflow("host cost"))?;
         let mut rec = rec.clone();
         rec.status = InferenceStatus::Finished;
-        rec.response_hash = m.response_hash.clone();
+        rec.response_hash = ShortBytes::new(&m.response_hash);
         rec.input_tokens = m.input_tokens;
         rec.output_tokens = m.output_tokens;
         rec.actual_cost = actual;

@@ -42,8 +42,8 @@ pub(crate) fn record_receipt_content(
 ) -> ExecutorReceiptContent {
     ExecutorReceiptContent {
         inference_id: rec.inference_id,
-        prompt_hash: rec.prompt_hash.clone(),
-        model: rec.model.clone(),
+        prompt_hash: rec.prompt_hash.to_vec(),
+        model: rec.model.to_string(),
         input_length: rec.input_length,
         max_tokens: rec.max_tokens,
         started_at: rec.started_at,

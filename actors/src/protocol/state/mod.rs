@@ -10,6 +10,7 @@
 //! - `root.rs`    — the state root, tagged with the escrow's protocol version.
 //! - `records.rs` — the live record map with cached encodings and incremental live hash.
 //! - `content.rs` — the signed byte strings (receipts, proposer sigs, votes, state sigs).
+//! - `short_bytes.rs` — [`ShortBytes`], a record hash held inline.
 //! - `snapshot.rs` — [`StateSnapshot`], a serializable copy for persistence.
 //!
 //! # Atomicity
@@ -28,6 +29,7 @@ mod record;
 mod records;
 mod root;
 mod seal;
+mod short_bytes;
 mod snapshot;
 #[cfg(test)]
 mod tests;
@@ -56,6 +58,7 @@ pub use record::{HostStats, InferenceRecord, InferenceStatus, Phase, Slot};
 use records::Records;
 pub use root::{compose_root, fold_sealed};
 pub use seal::STATE_CLOCK_WINDOW_FACTOR;
+pub use short_bytes::ShortBytes;
 pub use snapshot::StateSnapshot;
 
 /// Largest group a session may have (`validated_by` is a 128-bit slot bitmap).

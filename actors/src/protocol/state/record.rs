@@ -1,8 +1,11 @@
 //! The data model of a session (docs/protocol.md §4): group slots, the session phase, inference
 //! records and per-slot host statistics, with their deterministic protobuf forms.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
+use super::short_bytes::ShortBytes;
 use crate::protocol::{
     crypto::Address,
     proto::{self, HostStatsProto, InferenceRecordProto},
@@ -97,10 +100,11 @@ pub struct InferenceRecord {
     pub status: InferenceStatus,
     /// `group[inference_id % N].slot_id`.
     pub executor_slot: u32,
-    pub model: String,
-    pub prompt_hash: Vec<u8>,
+    /// Shared with the records before it of the same model (`StateMachine::apply_start`).
+    pub model: Arc<str>,
+    pub prompt_hash: ShortBytes,
     /// Set by MsgFinishInference.
-    pub response_hash: Vec<u8>,
+    pub response_hash: ShortBytes,
     /// Request body length in bytes.
     pub input_length: u64,
     pub max_tokens: u64,
@@ -127,9 +131,9 @@ impl InferenceRecord {
             inference_id: self.inference_id,
             status: self.status.as_u32(),
             executor_slot: self.executor_slot,
-            model: self.model.clone(),
-            prompt_hash: self.prompt_hash.clone(),
-            response_hash: self.response_hash.clone(),
+            model: self.model.to_string(),
+            prompt_hash: self.prompt_hash.to_vec(),
+            response_hash: self.response_hash.to_vec(),
             input_length: self.input_length,
             max_tokens: self.max_tokens,
             input_tokens: self.input_tokens,
@@ -194,8 +198,8 @@ mod tests {
             status: InferenceStatus::Pending,
             executor_slot: 1,
             model: "m".into(),
-            prompt_hash: vec![1; 32],
-            response_hash: vec![],
+            prompt_hash: vec![1; 32].into(),
+            response_hash: vec![].into(),
             input_length: 10,
             max_tokens: 5,
             input_tokens: 0,

@@ -151,6 +151,15 @@ impl Records {
         self.entries().map(|e| &e.rec)
     }
 
+    /// `model` as the newest record holds it when it is the same (one escrow serves one model
+    /// or a few, and new records are appended last): the records then share one string.
+    pub(super) fn shared_model(&self, model: &str) -> Arc<str> {
+        match self.iter().next_back() {
+            Some(last) if &*last.model == model => Arc::clone(&last.model),
+            _ => Arc::from(model),
+        }
+    }
+
     /// Inserts or replaces the record with id `rec.inference_id`.
     pub(super) fn put(&mut self, rec: InferenceRecord) {
         let entry = Arc::new(Entry::new(rec));

@@ -6,7 +6,7 @@
 //! the caller's reused buffer. The tests below hold it to the prost encoding.
 
 use prost::encoding::{
-    encode_key, encode_varint, encoded_len_varint, int64, string, uint32, uint64, WireType,
+    encode_key, encode_varint, encoded_len_varint, int64, uint32, uint64, WireType,
 };
 use sha2::{Digest, Sha256};
 
@@ -39,9 +39,7 @@ pub(super) fn encode_entry(r: &InferenceRecord, buf: &mut Vec<u8>) {
     u64_field(1, r.inference_id, buf);
     u32_field(2, r.status.as_u32(), buf);
     u32_field(3, r.executor_slot, buf);
-    if !r.model.is_empty() {
-        string::encode(4, &r.model, buf);
-    }
+    bytes_field(4, r.model.as_bytes(), buf);
     bytes_field(5, &r.prompt_hash, buf);
     bytes_field(6, &r.response_hash, buf);
     u64_field(7, r.input_length, buf);
@@ -100,8 +98,8 @@ mod tests {
             status: statuses[(seed % 7) as usize],
             executor_slot: pick(2) as u32,
             model: ["", "m", "Qwen/Qwen2.5-7B-Instruct"][(seed % 3) as usize].into(),
-            prompt_hash: vec![seed as u8; [0, 32, 200][(seed % 3) as usize]],
-            response_hash: vec![7; [0, 32][(seed / 3 % 2) as usize]],
+            prompt_hash: vec![seed as u8; [0, 32, 200][(seed % 3) as usize]].into(),
+            response_hash: vec![7; [0, 32][(seed / 3 % 2) as usize]].into(),
             input_length: pick(3),
             max_tokens: pick(5),
             input_tokens: pick(7),

@@ -1,7 +1,7 @@
 //! Finish, best-effort composition, the per-nonce fee and the ignored/empty tx kinds.
 
 use super::*;
-use crate::protocol::state::InferenceStatus;
+use crate::protocol::state::{InferenceStatus, ShortBytes};
 
 #[test]
 fn finish_settles_the_actual_cost() {
@@ -152,4 +152,26 @@ fn snapshot_round_trips_through_json() {
     let mut bad = snap;
     bad.records[0].executor_slot = 9;
     assert!(StateMachine::from_snapshot(bad).is_err());
+}
+
+#[test]
+fn live_records_share_their_model_and_hold_their_hashes_inline() {
+    // Issue 16: a live record was ≈ 290 B with its model and two hashes on the heap.
+    assert!(std::mem::size_of::<crate::protocol::state::InferenceRecord>() <= 208);
+    let mut fx = Fx::new(&[0, 1, 2]);
+    let a = fx.start(100, 50);
+    let b = fx.start(10, 5);
+    fx.ok(vec![fx.confirm(b, T0 + 1)]);
+    fx.ok(vec![fx.finish(b, 3, 4)]);
+    let (ra, rb) = (fx.sm.record(a).unwrap(), fx.sm.record(b).unwrap());
+    assert!(std::sync::Arc::ptr_eq(&ra.model, &rb.model));
+    assert!(matches!(
+        rb.response_hash,
+        ShortBytes::Inline { len: 32, .. }
+    ));
+    // A snapshot restored shares them again, and is the same state.
+    let back = StateMachine::from_snapshot(fx.sm.snapshot()).unwrap();
+    let (ra, rb) = (back.record(a).unwrap(), back.record(b).unwrap());
+    assert!(std::sync::Arc::ptr_eq(&ra.model, &rb.model));
+    assert_eq!(back, fx.sm);
 }

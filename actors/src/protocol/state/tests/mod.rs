@@ -134,8 +134,8 @@ impl Fx {
         let start = match self.sm.record(id) {
             Some(r) => MsgStartInference {
                 inference_id: id,
-                prompt_hash: r.prompt_hash.clone(),
-                model: r.model.clone(),
+                prompt_hash: r.prompt_hash.to_vec(),
+                model: r.model.to_string(),
                 input_length: r.input_length,
                 max_tokens: r.max_tokens,
                 started_at: r.started_at,
