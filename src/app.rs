@@ -7,6 +7,7 @@
 
 mod error;
 mod lifecycle;
+mod listener;
 
 use actix_web::{
     body::MessageBody,

@@ -9,7 +9,7 @@
 //! the store is flushed and closed. [`serve`] wraps it all for `main` with exit codes.
 
 use std::{
-    net::{SocketAddr, TcpListener},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::ExitCode,
     sync::Arc,
@@ -321,13 +321,12 @@ pub async fn start_with(
             "stage" => "directory_unanswered");
     }
 
-    let listener = TcpListener::bind(config.listen).map_err(|e| AppError::Bind {
-        addr: config.listen,
-        reason: e.to_string(),
-    })?;
-    // Accepted sockets inherit TCP_NODELAY from the listener (Linux): without it, a streamed
-    // answer's first chunk waits for the client's delayed ACK of the response head (~40 ms).
-    if let Err(e) = socket2::SockRef::from(&listener).set_tcp_nodelay(true) {
+    let (listener, nodelay) =
+        super::listener::listen(config.listen).map_err(|e| AppError::Bind {
+            addr: config.listen,
+            reason: e.to_string(),
+        })?;
+    if let Some(e) = nodelay {
         warn!(log, "TCP_NODELAY not set on the listener"; "error" => %e);
     }
     let addr = listener.local_addr().map_err(|e| AppError::Bind {
@@ -339,6 +338,7 @@ pub async fn start_with(
     let server = HttpServer::new(move || build_app(factory_state.clone()))
         .workers(config.workers)
         .keep_alive(SERVER_KEEP_ALIVE)
+        .client_request_timeout(super::listener::REQUEST_HEAD_TIMEOUT)
         .shutdown_timeout(grace)
         .disable_signals()
         .listen(listener)

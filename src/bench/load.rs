@@ -26,9 +26,15 @@ pub(super) struct Phase {
     pub server_errors: usize,
     /// Answered with a 4xx.
     pub client_errors: usize,
+    /// Those 4xx by status.
+    pub client_statuses: BTreeMap<u16, usize>,
     /// Transport errors and broken streams.
     pub failures: usize,
+    /// From the phase's start to its last answer: a shed client's `Retry-After` wait after the
+    /// gateway's last answer is not the gateway's time.
     pub elapsed: Duration,
+    /// When the last answer (of any kind) arrived.
+    last_answer: Option<Instant>,
     pub peak_rss_kib: Option<u64>,
 }
 
@@ -43,8 +49,10 @@ impl Phase {
             shed: 0,
             server_errors: 0,
             client_errors: 0,
+            client_statuses: BTreeMap::new(),
             failures: 0,
             elapsed: Duration::ZERO,
+            last_answer: None,
             peak_rss_kib: None,
         }
     }
@@ -54,7 +62,7 @@ impl Phase {
         self.total_ms.len()
     }
 
-    /// Served requests per second.
+    /// Served requests per second, over the time to the phase's last answer.
     pub fn throughput(&self) -> f64 {
         self.served() as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -71,7 +79,7 @@ impl Phase {
 
     pub fn line(&self) -> String {
         format!(
-            "{:<8} requests={:<6} shed_503={:<5} other_5xx={:<4} 4xx={:<4} transport={:<4} ttfb_p50={:>7.2}ms ttfb_p99={:>7.2}ms ttfb_p99.9={:>8.2}ms gap_p99={:>7.2}ms total_p50={:>7.2}ms total_p99={:>7.2}ms throughput={:>7.0}/s peak_rss={}",
+            "{:<8} requests={:<6} shed_503={:<5} other_5xx={:<4} 4xx={:<4} transport={:<4} ttfb_p50={:>7.2}ms ttfb_p99={:>7.2}ms ttfb_p99.9={:>8.2}ms gap_p99={:>7.2}ms total_p50={:>7.2}ms total_p99={:>7.2}ms throughput={:>7.0}/s peak_rss={}{}",
             self.name,
             self.served(),
             self.shed,
@@ -86,8 +94,21 @@ impl Phase {
             pct(&self.total_ms, 0.99),
             self.throughput(),
             self.peak_rss_kib.map_or("n/a".to_string(), |k| format!("{} MiB", k / 1024)),
+            self.client_statuses
+                .iter()
+                .map(|(s, n)| format!(" 4xx_{s}={n}"))
+                .collect::<String>(),
         )
     }
+}
+
+/// A phase's time: from its start to its last answer, or all of it when nothing answered.
+fn time_to_last_answer(
+    started: Instant,
+    last_answer: Option<Instant>,
+    elapsed: Duration,
+) -> Duration {
+    last_answer.map_or(elapsed, |t| t.saturating_duration_since(started))
 }
 
 /// The `q` quantile of sorted values.
@@ -121,7 +142,7 @@ enum Ended {
     /// 503 with `Retry-After` (seconds).
     Shed(u64),
     ServerError,
-    ClientError,
+    ClientError(u16),
     Failed,
 }
 
@@ -148,6 +169,7 @@ pub(super) async fn drive(name: &'static str, urls: &[String], n: usize, load: L
                 let ended = one(&client, &url, i, load.max_tokens).await;
                 let wait = {
                     let mut p = phase.borrow_mut();
+                    p.last_answer = Some(Instant::now());
                     match ended {
                         Ended::Served {
                             first,
@@ -171,8 +193,9 @@ pub(super) async fn drive(name: &'static str, urls: &[String], n: usize, load: L
                             p.server_errors += 1;
                             None
                         }
-                        Ended::ClientError => {
+                        Ended::ClientError(status) => {
                             p.client_errors += 1;
+                            *p.client_statuses.entry(status).or_default() += 1;
                             None
                         }
                         Ended::Failed => {
@@ -192,7 +215,7 @@ pub(super) async fn drive(name: &'static str, urls: &[String], n: usize, load: L
         Ok(cell) => cell.into_inner(),
         Err(rc) => std::mem::replace(&mut *rc.borrow_mut(), Phase::new(name, 0)),
     };
-    p.elapsed = elapsed;
+    p.elapsed = time_to_last_answer(started, p.last_answer, elapsed);
     p.ttfb_ms.sort_by(f64::total_cmp);
     p.gaps_ms.sort_by(f64::total_cmp);
     p.total_ms.sort_by(f64::total_cmp);
@@ -228,7 +251,7 @@ async fn one(client: &awc::Client, url: &str, i: usize, max_tokens: u32) -> Ende
         return Ended::ServerError;
     }
     if !status.is_success() {
-        return Ended::ClientError;
+        return Ended::ClientError(status.as_u16());
     }
     let escrow = resp
         .headers()
@@ -255,5 +278,23 @@ async fn one(client: &awc::Client, url: &str, i: usize, max_tokens: u32) -> Ende
             escrow,
         },
         None => Ended::Failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_phase_ends_at_its_last_answer_not_after_a_shed_client_s_wait() {
+        let t0 = Instant::now();
+        let last = t0 + Duration::from_millis(2_500);
+        // Shed clients slept out their Retry-After for another second after the last answer.
+        let all = Duration::from_millis(3_500);
+        assert_eq!(
+            time_to_last_answer(t0, Some(last), all),
+            Duration::from_millis(2_500)
+        );
+        assert_eq!(time_to_last_answer(t0, None, all), all);
     }
 }
