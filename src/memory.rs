@@ -66,10 +66,14 @@ impl MemoryKind {
 
 /// Resident set size (`VmRSS` of `/proc/self/status`; Linux, `None` elsewhere).
 fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    status_kib(std::process::id(), "VmRSS:").map(|kib| kib * 1024)
+}
+
+/// A `kB` field of `/proc/{pid}/status`, e.g. `VmRSS:` or `VmHWM:` (Linux; `None` elsewhere).
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The collector; [`MemoryMetrics::register`] adds it to a registry once.

@@ -16,6 +16,7 @@ use super::{
     load::{drive, Load, Phase},
     load_average,
     process::{peak_rss_kib, rss_kib, Gateway},
+    scrape::Scrape,
     BenchArgs,
 };
 use crate::sim::{SimConfig, SimNetwork};
@@ -105,25 +106,18 @@ async fn reading(when: &str, gw: &Gateway, served: usize) -> String {
 
 /// `heap allocated A MiB in R MiB resident` from the gateway's `/metrics`.
 async fn heap_reading(gw: &Gateway) -> Option<String> {
-    let mut res = awc::Client::default()
-        .get(format!("{}/metrics", gw.url))
-        .send()
-        .await
-        .ok()?;
-    let body = res.body().limit(8 << 20).await.ok()?;
-    let text = std::str::from_utf8(&body).ok()?;
-    let kind = |k: &str| {
-        let prefix = format!("devshard_memory_bytes{{kind=\"{k}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map(|b| b / f64::from(1 << 20))
+    let scrape = Scrape::fetch(&gw.url).await;
+    let mib = |kind: &str| {
+        let label = format!("kind=\"{kind}\"");
+        scrape.sum("devshard_memory_bytes", &[label.as_str()]) / f64::from(1 << 20)
     };
-    Some(format!(
-        "heap allocated {:.1} MiB in {:.1} MiB resident",
-        kind("allocated")?,
-        kind("resident")?
-    ))
+    (!scrape.text().is_empty()).then(|| {
+        format!(
+            "heap allocated {:.1} MiB in {:.1} MiB resident",
+            mib("allocated"),
+            mib("resident")
+        )
+    })
 }
 
 /// How the served requests spread over the escrows (min / median / max per escrow).

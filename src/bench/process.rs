@@ -98,18 +98,12 @@ pub(super) fn cpu_seconds(pid: u32) -> Option<f64> {
 
 /// Peak resident set size (`VmHWM`) of a process, in KiB (Linux).
 pub(super) fn peak_rss_kib(pid: u32) -> Option<u64> {
-    status_kib(pid, "VmHWM:")
+    crate::memory::status_kib(pid, "VmHWM:")
 }
 
 /// Resident set size now (`VmRSS`) of a process, in KiB (Linux).
 pub(super) fn rss_kib(pid: u32) -> Option<u64> {
-    status_kib(pid, "VmRSS:")
-}
-
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    crate::memory::status_kib(pid, "VmRSS:")
 }
 
 /// The wrapper command and its arguments, when `DEVSHARD_BENCH_WRAPPER` is set and not blank.

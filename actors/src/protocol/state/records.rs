@@ -101,10 +101,12 @@ pub(super) struct Records {
 
 impl Records {
     /// Builds from records in ascending id order (the caller guarantees order and uniqueness).
+    /// Records of one model share its string, as [`Records::shared_model`] makes them when applied.
     pub(super) fn from_sorted(records: impl IntoIterator<Item = InferenceRecord>) -> Records {
         let mut out = Records::default();
         let mut cur = Vec::with_capacity(CHUNK);
-        for rec in records {
+        for mut rec in records {
+            rec.model = out.shared_model_with(&cur, &rec.model);
             cur.push(Arc::new(Entry::new(rec)));
             out.len += 1;
             if cur.len() == CHUNK {
@@ -154,7 +156,16 @@ impl Records {
     /// `model` as the newest record holds it when it is the same (one escrow serves one model
     /// or a few, and new records are appended last): the records then share one string.
     pub(super) fn shared_model(&self, model: &str) -> Arc<str> {
-        match self.iter().next_back() {
+        self.shared_model_with(&[], model)
+    }
+
+    /// [`Records::shared_model`] when `pending` (not yet in a chunk) follow the live records.
+    fn shared_model_with(&self, pending: &[Arc<Entry>], model: &str) -> Arc<str> {
+        let newest = pending
+            .last()
+            .map(|e| &e.rec)
+            .or_else(|| self.iter().next_back());
+        match newest {
             Some(last) if &*last.model == model => Arc::clone(&last.model),
             _ => Arc::from(model),
         }

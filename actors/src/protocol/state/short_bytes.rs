@@ -14,7 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 const INLINE: usize = 32;
 
 /// An immutable byte string, inline up to [`INLINE`] bytes.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum ShortBytes {
     /// `bytes[..len]`; the rest is zero.
     Inline { len: u8, bytes: [u8; INLINE] },
@@ -61,15 +61,13 @@ impl Deref for ShortBytes {
     }
 }
 
-impl From<&[u8]> for ShortBytes {
-    fn from(b: &[u8]) -> ShortBytes {
-        ShortBytes::new(b)
-    }
-}
-
 impl From<Vec<u8>> for ShortBytes {
     fn from(b: Vec<u8>) -> ShortBytes {
-        ShortBytes::new(&b)
+        if b.len() <= INLINE {
+            ShortBytes::new(&b)
+        } else {
+            ShortBytes::Heap(b.into_boxed_slice())
+        }
     }
 }
 

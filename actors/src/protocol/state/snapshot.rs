@@ -75,13 +75,7 @@ impl StateMachine {
             .and_then(|v| v.try_into().ok())
             .ok_or_else(|| bad("sealed_acc is not 32 hex bytes".into()))?;
         let mut records = BTreeMap::new();
-        let mut model: Option<Arc<str>> = None;
-        for mut r in s.records {
-            // Records of one model share its string, as they do when applied.
-            match &model {
-                Some(m) if *m == r.model => r.model = Arc::clone(m),
-                _ => model = Some(Arc::clone(&r.model)),
-            }
+        for r in s.records {
             if fresh.slot_address(r.executor_slot).is_none() {
                 return Err(bad(format!(
                     "record {} has executor slot {}",
