@@ -86,3 +86,32 @@ impl Report {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::schedule::generate;
+
+    /// Issue 12's output: every violation names the schedule step applied before it.
+    #[test]
+    fn a_violation_carries_the_step_that_preceded_it() {
+        let steps = generate(12, 120_000, Some(20_000), 5);
+        let mut report = Report::scratch(12);
+        report.violation(2, "before any step".into());
+        report.step(&steps[0]);
+        report.step(&steps[1]);
+        report.violation(1, "after the second step".into());
+        let after: Vec<Option<&Step>> = report
+            .violations
+            .iter()
+            .map(|v| v.after_step.as_ref())
+            .collect();
+        assert_eq!(after, [None, Some(&steps[1])]);
+        let printed = serde_json::to_value(&report.violations[1]).unwrap();
+        assert_eq!(
+            printed["after_step"],
+            serde_json::to_value(&steps[1]).unwrap()
+        );
+        assert_eq!(printed["invariant"], 1);
+    }
+}
