@@ -27,6 +27,7 @@ pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod overload;
+pub mod recoveries;
 pub mod replicas;
 pub mod rotation;
 pub mod sim;

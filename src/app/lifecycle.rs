@@ -175,6 +175,7 @@ pub async fn start_with(
     let store = Arc::new(open_store(&config.store, &log)?);
     StoreMetrics::register(&registry, store.clone())
         .and_then(|()| crate::memory::MemoryMetrics::register(&registry))
+        .and_then(|()| crate::recoveries::RecoveryMetrics::register(&registry))
         .map_err(|e| AppError::Metrics(e.to_string()))?;
     let shared: SharedStore = store.clone();
     info!(log, "store opened"; "stage" => "store_opened", "store" => config.store.describe());

@@ -222,6 +222,9 @@ pub(super) async fn drive(name: &'static str, urls: &[String], n: usize, load: L
     p
 }
 
+/// The most of an error's body a client reads.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
 /// One streaming request, timed from its actual start (the timer wheel wakes up to 1 ms late,
 /// which would otherwise dominate both phases' figures).
 async fn one(client: &awc::Client, url: &str, i: usize, max_tokens: u32) -> Ended {
@@ -239,6 +242,11 @@ async fn one(client: &awc::Client, url: &str, i: usize, max_tokens: u32) -> Ende
         Err(_) => return Ended::Failed,
     };
     let status = resp.status();
+    if !status.is_success() {
+        // An error's body is read, as an OpenAI client reads it for its message: the
+        // connection then stays open for the next request instead of being closed unread.
+        let _ = resp.body().limit(ERROR_BODY_LIMIT).await;
+    }
     if status.as_u16() == 503 {
         let retry = resp
             .headers()

@@ -225,7 +225,13 @@ impl Measured {
         };
         let n = (self.phase.served() + self.phase.shed).max(1);
         let per = cpu * 1e3 / n as f64;
-        format!("gateway process CPU: {cpu:.2} s for {n} requests = {per:.3} ms/request (≈ {:.0} requests/s per core)", 1e3 / per.max(1e-9))
+        let served = self.phase.served().max(1) as f64;
+        format!(
+            "gateway process CPU: {cpu:.2} s for {n} requests = {per:.3} ms/request (≈ {:.0} requests/s per core); signature recoveries per served request: {:.2} computed, {:.2} from the memo",
+            1e3 / per.max(1e-9),
+            self.figures.recoveries_computed / served,
+            self.figures.recoveries_memo / served,
+        )
     }
 
     /// TTFT quantiles and the extra attempts (beyond one per request) of a straggler run.

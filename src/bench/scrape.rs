@@ -1,6 +1,6 @@
 //! The gateway's `/metrics` as `bench` reads them: the figures a phase moved (diffs per request
-//! body, gap resends, bodies paced on their host's link, sheds, attempts and hedges), as the
-//! difference of two scrapes.
+//! body, gap resends, bodies paced on their host's link, sheds, attempts, hedges and signature
+//! recoveries), as the difference of two scrapes.
 
 use std::time::Duration;
 
@@ -43,6 +43,7 @@ impl Scrape {
     pub fn since(&self, before: &Scrape) -> Figures {
         let d = |name: &str, labels: &[&str]| self.sum(name, labels) - before.sum(name, labels);
         const DIFFS: &str = "devshard_catch_up_diffs_per_request";
+        const RECOVERIES: &str = "devshard_signature_recoveries_total";
         let sum = format!("{DIFFS}_sum");
         let count = format!("{DIFFS}_count");
         Figures {
@@ -69,6 +70,8 @@ impl Scrape {
             attempts: d("devshard_attempts_total", &[]),
             hedges: d("devshard_hedges_total", &[]),
             limit: self.sum("devshard_gateway_concurrency_limit", &[]),
+            recoveries_computed: d(RECOVERIES, &[r#"result="computed""#]),
+            recoveries_memo: d(RECOVERIES, &[r#"result="memo""#]),
         }
     }
 }
@@ -93,6 +96,9 @@ pub(super) struct Figures {
     pub hedges: f64,
     /// The adaptive limit at the second scrape.
     pub limit: f64,
+    /// Signature recoveries the gateway computed, and those its memo answered.
+    pub recoveries_computed: f64,
+    pub recoveries_memo: f64,
 }
 
 impl Figures {

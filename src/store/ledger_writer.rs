@@ -68,23 +68,20 @@ fn run(mut conn: Connection, mut rx: UnboundedReceiver<Op>, batches: &IntCounter
 fn insert(tx: &Transaction<'_>, r: &RequestRow) -> rusqlite::Result<()> {
     let settled = r.attempts.is_empty().then_some(r.ended_ms);
     let zero = r.attempts.is_empty().then_some(0i64);
-    let added = tx.execute(
-        sql::INSERT_REQUEST,
-        params![
-            r.request_id,
-            r.started_ms,
-            r.ended_ms,
-            r.model,
-            r.escrow_id,
-            r.api_key_id,
-            i64::from(r.stream),
-            r.outcome,
-            i64::from(r.status),
-            r.winner_nonce.map(int),
-            zero,
-            settled
-        ],
-    )?;
+    let added = tx.prepare_cached(sql::INSERT_REQUEST)?.execute(params![
+        r.request_id,
+        r.started_ms,
+        r.ended_ms,
+        r.model,
+        r.escrow_id,
+        r.api_key_id,
+        i64::from(r.stream),
+        r.outcome,
+        i64::from(r.status),
+        r.winner_nonce.map(int),
+        zero,
+        settled
+    ])?;
     if added == 0 {
         return Ok(());
     }

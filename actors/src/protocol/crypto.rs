@@ -185,6 +185,17 @@ impl SigningKey {
         self.sign_digest(sha256(message))
     }
 
+    /// `sign(m)`, with the signature's recovery remembered ([`recovered`]) for a process that
+    /// checks it again: the cost ledger replays the escrow's own diffs with their user signature
+    /// verified. A recoverable signature this key made recovers to this key's address, so the
+    /// memo's answer is the one recovery would give.
+    pub fn sign_remembered(&self, message: &[u8]) -> Signature {
+        let digest = sha256(message);
+        let sig = self.sign_digest(digest);
+        recovered::remember(digest, &sig, &self.address);
+        sig
+    }
+
     /// Signs a 32-byte digest as is.
     pub fn sign_digest(&self, digest: [u8; 32]) -> Signature {
         let sig = SECP256K1.sign_ecdsa_recoverable(&Message::from_digest(digest), &self.secret);
@@ -221,8 +232,10 @@ pub fn recover_address_digest(digest: [u8; 32], sig: &[u8]) -> Result<Address, C
         return Err(CryptoError::BadSignatureLength(sig.len()));
     }
     if let Some(signer) = recovered::lookup(digest, sig) {
+        recovered::count(true);
         return Ok(signer);
     }
+    recovered::count(false);
     let v = sig[64];
     let recid = RecoveryId::try_from(i32::from(v)).map_err(|_| CryptoError::BadRecoveryId(v))?;
     let rs = RecoverableSignature::from_compact(&sig[..64], recid)
@@ -251,6 +264,23 @@ pub fn verify(message: &[u8], sig: &[u8], expected: &Address) -> Result<(), Cryp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_remembered_signature_is_in_the_memo_and_recovers_to_its_signer_without_it() {
+        let k = SigningKey::derive("remembered", 3);
+        let message = b"a diff's signed content";
+        let sig = k.sign_remembered(message);
+        let digest = sha256(message);
+        assert_eq!(recovered::lookup(digest, &sig), Some(k.address().clone()));
+        let recid = RecoveryId::try_from(i32::from(sig[64])).unwrap();
+        let rs = RecoverableSignature::from_compact(&sig[..64], recid).unwrap();
+        let pk = SECP256K1
+            .recover_ecdsa(&Message::from_digest(digest), &rs)
+            .unwrap();
+        assert_eq!(Address::from_public_key(&pk), *k.address());
+        let plain = k.sign(b"a request digest");
+        assert_eq!(recovered::lookup(sha256(b"a request digest"), &plain), None);
+    }
 
     #[test]
     fn sign_then_recover_gives_the_signer() {

@@ -18,7 +18,9 @@ pub struct Diff {
 }
 
 impl Diff {
-    /// Composes and signs a diff.
+    /// Composes and signs a diff. The signature's recovery is remembered
+    /// ([`SigningKey::sign_remembered`]): the cost ledger verifies it again when it replays the
+    /// log.
     pub fn sign(
         nonce: u64,
         txs: Vec<DevshardTx>,
@@ -32,7 +34,7 @@ impl Diff {
             user_sig: Vec::new(),
             post_state_root: post_state_root.to_vec(),
         };
-        d.user_sig = key.sign(&d.signed_content(escrow_id)).to_vec();
+        d.user_sig = key.sign_remembered(&d.signed_content(escrow_id)).to_vec();
         d
     }
 
@@ -72,5 +74,16 @@ mod tests {
         let d = Diff::sign(1, vec![], "42", [7u8; 32], &k);
         d.verify_user_sig("42", k.address()).unwrap();
         assert!(d.verify_user_sig("43", k.address()).is_err());
+    }
+
+    #[test]
+    fn a_signed_diff_s_user_signature_is_remembered_for_its_replay() {
+        let k = SigningKey::derive("diff", 1);
+        let d = Diff::sign(9, vec![], "42", [3u8; 32], &k);
+        let digest = crypto::sha256(&d.signed_content("42"));
+        assert_eq!(
+            crate::protocol::recovered::lookup(digest, &d.user_sig),
+            Some(k.address().clone())
+        );
     }
 }

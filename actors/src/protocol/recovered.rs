@@ -4,7 +4,9 @@
 //! signature is often checked more than once in one process: the gateway verifies a receipt or a
 //! finish marker on arrival and its state machine checks it again when the `MsgConfirmStart` /
 //! `MsgFinishInference` is sequenced; the simulated hosts of one network (one process) each check
-//! every diff's user signature. Remembering successful recoveries makes every repeat a hash
+//! every diff's user signature; the gateway's cost ledger replays the escrow's own diffs with
+//! their user signature verified, which the escrow remembers as it signs them
+//! (`SigningKey::sign_remembered`). Remembering successful recoveries makes every repeat a hash
 //! lookup. Failures are never remembered (they are recomputed, and they are rare).
 //!
 //! Two generations bound the memory: when the current one holds [`GENERATION_CAPACITY`] entries it
@@ -12,7 +14,10 @@
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, PoisonError},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Mutex, PoisonError,
+    },
 };
 
 use super::crypto::{Address, SIGNATURE_LEN};
@@ -29,6 +34,34 @@ struct Generations {
 }
 
 static MEMO: Mutex<Option<Generations>> = Mutex::new(None);
+
+/// Recoveries answered by the memo, and computed, since the process started.
+static ANSWERED: AtomicU64 = AtomicU64::new(0);
+static COMPUTED: AtomicU64 = AtomicU64::new(0);
+
+/// How this process's recoveries were answered since it started
+/// (`devshard_signature_recoveries_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// From the memo.
+    pub memo: u64,
+    /// Computed with secp256k1 (successful or not).
+    pub computed: u64,
+}
+
+/// The counts so far.
+pub fn counts() -> Counts {
+    Counts {
+        memo: ANSWERED.load(Ordering::Relaxed),
+        computed: COMPUTED.load(Ordering::Relaxed),
+    }
+}
+
+/// Counts one recovery: `true` when the memo answered it.
+pub fn count(from_memo: bool) {
+    let counter = if from_memo { &ANSWERED } else { &COMPUTED };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
 
 fn key(digest: [u8; 32], sig: &[u8]) -> Option<Key> {
     Some((digest, sig.try_into().ok()?))
